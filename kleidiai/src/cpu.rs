@@ -1,0 +1,564 @@
+//! Run-time CPU feature detection, and proof tokens per tier.
+//!
+//! Detection runs once per process ([`Features::detected`]); what the crate
+//! uses is [`Features::current`]: the detected set minus whatever was turned
+//! off through `KLEIDIAI_DISABLE` or [`disable`]. Overrides can only remove
+//! tiers, never add one, and anything unknown counts as absent.
+//!
+//! ```
+//! use kleidiai::cpu::{CpuFeature, Features};
+//! let f = Features::current();
+//! println!("{f}");
+//! if let Some(_proof) = f.sme2() {
+//!     // Holding an `Sme2` token is the proof an SME2 kernel may run here.
+//! }
+//! assert!(!Features::none().has(CpuFeature::Neon));
+//! ```
+
+use core::fmt;
+use core::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+pub use kleidiai_sys::CpuFeature;
+
+/// Environment variable naming tiers to switch off, comma-separated: any of
+/// `neon dotprod i8mm fp16 bf16 sve sve2 sve2p1 sme sme2 sme2p1`, or `all`
+/// (every kernel off: only the portable reference path runs).
+pub const DISABLE_ENV: &str = "KLEIDIAI_DISABLE";
+
+const fn bit(f: CpuFeature) -> u32 {
+    1 << (f as u32)
+}
+
+/// A set of CPU features plus the vector lengths that go with them.
+///
+/// Values come only from detection or from removing features from a detected
+/// set, so a `Features` never claims more than the CPU has.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Features {
+    bits: u32,
+    sve_vl: usize,
+    sme_svl: usize,
+}
+
+impl Features {
+    /// The empty set: no kernel can run (the reference path is used).
+    pub const fn none() -> Features {
+        Features {
+            bits: 0,
+            sve_vl: 0,
+            sme_svl: 0,
+        }
+    }
+
+    /// What the CPU offers, detected once per process. Ignores overrides.
+    pub fn detected() -> Features {
+        static DETECTED: OnceLock<Features> = OnceLock::new();
+        *DETECTED.get_or_init(|| {
+            let raw = detect::detect();
+            let env = std::env::var(DISABLE_ENV).unwrap_or_default();
+            match parse_disable_list(&env) {
+                Ok(mask) => raw.without_mask(mask),
+                // An override we cannot read is treated as "everything off":
+                // the safe choice for a kill switch.
+                Err(_) => Features::none(),
+            }
+        })
+    }
+
+    /// What the crate may use now: [`Features::detected`] (already minus
+    /// `KLEIDIAI_DISABLE`) minus everything [`disable`] switched off.
+    pub fn current() -> Features {
+        Features::detected().without_mask(DISABLED.load(Ordering::Relaxed))
+    }
+
+    /// Whether `f` is present.
+    pub const fn has(&self, f: CpuFeature) -> bool {
+        self.bits & bit(f) != 0
+    }
+
+    /// Whether every feature of `fs` is present.
+    pub fn has_all(&self, fs: &[CpuFeature]) -> bool {
+        fs.iter().all(|f| self.has(*f))
+    }
+
+    /// This set without `fs` (and without what depends on them: removing
+    /// `sve` removes `sve2` and `sve2p1`, removing `sme` removes `sme2`...).
+    #[must_use]
+    pub fn without(&self, fs: &[CpuFeature]) -> Features {
+        self.without_mask(fs.iter().fold(0, |m, f| m | bit(*f)))
+    }
+
+    fn without_mask(&self, mask: u32) -> Features {
+        let mask = close_under_dependents(mask);
+        let bits = self.bits & !mask;
+        Features {
+            bits,
+            sve_vl: if bits & bit(CpuFeature::Sve) != 0 {
+                self.sve_vl
+            } else {
+                0
+            },
+            sme_svl: if bits & bit(CpuFeature::Sme) != 0 {
+                self.sme_svl
+            } else {
+                0
+            },
+        }
+    }
+
+    /// The SVE vector length in bytes, when SVE is present.
+    pub const fn sve_vector_bytes(&self) -> Option<usize> {
+        if self.has(CpuFeature::Sve) && self.sve_vl != 0 {
+            Some(self.sve_vl)
+        } else {
+            None
+        }
+    }
+
+    /// The SME streaming vector length in bytes, when SME is present.
+    pub const fn sme_vector_bytes(&self) -> Option<usize> {
+        if self.has(CpuFeature::Sme) && self.sme_svl != 0 {
+            Some(self.sme_svl)
+        } else {
+            None
+        }
+    }
+
+    /// The features present, in [`CpuFeature::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = CpuFeature> + '_ {
+        CpuFeature::ALL.into_iter().filter(|f| self.has(*f))
+    }
+
+    /// Proof that FEAT_DotProd kernels may run.
+    pub fn dotprod(&self) -> Option<Dotprod> {
+        self.has(CpuFeature::Dotprod).then_some(Dotprod(()))
+    }
+    /// Proof that FEAT_I8MM kernels may run.
+    pub fn i8mm(&self) -> Option<I8mm> {
+        self.has(CpuFeature::I8mm).then_some(I8mm(()))
+    }
+    /// Proof that FEAT_FP16 kernels may run.
+    pub fn fp16(&self) -> Option<Fp16> {
+        self.has(CpuFeature::Fp16).then_some(Fp16(()))
+    }
+    /// Proof that FEAT_BF16 kernels may run.
+    pub fn bf16(&self) -> Option<Bf16> {
+        self.has(CpuFeature::Bf16).then_some(Bf16(()))
+    }
+    /// Proof that SVE kernels may run, with the vector length.
+    pub fn sve(&self) -> Option<Sve> {
+        self.sve_vector_bytes().map(|vl| Sve { vector_bytes: vl })
+    }
+    /// Proof that SVE2.1 kernels may run.
+    pub fn sve2p1(&self) -> Option<Sve2p1> {
+        (self.has(CpuFeature::Sve2p1) && self.sve_vl != 0).then_some(Sve2p1(()))
+    }
+    /// Proof that SME kernels may run, with the streaming vector length.
+    pub fn sme(&self) -> Option<Sme> {
+        self.sme_vector_bytes().map(|svl| Sme { vector_bytes: svl })
+    }
+    /// Proof that SME2 kernels may run, with the streaming vector length.
+    pub fn sme2(&self) -> Option<Sme2> {
+        if self.has(CpuFeature::Sme2) {
+            self.sme().map(|s| Sme2 {
+                vector_bytes: s.vector_bytes,
+            })
+        } else {
+            None
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn synthetic(fs: &[CpuFeature], sve_vl: usize, sme_svl: usize) -> Features {
+        Features {
+            bits: fs.iter().fold(0, |m, f| m | bit(*f)),
+            sve_vl,
+            sme_svl,
+        }
+    }
+}
+
+impl fmt::Debug for Features {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Features")
+            .field(
+                "features",
+                &self.iter().map(|x| x.name()).collect::<Vec<_>>(),
+            )
+            .field("sve_vector_bytes", &self.sve_vector_bytes())
+            .field("sme_vector_bytes", &self.sme_vector_bytes())
+            .finish()
+    }
+}
+
+impl fmt::Display for Features {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.iter().map(|x| x.name()).collect();
+        if names.is_empty() {
+            f.write_str("none")?;
+        } else {
+            f.write_str(&names.join(" "))?;
+        }
+        if let Some(vl) = self.sve_vector_bytes() {
+            write!(f, " (SVE VL {} bits)", vl * 8)?;
+        }
+        if let Some(svl) = self.sme_vector_bytes() {
+            write!(f, " (SME SVL {} bits)", svl * 8)?;
+        }
+        Ok(())
+    }
+}
+
+/// Removing a feature removes what is built on it.
+fn close_under_dependents(mut mask: u32) -> u32 {
+    use CpuFeature::*;
+    let deps: [(CpuFeature, &[CpuFeature]); 4] = [
+        (
+            Neon,
+            &[
+                Fp16, Bf16, Dotprod, I8mm, Sve, Sve2, Sve2p1, Sme, Sme2, Sme2p1,
+            ],
+        ),
+        (Sve, &[Sve2, Sve2p1]),
+        (Sve2, &[Sve2p1]),
+        (Sme, &[Sme2, Sme2p1]),
+    ];
+    for _ in 0..2 {
+        for (f, dependents) in deps {
+            if mask & bit(f) != 0 {
+                for d in dependents {
+                    mask |= bit(*d);
+                }
+            }
+        }
+    }
+    if mask & bit(Sme2) != 0 {
+        mask |= bit(Sme2p1);
+    }
+    mask
+}
+
+/// Parses a `KLEIDIAI_DISABLE` value into a feature mask.
+fn parse_disable_list(s: &str) -> Result<u32, String> {
+    let mut mask = 0;
+    for word in s.split([',', ' ']).map(str::trim).filter(|w| !w.is_empty()) {
+        let word = word.to_ascii_lowercase();
+        if word == "all" {
+            mask |= bit(CpuFeature::Neon);
+            continue;
+        }
+        match CpuFeature::ALL.iter().find(|f| f.name() == word) {
+            Some(f) => mask |= bit(*f),
+            None => return Err(format!("unknown feature `{word}` in {DISABLE_ENV}")),
+        }
+    }
+    Ok(mask)
+}
+
+static DISABLED: AtomicU32 = AtomicU32::new(0);
+
+/// Switches tiers off for the rest of the process (a kill switch; there is
+/// no way to switch a tier back on that detection did not find). Dependents
+/// go too: disabling [`CpuFeature::Sme`] also disables SME2.
+///
+/// ```
+/// use kleidiai::cpu::{disable, CpuFeature, Features};
+/// disable(&[CpuFeature::Sme2]);
+/// assert!(!Features::current().has(CpuFeature::Sme2));
+/// ```
+pub fn disable(fs: &[CpuFeature]) {
+    let mask = close_under_dependents(fs.iter().fold(0, |m, f| m | bit(*f)));
+    DISABLED.fetch_or(mask, Ordering::Relaxed);
+}
+
+/// Why the environment override was not understood, if it was not (then
+/// every tier is off). `None` when `KLEIDIAI_DISABLE` is unset or valid.
+pub fn disable_env_error() -> Option<String> {
+    parse_disable_list(&std::env::var(DISABLE_ENV).unwrap_or_default()).err()
+}
+
+macro_rules! plain_token {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name(());
+    };
+}
+plain_token!(
+    /// Proof that FEAT_DotProd is present (and not disabled).
+    Dotprod
+);
+plain_token!(
+    /// Proof that FEAT_I8MM is present (and not disabled).
+    I8mm
+);
+plain_token!(
+    /// Proof that FEAT_FP16 is present (and not disabled).
+    Fp16
+);
+plain_token!(
+    /// Proof that FEAT_BF16 is present (and not disabled).
+    Bf16
+);
+plain_token!(
+    /// Proof that FEAT_SVE2p1 is present (and not disabled).
+    Sve2p1
+);
+
+/// Proof that SVE is present, with its vector length.
+#[derive(Clone, Copy, Debug)]
+pub struct Sve {
+    vector_bytes: usize,
+}
+impl Sve {
+    /// SVE vector length in bytes.
+    pub fn vector_bytes(&self) -> usize {
+        self.vector_bytes
+    }
+}
+
+/// Proof that SME is present, with its streaming vector length.
+#[derive(Clone, Copy, Debug)]
+pub struct Sme {
+    vector_bytes: usize,
+}
+impl Sme {
+    /// Streaming vector length in bytes.
+    pub fn vector_bytes(&self) -> usize {
+        self.vector_bytes
+    }
+}
+
+/// Proof that SME2 is present, with the streaming vector length.
+#[derive(Clone, Copy, Debug)]
+pub struct Sme2 {
+    vector_bytes: usize,
+}
+impl Sme2 {
+    /// Streaming vector length in bytes.
+    pub fn vector_bytes(&self) -> usize {
+        self.vector_bytes
+    }
+    /// An SME2 CPU is an SME CPU.
+    pub fn sme(&self) -> Sme {
+        Sme {
+            vector_bytes: self.vector_bytes,
+        }
+    }
+}
+
+mod detect {
+    use super::{Features, bit};
+    #[allow(unused_imports)]
+    use kleidiai_sys::CpuFeature::{self, *};
+
+    #[cfg(all(
+        target_arch = "aarch64",
+        any(target_os = "linux", target_os = "android")
+    ))]
+    pub fn detect() -> Features {
+        // Bits of <asm/hwcap.h>. HWCAP2 is kept 64-bit: SME2 is bit 37.
+        const HWCAP_FP: u64 = 1 << 0;
+        const HWCAP_ASIMD: u64 = 1 << 1;
+        const HWCAP_ASIMDHP: u64 = 1 << 10;
+        const HWCAP_ASIMDDP: u64 = 1 << 20;
+        const HWCAP_SVE: u64 = 1 << 22;
+        const HWCAP2_SVE2: u64 = 1 << 1;
+        const HWCAP2_I8MM: u64 = 1 << 13;
+        const HWCAP2_BF16: u64 = 1 << 14;
+        const HWCAP2_SME: u64 = 1 << 23;
+        const HWCAP2_SVE2P1: u64 = 1 << 36;
+        const HWCAP2_SME2: u64 = 1 << 37;
+        const HWCAP2_SME2P1: u64 = 1 << 38;
+        const PR_SVE_GET_VL: libc::c_int = 51;
+        const PR_SVE_VL_LEN_MASK: libc::c_int = 0xffff;
+
+        // SAFETY: getauxval has no preconditions; unknown keys return 0.
+        let hwcap = unsafe { libc::getauxval(libc::AT_HWCAP) } as u64;
+        // SAFETY: as above.
+        let hwcap2 = unsafe { libc::getauxval(libc::AT_HWCAP2) } as u64;
+        let mut bits = 0u32;
+        let mut set = |cond: bool, f: CpuFeature| {
+            if cond {
+                bits |= bit(f);
+            }
+        };
+        let neon = hwcap & HWCAP_FP != 0 && hwcap & HWCAP_ASIMD != 0;
+        set(neon, Neon);
+        set(neon && hwcap & HWCAP_ASIMDHP != 0, Fp16);
+        set(neon && hwcap & HWCAP_ASIMDDP != 0, Dotprod);
+        set(neon && hwcap2 & HWCAP2_I8MM != 0, I8mm);
+        set(neon && hwcap2 & HWCAP2_BF16 != 0, Bf16);
+        let sve = neon && hwcap & HWCAP_SVE != 0;
+        set(sve, Sve);
+        set(sve && hwcap2 & HWCAP2_SVE2 != 0, Sve2);
+        set(
+            sve && hwcap2 & HWCAP2_SVE2 != 0 && hwcap2 & HWCAP2_SVE2P1 != 0,
+            Sve2p1,
+        );
+        let sme = neon && hwcap2 & HWCAP2_SME != 0;
+        set(sme, Sme);
+        set(sme && hwcap2 & HWCAP2_SME2 != 0, Sme2);
+        set(
+            sme && hwcap2 & HWCAP2_SME2 != 0 && hwcap2 & HWCAP2_SME2P1 != 0,
+            Sme2p1,
+        );
+
+        let sve_vl = if sve {
+            // SAFETY: PR_SVE_GET_VL takes no pointer arguments; on error it returns -1.
+            let r = unsafe { libc::prctl(PR_SVE_GET_VL, 0, 0, 0, 0) };
+            if r > 0 {
+                (r & PR_SVE_VL_LEN_MASK) as usize
+            } else {
+                0
+            }
+        } else {
+            0
+        };
+        let sme_svl = if sme { super::rdsvl_bytes() } else { 0 };
+        finish(bits, sve_vl, sme_svl)
+    }
+
+    #[cfg(all(target_arch = "aarch64", target_vendor = "apple"))]
+    pub fn detect() -> Features {
+        fn sysctl(name: &str) -> bool {
+            let cname = std::ffi::CString::new(name).expect("no NUL in sysctl name");
+            let mut value: libc::c_int = 0;
+            let mut len = core::mem::size_of::<libc::c_int>();
+            // SAFETY: `value` and `len` are valid for writes of `len` bytes;
+            // the name is NUL-terminated; no new value is written.
+            let r = unsafe {
+                libc::sysctlbyname(
+                    cname.as_ptr(),
+                    (&mut value as *mut libc::c_int).cast(),
+                    &mut len,
+                    core::ptr::null_mut(),
+                    0,
+                )
+            };
+            r == 0 && value != 0
+        }
+        let mut bits = bit(Neon);
+        let mut set = |name: &str, f: CpuFeature| {
+            if sysctl(name) {
+                bits |= bit(f);
+            }
+        };
+        set("hw.optional.arm.FEAT_FP16", Fp16);
+        set("hw.optional.arm.FEAT_DotProd", Dotprod);
+        set("hw.optional.arm.FEAT_I8MM", I8mm);
+        set("hw.optional.arm.FEAT_BF16", Bf16);
+        set("hw.optional.arm.FEAT_SME", Sme);
+        set("hw.optional.arm.FEAT_SME2", Sme2);
+        set("hw.optional.arm.FEAT_SME2p1", Sme2p1);
+        // Apple cores have no SVE outside streaming mode.
+        let sme_svl = if bits & bit(Sme) != 0 {
+            super::rdsvl_bytes()
+        } else {
+            0
+        };
+        finish(bits, 0, sme_svl)
+    }
+
+    #[cfg(not(all(
+        target_arch = "aarch64",
+        any(target_os = "linux", target_os = "android", target_vendor = "apple")
+    )))]
+    pub fn detect() -> Features {
+        Features::none()
+    }
+
+    /// Drops any tier whose vector length could not be read: unknown means off.
+    #[allow(dead_code)]
+    fn finish(mut bits: u32, sve_vl: usize, sme_svl: usize) -> Features {
+        if sve_vl == 0 {
+            bits &= !(bit(Sve) | bit(Sve2) | bit(Sve2p1));
+        }
+        if sme_svl == 0 {
+            bits &= !(bit(Sme) | bit(Sme2) | bit(Sme2p1));
+        }
+        Features {
+            bits,
+            sve_vl,
+            sme_svl,
+        }
+    }
+}
+
+/// The SME streaming vector length in bytes (`RDSVL`; never `CNTB`, which is
+/// an SVE instruction and faults on SME-only cores such as Apple M4).
+#[cfg(target_arch = "aarch64")]
+fn rdsvl_bytes() -> usize {
+    let x: u64;
+    // SAFETY: called only after detection found SME, so RDSVL exists; it
+    // reads a system value into x0 and touches neither memory nor flags.
+    unsafe {
+        // rdsvl x0, #1
+        core::arch::asm!(".inst 0x04bf5820", out("x0") x, options(nomem, nostack, preserves_flags));
+    }
+    x as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CpuFeature, Features, bit, parse_disable_list};
+    use CpuFeature::*;
+
+    #[test]
+    fn disable_list_parsing() {
+        assert_eq!(parse_disable_list("").unwrap(), 0);
+        assert_eq!(
+            parse_disable_list("sme2, sve").unwrap(),
+            bit(Sme2) | bit(Sve)
+        );
+        assert_eq!(parse_disable_list("ALL").unwrap(), bit(Neon));
+        assert!(parse_disable_list("sme3").is_err());
+    }
+
+    #[test]
+    fn removal_takes_dependents() {
+        let all = Features::synthetic(&CpuFeature::ALL, 32, 32);
+        let no_sme = all.without(&[Sme]);
+        assert!(!no_sme.has(Sme) && !no_sme.has(Sme2) && !no_sme.has(Sme2p1));
+        assert!(no_sme.has(Sve2p1) && no_sme.sme().is_none() && no_sme.sme2().is_none());
+        let no_sve = all.without(&[Sve]);
+        assert!(!no_sve.has(Sve2) && !no_sve.has(Sve2p1) && no_sve.sve().is_none());
+        assert!(
+            no_sve.sme2().is_some(),
+            "SME does not need non-streaming SVE"
+        );
+        let nothing = all.without(&[Neon]);
+        assert_eq!(nothing.iter().count(), 0);
+    }
+
+    #[test]
+    fn tokens_follow_features() {
+        let f = Features::synthetic(&[Neon, Dotprod, Sme], 0, 64);
+        assert!(f.dotprod().is_some() && f.i8mm().is_none());
+        assert_eq!(f.sme().unwrap().vector_bytes(), 64);
+        assert!(f.sme2().is_none());
+        assert!(f.sve().is_none());
+    }
+
+    #[test]
+    fn detection_is_consistent() {
+        let f = Features::detected();
+        if cfg!(not(target_arch = "aarch64")) {
+            assert_eq!(f, Features::none());
+        }
+        assert!(
+            Features::current().bits & !f.bits == 0,
+            "overrides never add features"
+        );
+        if let Some(vl) = f.sve_vector_bytes() {
+            assert!(vl >= 16 && vl % 16 == 0 && vl <= 256, "SVE VL {vl}");
+        }
+        if let Some(svl) = f.sme_vector_bytes() {
+            assert!(
+                svl >= 16 && svl.is_power_of_two() && svl <= 256,
+                "SVL {svl}"
+            );
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Cross-crate tests and benchmarks of kleidiai-rs; nothing to use here.

@@ -1,0 +1,150 @@
+//! Shared by the suite's test binaries: the run report read by `xtask test`,
+//! a deterministic random source, and small reference helpers.
+#![allow(dead_code)]
+
+use std::io::Write;
+
+/// Appends one JSON line to the file named by `KLEIDIAI_TEST_REPORT` (set by
+/// `xtask test`); prints it too, so a plain `cargo test -- --nocapture` shows it.
+fn record(line: String) {
+    println!("{line}");
+    if let Some(path) = std::env::var_os("KLEIDIAI_TEST_REPORT") {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("open KLEIDIAI_TEST_REPORT");
+        // One write per line: lines from parallel test threads do not interleave.
+        f.write_all(format!("{line}\n").as_bytes())
+            .expect("write report");
+    }
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The libtest test this runs in (libtest names each test's thread after it).
+fn current_test() -> String {
+    json_str(std::thread::current().name().unwrap_or("main"))
+}
+
+/// Records that `test` exercised a kernel of `tier` and checked its result.
+pub fn tier_ran(tier: &str, test: &str) {
+    record(format!(
+        r#"{{"kind":"tier","tier":{},"test":{},"thread":{}}}"#,
+        json_str(tier),
+        json_str(test),
+        current_test()
+    ));
+}
+
+/// Records that `test` could not run its kernel on this CPU, and why. A
+/// libtest test that records a skip and runs nothing counts as skipped.
+pub fn skipped(test: &str, reason: &str) {
+    record(format!(
+        r#"{{"kind":"skip","test":{},"reason":{},"thread":{}}}"#,
+        json_str(test),
+        json_str(reason),
+        current_test()
+    ));
+}
+
+/// Records the features this process detected (once per test binary is enough).
+pub fn features_seen() {
+    let f = kleidiai::cpu::Features::detected();
+    let names: Vec<String> = f.iter().map(|x| json_str(x.name())).collect();
+    record(format!(
+        r#"{{"kind":"features","features":[{}],"sve_bytes":{},"sme_bytes":{}}}"#,
+        names.join(","),
+        f.sve_vector_bytes().unwrap_or(0),
+        f.sme_vector_bytes().unwrap_or(0)
+    ));
+}
+
+/// xorshift64*: deterministic, no dependency, good enough for test data.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    pub fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn vec_f32(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// `dst[m][n] = sum_k lhs[m][k] * rhs_t[n][k] + bias[n]` in f64, for weights given N x K.
+pub fn matmul_nt(
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: &[f32],
+    rhs_t: &[f32],
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let mut dst = vec![0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = bias.map_or(0.0, |b| b[j] as f64);
+            for p in 0..k {
+                acc += lhs[i * k + p] as f64 * rhs_t[j * k + p] as f64;
+            }
+            dst[i * n + j] = acc as f32;
+        }
+    }
+    dst
+}
+
+/// Transposes a rows x cols matrix.
+pub fn transpose(rows: usize, cols: usize, a: &[f32]) -> Vec<f32> {
+    let mut t = vec![0f32; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = a[r * cols + c];
+        }
+    }
+    t
+}
+
+/// Largest |a - b| and the index where it occurs; asserts every element is
+/// within `tol[i]` (a per-element bound).
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = 0f32;
+    for i in 0..got.len() {
+        let d = (got[i] - want[i]).abs();
+        assert!(
+            d <= tol[i] && got[i].is_finite(),
+            "{what}: element {i}: got {} want {} (|diff| {d} > tol {})",
+            got[i],
+            want[i],
+            tol[i]
+        );
+        worst = worst.max(d);
+    }
+    worst
+}

@@ -1,0 +1,31 @@
+//! Project automation. `cargo run -p xtask --release -- test` is the test
+//! command's engine (called by `scripts/test.sh` after `scripts/setup.sh`):
+//! host tests, the aarch64 build, the qemu CPU-model matrix, MSRV check and
+//! the build-time comparison against upstream's CMake, with one summary table
+//! and `target/test-matrix.json`.
+
+mod matrix;
+mod report;
+mod util;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => matrix::run(&args[1..]),
+        Some("help") | Some("--help") | None => {
+            eprintln!("{}", matrix::USAGE);
+            Ok(true)
+        }
+        Some(other) => Err(format!("unknown command `{other}`\n{}", matrix::USAGE)),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

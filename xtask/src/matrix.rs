@@ -1,0 +1,669 @@
+//! The test matrix: host, then every qemu CPU model, plus the build-time
+//! comparison and the MSRV check.
+
+use crate::report::{self, ModelResult};
+use crate::util::{self, cargo, phase, root, run_status, timed_output};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+pub const USAGE: &str = "usage: cargo run -p xtask --release -- test [options]
+  --models a,b,...   only these qemu CPU models (default: the whole matrix)
+  --no-compare       skip the cold-build comparison against upstream's CMake
+  --no-msrv          skip the MSRV check
+  --no-host          skip the host (x86) run
+Needs scripts/setup.sh to have run (it writes .tools/env); scripts/test.sh does both.";
+
+const TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// Tiers that have KleidiAI kernels; a model that has one must run a test of it.
+const KERNEL_TIERS: [&str; 7] = ["neon", "dotprod", "i8mm", "sve", "sve2p1", "sme", "sme2"];
+
+struct Model {
+    cpu: &'static str,
+    tiers: &'static [&'static str],
+    sve_bytes: u64,
+    sme_bytes: u64,
+}
+
+/// The CPU models and what each is expected to offer (qemu 11.1; see
+/// ../shared/design.md section 4). A qemu whose models differ fails loudly.
+const MODELS: &[Model] = &[
+    Model {
+        cpu: "cortex-a53",
+        tiers: &["neon"],
+        sve_bytes: 0,
+        sme_bytes: 0,
+    },
+    Model {
+        cpu: "neoverse-n1",
+        tiers: &["neon", "dotprod"],
+        sve_bytes: 0,
+        sme_bytes: 0,
+    },
+    Model {
+        cpu: "neoverse-v1",
+        tiers: &["neon", "dotprod", "i8mm", "sve"],
+        sve_bytes: 32,
+        sme_bytes: 0,
+    },
+    Model {
+        cpu: "neoverse-n2",
+        tiers: &["neon", "dotprod", "i8mm", "sve"],
+        sve_bytes: 16,
+        sme_bytes: 0,
+    },
+    Model {
+        cpu: "max,sme=off",
+        tiers: &["neon", "dotprod", "i8mm", "sve", "sve2p1"],
+        sve_bytes: 64,
+        sme_bytes: 0,
+    },
+    Model {
+        cpu: "max",
+        tiers: &["neon", "dotprod", "i8mm", "sve", "sve2p1", "sme", "sme2"],
+        sve_bytes: 64,
+        sme_bytes: 32,
+    },
+    Model {
+        cpu: "max,sme-default-vector-length=64",
+        tiers: &["neon", "dotprod", "i8mm", "sve", "sve2p1", "sme", "sme2"],
+        sve_bytes: 64,
+        sme_bytes: 64,
+    },
+];
+
+struct Options {
+    models: Vec<&'static Model>,
+    compare: bool,
+    msrv: bool,
+    host: bool,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        models: MODELS.iter().collect(),
+        compare: true,
+        msrv: true,
+        host: true,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--models" => {
+                let list = it.next().ok_or("--models needs a value")?;
+                o.models = Vec::new();
+                for name in list
+                    .split(';')
+                    .flat_map(|s| s.split(' '))
+                    .filter(|s| !s.is_empty())
+                {
+                    let m = MODELS.iter().find(|m| m.cpu == name).ok_or_else(|| {
+                        format!(
+                            "unknown model `{name}`; known: {}",
+                            MODELS.iter().map(|m| m.cpu).collect::<Vec<_>>().join(" ; ")
+                        )
+                    })?;
+                    o.models.push(m);
+                }
+            }
+            "--no-compare" => o.compare = false,
+            "--no-msrv" => o.msrv = false,
+            "--no-host" => o.host = false,
+            other => return Err(format!("unknown option `{other}`\n{USAGE}")),
+        }
+    }
+    Ok(o)
+}
+
+/// What `scripts/setup.sh` found: qemu and the sysroot.
+struct Env {
+    qemu: PathBuf,
+    sysroot: PathBuf,
+}
+
+fn load_env() -> Result<Env, String> {
+    let path = root().join(".tools/env");
+    let text = std::fs::read_to_string(&path).map_err(|_| {
+        format!(
+            "{} is missing: run scripts/setup.sh first (scripts/test.sh does)",
+            path.display()
+        )
+    })?;
+    let get = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("export {key}=")))
+            .map(|v| PathBuf::from(v.trim_matches('"')))
+            .ok_or_else(|| format!("{key} not set in {}", path.display()))
+    };
+    Ok(Env {
+        qemu: get("KLEIDIAI_QEMU")?,
+        sysroot: get("KLEIDIAI_SYSROOT")?,
+    })
+}
+
+/// Test executables cargo built for `target` (None: host), via --message-format=json.
+fn build_tests(target: Option<&str>) -> Result<(Vec<(String, PathBuf)>, f64), String> {
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--release",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]);
+    if let Some(t) = target {
+        cmd.args(["--target", t]);
+    }
+    cmd.stderr(std::process::Stdio::inherit());
+    let (out, secs) = timed_output(&mut cmd)?;
+    if !out.status.success() {
+        return Err(format!(
+            "building the tests failed ({:?})",
+            target.unwrap_or("host")
+        ));
+    }
+    let mut exes = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if v.get("reason").and_then(Value::as_str) != Some("compiler-artifact") {
+            continue;
+        }
+        let is_test = v.pointer("/profile/test").and_then(Value::as_bool) == Some(true);
+        let Some(exe) = v.get("executable").and_then(Value::as_str) else {
+            continue;
+        };
+        if is_test {
+            let kind = v
+                .pointer("/target/kind/0")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            let name = v
+                .pointer("/target/name")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            exes.push((format!("{name}({kind})"), PathBuf::from(exe)));
+        }
+    }
+    exes.sort();
+    Ok((exes, secs))
+}
+
+/// Runs every test executable (and the doctests) for one model.
+fn run_model(
+    cpu: &str,
+    exes: &[(String, PathBuf)],
+    runner: Option<&Env>,
+    report_dir: &Path,
+) -> Result<ModelResult, String> {
+    let t = Instant::now();
+    let mut res = ModelResult {
+        cpu: cpu.to_string(),
+        ..Default::default()
+    };
+    let _ = std::fs::remove_dir_all(report_dir);
+    std::fs::create_dir_all(report_dir).map_err(|e| e.to_string())?;
+    for (name, exe) in exes {
+        let report = report_dir.join(format!("{}.jsonl", name.replace(['(', ')', '/'], "_")));
+        let mut cmd = match runner {
+            Some(env) => {
+                let mut c = Command::new(&env.qemu);
+                c.arg("-L").arg(&env.sysroot).arg("-cpu").arg(cpu).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        cmd.current_dir(root())
+            .env("KLEIDIAI_TEST_REPORT", &report)
+            .env("KLEIDIAI_TEST_CPU", cpu);
+        let (out, secs) = timed_output(&mut cmd)?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let (counts, failed) = report::parse_libtest(&stdout);
+        let rec = report::read_report(&report)?;
+        let ok = out.status.success() && counts.result_lines > 0;
+        println!(
+            "    {name:<34} {:>4} passed {:>3} failed {:>3} ignored  {secs:6.1}s{}",
+            counts.passed,
+            counts.failed,
+            counts.ignored,
+            if ok { "" } else { "  <-- FAILED" }
+        );
+        if !ok {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = stdout.lines().chain(stderr.lines()).collect();
+            let from = tail.len().saturating_sub(60);
+            for l in &tail[from..] {
+                println!("      | {l}");
+            }
+            if counts.result_lines == 0 {
+                res.failed += 1;
+                res.failures.push(format!(
+                    "{name}: exited with {} before reporting a result",
+                    out.status
+                ));
+            }
+        }
+        res.add(name, counts, failed, rec);
+    }
+    res.seconds = t.elapsed().as_secs_f64();
+    Ok(res)
+}
+
+/// Checks a model ran what it should: the features qemu gives match the
+/// table, and every tier present ran at least one test.
+fn check_model(res: &mut ModelResult, model: Option<&Model>) {
+    let Some(model) = model else {
+        // The host: nothing Arm may run.
+        if !res.tiers_run.is_empty() {
+            res.problems
+                .push(format!("host ran Arm tiers {:?}", res.tiers_run));
+        }
+        return;
+    };
+    let detected: BTreeSet<&str> = res
+        .features
+        .iter()
+        .map(String::as_str)
+        .filter(|f| KERNEL_TIERS.contains(f))
+        .collect();
+    let expected: BTreeSet<&str> = model.tiers.iter().copied().collect();
+    if res.features.is_empty() {
+        res.problems
+            .push("no test reported the detected CPU features".into());
+    } else if detected != expected {
+        res.problems.push(format!(
+            "qemu model offers tiers {detected:?}, the matrix expects {expected:?}"
+        ));
+    }
+    if res.sve_bytes != model.sve_bytes {
+        res.problems.push(format!(
+            "SVE vector length {} bits, expected {}",
+            res.sve_bytes * 8,
+            model.sve_bytes * 8
+        ));
+    }
+    if res.sme_bytes != model.sme_bytes {
+        res.problems.push(format!(
+            "SME vector length {} bits, expected {}",
+            res.sme_bytes * 8,
+            model.sme_bytes * 8
+        ));
+    }
+    for tier in &expected {
+        if !res.tiers_run.contains(*tier) {
+            res.problems.push(format!(
+                "tier {tier} is present but no test ran it (silent skip)"
+            ));
+        }
+    }
+    for tier in &res.tiers_run {
+        if !expected.contains(tier.as_str()) {
+            res.problems.push(format!(
+                "a test ran tier {tier}, which this model does not have"
+            ));
+        }
+    }
+}
+
+fn compare_build() -> Result<Value, String> {
+    let clang = ["clang-19", "clang"]
+        .into_iter()
+        .find(|c| util::which(c).is_some());
+    let Some(clang) = clang else {
+        return Ok(
+            serde_json::json!({"skipped": "no clang: upstream's CMake build with GCC 12 stops at an internal compiler error"}),
+        );
+    };
+    let ar = ["llvm-ar-19", "llvm-ar"]
+        .into_iter()
+        .find(|c| util::which(c).is_some())
+        .unwrap_or("aarch64-linux-gnu-ar");
+    let dir = root().join("target/build-compare");
+    let cargo_dir = dir.join("cargo");
+    let cc_env = |c: &mut Command| {
+        c.env("CC_aarch64_unknown_linux_gnu", clang)
+            .env(
+                "CFLAGS_aarch64_unknown_linux_gnu",
+                "--target=aarch64-linux-gnu",
+            )
+            .env("AR_aarch64_unknown_linux_gnu", ar);
+    };
+    let build = |c: &mut Command| {
+        c.args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "kleidiai-sys",
+            "--target",
+            TARGET,
+            "--target-dir",
+        ])
+        .arg(&cargo_dir);
+    };
+    // Warm: dependencies (bindgen, cc) are not part of what is compared.
+    let mut warm = cargo();
+    build(&mut warm);
+    cc_env(&mut warm);
+    run_status(&mut warm)?;
+    let mut clean = cargo();
+    clean
+        .args([
+            "clean",
+            "-q",
+            "--release",
+            "-p",
+            "kleidiai-sys",
+            "--target",
+            TARGET,
+            "--target-dir",
+        ])
+        .arg(&cargo_dir);
+    run_status(&mut clean)?;
+    let mut cold = cargo();
+    build(&mut cold);
+    cc_env(&mut cold);
+    let ours_total = run_status(&mut cold)?;
+    let report = std::fs::read_dir(cargo_dir.join(TARGET).join("release/build"))
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .map(|e| e.path().join("out/build-report.txt"))
+        .find(|p| p.is_file())
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default();
+    let ours_compile: f64 = report
+        .lines()
+        .find_map(|l| l.strip_prefix("compile_seconds="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN);
+
+    let cmake_dir = dir.join("cmake");
+    let _ = std::fs::remove_dir_all(&cmake_dir);
+    let clangxx = if clang == "clang-19" {
+        "clang++-19"
+    } else {
+        "clang++"
+    };
+    let mut cfg = Command::new("cmake");
+    cfg.arg("-S")
+        .arg(root().join("vendor/kleidiai"))
+        .arg("-B")
+        .arg(&cmake_dir)
+        .args([
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DKLEIDIAI_BUILD_TESTS=OFF",
+            "-DCMAKE_SYSTEM_NAME=Linux",
+            "-DCMAKE_SYSTEM_PROCESSOR=aarch64",
+        ])
+        .arg(format!("-DCMAKE_C_COMPILER={clang}"))
+        .arg("-DCMAKE_C_COMPILER_TARGET=aarch64-linux-gnu")
+        .arg(format!("-DCMAKE_CXX_COMPILER={clangxx}"))
+        .arg("-DCMAKE_CXX_COMPILER_TARGET=aarch64-linux-gnu")
+        .arg(format!("-DCMAKE_ASM_COMPILER={clang}"))
+        .arg("-DCMAKE_ASM_COMPILER_TARGET=aarch64-linux-gnu")
+        .stdout(std::process::Stdio::null());
+    let cmake_configure = run_status(&mut cfg)?;
+    let jobs = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mut b = Command::new("cmake");
+    b.arg("--build")
+        .arg(&cmake_dir)
+        .arg("-j")
+        .arg(jobs.to_string())
+        .stdout(std::process::Stdio::null());
+    let cmake_build = run_status(&mut b)?;
+    println!(
+        "    kleidiai-sys cold build ({clang}): {ours_total:.1}s total, of which C compile + archive {ours_compile:.1}s"
+    );
+    println!(
+        "    upstream CMake ({clang}, Release, -j{jobs}): configure {cmake_configure:.1}s + build {cmake_build:.1}s = {:.1}s",
+        cmake_configure + cmake_build
+    );
+    Ok(serde_json::json!({
+        "compiler": clang,
+        "kleidiai_sys_total_seconds": ours_total,
+        "kleidiai_sys_compile_seconds": ours_compile,
+        "cmake_configure_seconds": cmake_configure,
+        "cmake_build_seconds": cmake_build,
+        "jobs": jobs,
+    }))
+}
+
+fn msrv_check() -> Result<String, String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).map_err(|e| e.to_string())?;
+    let msrv = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"').to_string())
+        .ok_or("no rust-version in Cargo.toml")?;
+    if util::which("rustup").is_none() {
+        return Ok(format!("skipped: no rustup to install Rust {msrv}"));
+    }
+    let mut install = Command::new("rustup");
+    install.args([
+        "toolchain",
+        "install",
+        &msrv,
+        "--profile",
+        "minimal",
+        "--target",
+        TARGET,
+        "--no-self-update",
+    ]);
+    install
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    run_status(&mut install).map_err(|e| format!("installing Rust {msrv}: {e}"))?;
+    let target_dir = root().join("target/msrv");
+    for target in [None, Some(TARGET)] {
+        // The rustup proxy picks the toolchain from `+msrv`; the CARGO, RUSTC
+        // and RUSTUP_TOOLCHAIN this process inherited would override it.
+        let mut c = Command::new("cargo");
+        c.current_dir(root())
+            .arg(format!("+{msrv}"))
+            .args([
+                "check",
+                "-q",
+                "--locked",
+                "-p",
+                "kleidiai-sys",
+                "-p",
+                "kleidiai",
+                "--target-dir",
+            ])
+            .arg(&target_dir)
+            .env_remove("CARGO")
+            .env_remove("RUSTC")
+            .env_remove("RUSTUP_TOOLCHAIN");
+        if let Some(t) = target {
+            c.args(["--target", t]);
+        }
+        run_status(&mut c).map_err(|e| {
+            format!(
+                "Rust {msrv} check ({}) failed: {e}",
+                target.unwrap_or("host")
+            )
+        })?;
+    }
+    Ok(format!(
+        "ok: kleidiai-sys and kleidiai check with Rust {msrv} (host and {TARGET})"
+    ))
+}
+
+pub fn run(args: &[String]) -> Result<bool, String> {
+    let opts = parse(args)?;
+    let started = Instant::now();
+    let mut phases: Vec<(String, f64)> = Vec::new();
+    if let Ok(s) = std::env::var("KLEIDIAI_SETUP_SECONDS") {
+        if let Ok(s) = s.parse() {
+            phases.push(("setup".into(), s));
+        }
+    }
+    let env = load_env()?;
+    let mut ok = true;
+    let mut results: Vec<ModelResult> = Vec::new();
+    let mut extra = serde_json::Map::new();
+
+    phase(&format!("build: tests for {TARGET}"));
+    let (arm_exes, secs) = build_tests(Some(TARGET))?;
+    phases.push((format!("build ({TARGET})"), secs));
+    println!("    {} test binaries", arm_exes.len());
+
+    if opts.host {
+        phase("host (x86_64): build and run");
+        let (exes, build_secs) = build_tests(None)?;
+        let mut r = run_model(
+            "host",
+            &exes,
+            None,
+            &root().join("target/test-reports/host"),
+        )?;
+        r.seconds += build_secs;
+        check_model(&mut r, None);
+        phases.push(("host".into(), r.seconds));
+        results.push(r);
+    }
+
+    for model in &opts.models {
+        phase(&format!("qemu -cpu {}", model.cpu));
+        let dir = root()
+            .join("target/test-reports")
+            .join(model.cpu.replace([',', '='], "_"));
+        let mut r = run_model(model.cpu, &arm_exes, Some(&env), &dir)?;
+        check_model(&mut r, Some(model));
+        phases.push((format!("qemu {}", model.cpu), r.seconds));
+        results.push(r);
+    }
+
+    if opts.msrv {
+        phase("MSRV");
+        let t = Instant::now();
+        match msrv_check() {
+            Ok(msg) => {
+                println!("    {msg}");
+                extra.insert("msrv".into(), Value::String(msg));
+            }
+            Err(e) => {
+                println!("    FAILED: {e}");
+                extra.insert("msrv".into(), Value::String(format!("failed: {e}")));
+                ok = false;
+            }
+        }
+        phases.push(("msrv".into(), t.elapsed().as_secs_f64()));
+    }
+
+    if opts.compare {
+        phase("cold build: kleidiai-sys against upstream's CMake (same compiler, same machine)");
+        let t = Instant::now();
+        match compare_build() {
+            Ok(v) => {
+                extra.insert("build_compare".into(), v);
+            }
+            Err(e) => {
+                println!("    FAILED: {e}");
+                ok = false;
+            }
+        }
+        phases.push(("build comparison".into(), t.elapsed().as_secs_f64()));
+    }
+
+    // ---- summary
+    println!("\n==> summary");
+    println!(
+        "{:<34} {:>7} {:>7} {:>8}  tiers run",
+        "cpu", "passed", "failed", "skipped"
+    );
+    for r in &results {
+        println!(
+            "{:<34} {:>7} {:>7} {:>8}  {}",
+            r.cpu,
+            r.passed,
+            r.failed,
+            r.skipped,
+            r.tiers_run.iter().cloned().collect::<Vec<_>>().join(" ")
+        );
+    }
+    for r in &results {
+        if !r.skips.is_empty() {
+            println!("\nskipped on {} (named, with the reason):", r.cpu);
+            let mut seen = BTreeSet::new();
+            for (t, why) in &r.skips {
+                if seen.insert((t, why)) {
+                    println!("    {t}: {why}");
+                }
+            }
+        }
+        for f in &r.failures {
+            println!("FAILED on {}: {f}", r.cpu);
+        }
+        for p in &r.problems {
+            println!("PROBLEM on {}: {p}", r.cpu);
+        }
+        if r.failed > 0 || !r.problems.is_empty() {
+            ok = false;
+        }
+    }
+    println!("\nwall time per phase:");
+    for (name, secs) in &phases {
+        println!("    {name:<46} {secs:8.1}s");
+    }
+    println!(
+        "    {:<46} {:8.1}s",
+        "total (this command, after setup)",
+        started.elapsed().as_secs_f64()
+    );
+
+    let json: Vec<Value> = results.iter().map(ModelResult::to_json).collect();
+    let out = root().join("target/test-matrix.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&json).unwrap())
+        .map_err(|e| e.to_string())?;
+    let mut details = extra;
+    details.insert(
+        "phases".into(),
+        phases
+            .iter()
+            .map(|(n, s)| serde_json::json!({"phase": n, "seconds": s}))
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    std::fs::write(
+        root().join("target/test-details.json"),
+        serde_json::to_string_pretty(&Value::Object(details)).unwrap(),
+    )
+    .map_err(|e| e.to_string())?;
+    let kernels: Vec<Value> = results
+        .iter()
+        .flat_map(|r| {
+            r.kernels.iter().map(move |k| {
+                let mut v = k.value.clone();
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("kind");
+                    o.remove("thread");
+                    o.insert("cpu".into(), Value::String(r.cpu.clone()));
+                }
+                v
+            })
+        })
+        .collect();
+    if !kernels.is_empty() {
+        std::fs::write(
+            root().join("target/conformance.json"),
+            serde_json::to_string_pretty(&kernels).unwrap(),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    println!("\nwrote {}", out.display());
+    println!(
+        "{}",
+        if ok {
+            "RESULT: all passed"
+        } else {
+            "RESULT: FAILED"
+        }
+    );
+    Ok(ok)
+}
