@@ -4,7 +4,9 @@
 #   - the aarch64 cross C toolchain and C library (gcc-aarch64-linux-gnu,
 #     g++-aarch64-linux-gnu, libc6-dev-arm64-cross): compiles KleidiAI, links tests;
 #   - libclang (libclang-dev): bindgen reads the KleidiAI headers with it;
-#   - cmake: upstream's own build, timed against ours;
+#   - cmake and clang (clang-19 where the distribution has it): upstream's own
+#     build, timed against ours with the same compiler (GCC 12 cannot build
+#     upstream's CMake tree: internal compiler error on one file);
 #   - the Rust target aarch64-unknown-linux-gnu (rustup);
 #   - qemu-aarch64 >= 10.1 (SME2 needs it). When the system's is older or
 #     missing, Debian's static `qemu-user` package from trixie-backports is
@@ -33,6 +35,7 @@ command -v apt-get >/dev/null || die "this script needs apt-get (Debian/Ubuntu);
 
 # --- Debian packages -------------------------------------------------------
 want=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross libclang-dev cmake make git)
+if apt-cache show clang-19 >/dev/null 2>&1; then want+=(clang-19 llvm-19); else want+=(clang llvm); fi
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
