@@ -184,8 +184,34 @@ mod tests {
     }
 
     #[test]
-    fn lookup_by_name() {
+    fn built_tiers_follow_cargo_features() {
+        let on = |f: CpuFeature| match f {
+            CpuFeature::Neon => true,
+            CpuFeature::Fp16 => cfg!(feature = "fp16"),
+            CpuFeature::Bf16 => cfg!(feature = "bf16"),
+            CpuFeature::Dotprod => cfg!(feature = "dotprod"),
+            CpuFeature::I8mm => cfg!(feature = "i8mm"),
+            CpuFeature::Sve | CpuFeature::Sve2 => cfg!(feature = "sve"),
+            CpuFeature::Sve2p1 => cfg!(feature = "sve2p1"),
+            CpuFeature::Sme => cfg!(feature = "sme"),
+            CpuFeature::Sme2 | CpuFeature::Sme2p1 => cfg!(feature = "sme2"),
+        };
+        for k in UKERNELS {
+            for f in k.features {
+                assert!(on(*f), "{} needs {} whose Cargo feature is off", k.name, f.name());
+            }
+        }
         if cfg!(kai_bindings) {
+            for f in [CpuFeature::Dotprod, CpuFeature::I8mm, CpuFeature::Sme2] {
+                let built = UKERNELS.iter().any(|k| k.features.contains(&f));
+                assert_eq!(built, on(f), "{} kernels built: {built}", f.name());
+            }
+        }
+    }
+
+    #[test]
+    fn lookup_by_name() {
+        if cfg!(all(kai_bindings, feature = "dotprod")) {
             let k = ukernel("kai_matmul_clamp_f32_qai8dxp1x4_qsi4cxp4x4_1x4_neon_dotprod").unwrap();
             assert_eq!(k.family, "matmul_clamp_f32_qai8dxp_qsi4cxp");
             assert_eq!(k.features, &[CpuFeature::Neon, CpuFeature::Dotprod]);

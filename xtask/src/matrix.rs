@@ -433,6 +433,20 @@ fn compare_build() -> Result<Value, String> {
     }))
 }
 
+/// Builds kleidiai-sys with only two tiers and runs its unit tests under
+/// qemu: what was built must follow the Cargo features.
+fn feature_subset(env: &Env) -> Result<(), String> {
+    let mut c = cargo();
+    c.args(["test", "-q", "--release", "-p", "kleidiai-sys", "--lib", "--no-default-features"])
+        .args(["--features", "dotprod,i8mm", "--target", TARGET, "--target-dir"])
+        .arg(root().join("target/feature-subset"))
+        .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER", root().join("scripts/qemu-run"))
+        .env("KLEIDIAI_QEMU", &env.qemu)
+        .env("KLEIDIAI_SYSROOT", &env.sysroot)
+        .env("QEMU_CPU", "max");
+    run_status(&mut c).map(|_| ())
+}
+
 fn msrv_check() -> Result<String, String> {
     let manifest = std::fs::read_to_string(root().join("Cargo.toml")).map_err(|e| e.to_string())?;
     let msrv = manifest
@@ -537,6 +551,19 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         check_model(&mut r, Some(model));
         phases.push((format!("qemu {}", model.cpu), r.seconds));
         results.push(r);
+    }
+
+    {
+        phase("kleidiai-sys with a subset of tiers (--no-default-features --features dotprod,i8mm)");
+        let t = Instant::now();
+        match feature_subset(&env) {
+            Ok(()) => println!("    ok"),
+            Err(e) => {
+                println!("    FAILED: {e}");
+                ok = false;
+            }
+        }
+        phases.push(("feature subset".into(), t.elapsed().as_secs_f64()));
     }
 
     if opts.msrv {
