@@ -17,10 +17,7 @@ fn report_features() {
 fn no_kernels_on_this_architecture() {
     // kleidiai-sys compiles nothing here; the manifest must say so.
     assert!(kleidiai_sys::UKERNELS.is_empty());
-    skipped(
-        "tier_smoke::*",
-        "not an aarch64 target: no KleidiAI kernel is compiled",
-    );
+    skipped("tier_smoke::*", "not an aarch64 target: no KleidiAI kernel is compiled");
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -35,18 +32,11 @@ mod arm {
     /// CPU must have `needs`; otherwise the skip is recorded with its reason.
     fn runnable(test: &str, kernel: &str, needs: &[CpuFeature]) -> bool {
         if sys::ukernel(kernel).is_none() {
-            skipped(
-                test,
-                &format!("{kernel} was not built (Cargo features of kleidiai-sys)"),
-            );
+            skipped(test, &format!("{kernel} was not built (Cargo features of kleidiai-sys)"));
             return false;
         }
         let f = Features::detected();
-        let missing: Vec<&str> = needs
-            .iter()
-            .filter(|x| !f.has(**x))
-            .map(|x| x.name())
-            .collect();
+        let missing: Vec<&str> = needs.iter().filter(|x| !f.has(**x)).map(|x| x.name()).collect();
         if !missing.is_empty() {
             skipped(test, &format!("{kernel}: CPU lacks {}", missing.join("+")));
             return false;
@@ -55,9 +45,7 @@ mod arm {
     }
 
     fn tol_f32(want: &[f32], k: usize) -> Vec<f32> {
-        want.iter()
-            .map(|w| 1e-5 * (k as f32) + 1e-5 * w.abs())
-            .collect()
+        want.iter().map(|w| 1e-5 * (k as f32) + 1e-5 * w.abs()).collect()
     }
 
     // ---------------------------------------------------------------- NEON f32
@@ -82,8 +70,7 @@ mod arm {
             )
         };
         // SAFETY: size query, no memory access.
-        let size =
-            unsafe { sys::kai_get_rhs_packed_size_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon(n, k) };
+        let size = unsafe { sys::kai_get_rhs_packed_size_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon(n, k) };
         let mut packed = vec![0u8; size];
         let mut dst = vec![0f32; m * n];
         // SAFETY: rhs is k x n f32 with row stride n*4; bias has n values;
@@ -140,13 +127,7 @@ mod arm {
             let q = (0..n * k).map(|_| rng.below(16) as i8 - 8).collect();
             let scale = (0..n).map(|_| 0.01 + 0.05 * (rng.f32() + 1.0)).collect();
             let bias = rng.vec_f32(n);
-            Int4Weights {
-                n,
-                k,
-                q,
-                scale,
-                bias,
-            }
+            Int4Weights { n, k, q, scale, bias }
         }
         fn packed_nibbles(&self) -> Vec<u8> {
             let row = self.k.div_ceil(2);
@@ -160,9 +141,7 @@ mod arm {
             out
         }
         fn dequant(&self) -> Vec<f32> {
-            (0..self.n * self.k)
-                .map(|i| self.q[i] as f32 * self.scale[i / self.k])
-                .collect()
+            (0..self.n * self.k).map(|i| self.q[i] as f32 * self.scale[i / self.k]).collect()
         }
     }
 
@@ -196,22 +175,14 @@ mod arm {
             .expect("kernel in its family table");
         // SAFETY: getters of a kernel whose tier `runnable` confirmed.
         let (mr, nr, kr, sr) = unsafe {
-            (
-                iface.get_mr.unwrap()(),
-                iface.get_nr.unwrap()(),
-                iface.get_kr.unwrap()(),
-                iface.get_sr.unwrap()(),
-            )
+            (iface.get_mr.unwrap()(), iface.get_nr.unwrap()(), iface.get_kr.unwrap()(), iface.get_sr.unwrap()())
         };
         let (n, k) = (11, 96);
         let mut rng = Rng::new(2);
         let lhs = rng.vec_f32(m * k);
         let w = Int4Weights::random(&mut rng, n, k);
         let nibbles = w.packed_nibbles();
-        let params = sys::kai_rhs_pack_qs4cxs1s0_param {
-            lhs_zero_point: 1,
-            rhs_zero_point: 8,
-        };
+        let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
         // SAFETY: size queries, no memory access.
         let (lhs_size, rhs_size) = unsafe {
             (
@@ -272,13 +243,7 @@ mod arm {
     #[test]
     fn dotprod_int4_matmul() {
         let kernel = "kai_matmul_clamp_f32_qai8dxp1x4_qsi4cxp4x4_1x4_neon_dotprod";
-        qai8dxp_qsi4cxp_case(
-            "dotprod_int4_matmul",
-            "dotprod",
-            CpuFeature::Dotprod,
-            kernel,
-            5,
-        );
+        qai8dxp_qsi4cxp_case("dotprod_int4_matmul", "dotprod", CpuFeature::Dotprod, kernel, 5);
     }
 
     #[test]
@@ -310,8 +275,7 @@ mod arm {
         let rhs_kxn = rng.vec_f32(k * n);
         let bias = rng.vec_f32(n);
         // SAFETY: size query of an SVE packer; SVE is present.
-        let size =
-            unsafe { sys::kai_get_rhs_packed_size_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve(n, k) };
+        let size = unsafe { sys::kai_get_rhs_packed_size_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve(n, k) };
         let mut packed = vec![0u8; size];
         let mut dst = vec![0f32; m * n];
         // SAFETY: as in neon_f32_matmul; buffers sized by the packer's query.
@@ -388,10 +352,7 @@ mod arm {
         let mut rng = Rng::new(4);
         let lhs = rng.vec_f32(m * k);
         let (q4, wd) = q4_0_rows(&mut rng, n, k);
-        let params = sys::kai_rhs_pack_qs4cxs1s0_param {
-            lhs_zero_point: 1,
-            rhs_zero_point: 8,
-        };
+        let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
         // SAFETY: getters and size queries of an SVE+i8mm kernel at VL 256, which this CPU has.
         let (mr, nr, kr, sr, lhs_size, rhs_size) = unsafe {
             let mr = sys::kai_get_mr_matmul_clamp_f32_qsi8d32p4x8_qsi4c32p8x8_16x8_sve_i8mm();
@@ -404,9 +365,7 @@ mod arm {
                 kr,
                 sr,
                 sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32(m, k, bl, mr, kr, sr),
-                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0(
-                    n, k, nr, kr, bl,
-                ),
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0(n, k, nr, kr, bl),
             )
         };
         let mut lhs_p = vec![0u8; lhs_size];
@@ -461,13 +420,8 @@ mod arm {
             for j in 0..n {
                 let mut t = 1e-3;
                 for b in 0..k / bl {
-                    let amax = lhs[i * k + b * bl..i * k + (b + 1) * bl]
-                        .iter()
-                        .fold(0f32, |a, x| a.max(x.abs()));
-                    let wsum: f32 = wd[j * k + b * bl..j * k + (b + 1) * bl]
-                        .iter()
-                        .map(|x| x.abs())
-                        .sum();
+                    let amax = lhs[i * k + b * bl..i * k + (b + 1) * bl].iter().fold(0f32, |a, x| a.max(x.abs()));
+                    let wsum: f32 = wd[j * k + b * bl..j * k + (b + 1) * bl].iter().map(|x| x.abs()).sum();
                     t += amax / 127.0 * wsum;
                 }
                 tol[i * n + j] = t;
@@ -512,8 +466,7 @@ mod arm {
             assert_eq!(rhs_stride.k, n * 2, "kxn RHS: a K row holds n f16 values");
             let packed_shape = sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k };
             let packed_stride = pack.get_rhs_packed_stride.unwrap()(&pcfg, &packed_shape);
-            let packed_size =
-                pack.get_rhs_packed_size.unwrap()(&pcfg, &packed_shape, &packed_stride);
+            let packed_size = pack.get_rhs_packed_size.unwrap()(&pcfg, &packed_shape, &packed_stride);
             let mut packed = vec![0u8; packed_size];
             let mut pargs = sys::kai_matmul_pack_rhs_uker_args::default();
             pargs.shape.n = n;
@@ -525,24 +478,17 @@ mod arm {
             pargs.operand.bias_n.ptr = bias.as_ptr().cast();
             pack.run.unwrap()(&pcfg, &pargs);
 
-            let lhs_stride =
-                mm.get_lhs_stride.unwrap()(&mcfg, &sys::kai_matmul_uker_lhs_dim_args { m, k });
+            let lhs_stride = mm.get_lhs_stride.unwrap()(&mcfg, &sys::kai_matmul_uker_lhs_dim_args { m, k });
             assert_eq!(lhs_stride.m, k * 2);
             let dst_shape = sys::kai_matmul_uker_dst_dim_args { m, n };
             let dst_stride = mm.get_dst_stride.unwrap()(&mcfg, &dst_shape);
             assert_eq!(dst_stride.m, n * 2);
             let dst_size = mm.get_dst_size.unwrap()(&mcfg, &dst_shape, &dst_stride);
             assert_eq!(dst_size, m * n * 2);
-            let mm_rhs_stride =
-                mm.get_rhs_stride.unwrap()(&mcfg, &sys::kai_matmul_uker_rhs_dim_args { n, k });
-            assert_eq!(
-                mm_rhs_stride.n, packed_stride.n,
-                "packer and kernel agree on the packed layout"
-            );
-            let mut args = sys::kai_matmul_uker_args {
-                shape: sys::kai_matmul_uker_dim_args { m, n, k },
-                ..Default::default()
-            };
+            let mm_rhs_stride = mm.get_rhs_stride.unwrap()(&mcfg, &sys::kai_matmul_uker_rhs_dim_args { n, k });
+            assert_eq!(mm_rhs_stride.n, packed_stride.n, "packer and kernel agree on the packed layout");
+            let mut args =
+                sys::kai_matmul_uker_args { shape: sys::kai_matmul_uker_dim_args { m, n, k }, ..Default::default() };
             args.operand.lhs.ptr = lhs.as_ptr().cast();
             args.operand.lhs.stride = lhs_stride;
             args.operand.rhs.ptr = packed.as_ptr().cast();
@@ -553,19 +499,9 @@ mod arm {
         }
         let f = |v: &[f16]| v.iter().map(|x| x.to_f32()).collect::<Vec<f32>>();
         let bias32 = f(&bias);
-        let want = matmul_nt(
-            m,
-            n,
-            k,
-            &f(&lhs),
-            &transpose(k, n, &f(&rhs_kxn)),
-            Some(&bias32),
-        );
+        let want = matmul_nt(m, n, k, &f(&lhs), &transpose(k, n, &f(&rhs_kxn)), Some(&bias32));
         // f16 output: half an ulp of the result plus f16 rounding of partial sums.
-        let tol: Vec<f32> = want
-            .iter()
-            .map(|w| w.abs() * 2e-3 + k as f32 * 2e-3)
-            .collect();
+        let tol: Vec<f32> = want.iter().map(|w| w.abs() * 2e-3 + k as f32 * 2e-3).collect();
         assert_close(K, &f(&dst), &want, &tol);
         tier_ran("sve2p1", test);
     }
@@ -576,9 +512,7 @@ mod arm {
         if !runnable(test, kernel, needs) {
             return;
         }
-        let svl = Features::detected()
-            .sme_vector_bytes()
-            .expect("SME has a vector length");
+        let svl = Features::detected().sme_vector_bytes().expect("SME has a vector length");
         // SAFETY: SME getters; SME (and SME2 for the SME2 kernel) is present.
         let (mr, nr, kr, sr) = unsafe {
             if sme2 {
@@ -691,15 +625,8 @@ mod arm {
         // KleidiAI v1.30.0 has no micro-kernel that needs SME2.1: say so by
         // name on the models that have the feature, rather than stay silent.
         if Features::detected().has(CpuFeature::Sme2p1) {
-            skipped(
-                "sme2p1",
-                "KleidiAI v1.30.0 has no micro-kernel that needs SME2.1",
-            );
+            skipped("sme2p1", "KleidiAI v1.30.0 has no micro-kernel that needs SME2.1");
         }
-        assert!(
-            sys::UKERNELS
-                .iter()
-                .all(|k| !k.features.contains(&CpuFeature::Sme2p1))
-        );
+        assert!(sys::UKERNELS.iter().all(|k| !k.features.contains(&CpuFeature::Sme2p1)));
     }
 }

@@ -47,10 +47,7 @@ pub fn check_toolchain(out_dir: &Path, target: &str) -> Result<(), String> {
     std::fs::write(&probe, "int kai_probe(int x) { return x + 1; }\n")
         .map_err(|e| format!("cannot write {}: {e}", probe.display()))?;
     let mut b = cc::Build::new();
-    b.file(&probe)
-        .flag("-march=armv8.2-a+sve+sve2")
-        .warnings(false)
-        .cargo_metadata(false);
+    b.file(&probe).flag("-march=armv8.2-a+sve+sve2").warnings(false).cargo_metadata(false);
     b.try_compile_intermediates().map_err(|e| {
         format!(
             "the C compiler `{}` cannot build for {target} with -march=armv8.2-a+sve+sve2: {e}\n{}",
@@ -69,33 +66,21 @@ fn install_hint(target: &str) -> String {
          CFLAGS_aarch64_unknown_linux_gnu=--target=aarch64-linux-gnu."
             .to_string()
     } else {
-        format!(
-            "Fix: install a C compiler for {target} and point CC_{} at it.",
-            target.replace('-', "_")
-        )
+        format!("Fix: install a C compiler for {target} and point CC_{} at it.", target.replace('-', "_"))
     }
 }
 
 /// Compiles every selected file with its group's flags on a pool of
 /// `NUM_JOBS` workers (one cargo build-script job owns all cores it was
 /// given), and archives the objects as `libkleidiai.a`. Returns the object count.
-pub fn compile(
-    root: &Path,
-    out_dir: &Path,
-    selected: &[Selected<'_>],
-    ndebug: bool,
-) -> Result<usize, String> {
+pub fn compile(root: &Path, out_dir: &Path, selected: &[Selected<'_>], ndebug: bool) -> Result<usize, String> {
     // kai_get_version is a non-static `inline` with no external definition in
     // upstream; this translation unit provides one (C99 6.7.4).
     let shim = out_dir.join("kai_version_shim.c");
-    std::fs::write(
-        &shim,
-        "#include \"kai/kai_common.h\"\nextern const char* kai_get_version(void);\n",
-    )
-    .map_err(|e| format!("cannot write {}: {e}", shim.display()))?;
+    std::fs::write(&shim, "#include \"kai/kai_common.h\"\nextern const char* kai_get_version(void);\n")
+        .map_err(|e| format!("cannot write {}: {e}", shim.display()))?;
     let obj_dir = out_dir.join("obj");
-    std::fs::create_dir_all(&obj_dir)
-        .map_err(|e| format!("cannot create {}: {e}", obj_dir.display()))?;
+    std::fs::create_dir_all(&obj_dir).map_err(|e| format!("cannot create {}: {e}", obj_dir.display()))?;
 
     // (source, object, compiler command with the group's flags)
     let mut jobs: Vec<(PathBuf, PathBuf, cc::Tool)> = Vec::new();
@@ -111,26 +96,14 @@ pub fn compile(
             sources.push(shim.clone());
         }
         for src in sources {
-            let rel = src
-                .strip_prefix(root)
-                .unwrap_or(&src)
-                .to_string_lossy()
-                .replace(['/', '\\'], "_");
+            let rel = src.strip_prefix(root).unwrap_or(&src).to_string_lossy().replace(['/', '\\'], "_");
             let obj = obj_dir.join(format!("{rel}.o"));
-            let t = if src.to_string_lossy().ends_with(GCC_ICE_FILE) {
-                ice_tool.clone()
-            } else {
-                tool.clone()
-            };
+            let t = if src.to_string_lossy().ends_with(GCC_ICE_FILE) { ice_tool.clone() } else { tool.clone() };
             jobs.push((src, obj, t));
         }
     }
 
-    let workers = std::env::var("NUM_JOBS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1usize)
-        .max(1);
+    let workers = std::env::var("NUM_JOBS").ok().and_then(|n| n.parse().ok()).unwrap_or(1usize).max(1);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -150,10 +123,7 @@ pub fn compile(
                             src.display(),
                             String::from_utf8_lossy(&out.stderr)
                         )),
-                        Err(e) => failures
-                            .lock()
-                            .unwrap()
-                            .push(format!("{}: cannot run compiler: {e}", src.display())),
+                        Err(e) => failures.lock().unwrap().push(format!("{}: cannot run compiler: {e}", src.display())),
                     }
                 }
             });
@@ -161,20 +131,14 @@ pub fn compile(
     });
     let failures = failures.into_inner().unwrap();
     if !failures.is_empty() {
-        return Err(format!(
-            "{} upstream file(s) failed to compile:\n{}",
-            failures.len(),
-            failures.join("\n")
-        ));
+        return Err(format!("{} upstream file(s) failed to compile:\n{}", failures.len(), failures.join("\n")));
     }
     let mut objects: Vec<PathBuf> = jobs.into_iter().map(|j| j.1).collect();
     objects.sort();
     let count = objects.len();
     let mut archive = cc::Build::new();
     archive.objects(&objects);
-    archive
-        .try_compile("kleidiai")
-        .map_err(|e| format!("archiving libkleidiai.a failed: {e}"))?;
+    archive.try_compile("kleidiai").map_err(|e| format!("archiving libkleidiai.a failed: {e}"))?;
     Ok(count)
 }
 

@@ -26,106 +26,22 @@ const NO_VEC: &[&str] = &["-fno-tree-vectorize", "-fno-tree-slp-vectorize"];
 pub const GROUPS: &[Group] = &[
     g("SCALAR", "armv8-a", &[], &[], &["neon"]),
     g("NEON", "armv8-a", &[], &[], &["neon"]),
-    g(
-        "NEON_FP16",
-        "armv8.2-a+fp16",
-        &[],
-        &["fp16"],
-        &["neon", "fp16"],
-    ),
-    g(
-        "NEON_FP16_DOTPROD",
-        "armv8.2-a+fp16+dotprod",
-        &[],
-        &["fp16", "dotprod"],
-        &["neon", "fp16", "dotprod"],
-    ),
-    g(
-        "NEON_FP16_I8MM",
-        "armv8.2-a+fp16+i8mm",
-        &[],
-        &["fp16", "i8mm"],
-        &["neon", "fp16", "i8mm"],
-    ),
-    g(
-        "NEON_BF16",
-        "armv8.2-a+bf16",
-        &[],
-        &["bf16"],
-        &["neon", "bf16"],
-    ),
-    g(
-        "NEON_BF16_DOTPROD",
-        "armv8.2-a+bf16+dotprod",
-        &[],
-        &["bf16", "dotprod"],
-        &["neon", "bf16", "dotprod"],
-    ),
-    g(
-        "NEON_BF16_I8MM",
-        "armv8.2-a+bf16+i8mm",
-        &[],
-        &["bf16", "i8mm"],
-        &["neon", "bf16", "i8mm"],
-    ),
-    g(
-        "NEON_FP16_BF16",
-        "armv8.2-a+bf16+fp16",
-        &[],
-        &["fp16", "bf16"],
-        &["neon", "fp16", "bf16"],
-    ),
-    g(
-        "NEON_DOTPROD",
-        "armv8.2-a+dotprod",
-        &[],
-        &["dotprod"],
-        &["neon", "dotprod"],
-    ),
-    g(
-        "NEON_I8MM",
-        "armv8.2-a+i8mm",
-        &[],
-        &["i8mm"],
-        &["neon", "i8mm"],
-    ),
+    g("NEON_FP16", "armv8.2-a+fp16", &[], &["fp16"], &["neon", "fp16"]),
+    g("NEON_FP16_DOTPROD", "armv8.2-a+fp16+dotprod", &[], &["fp16", "dotprod"], &["neon", "fp16", "dotprod"]),
+    g("NEON_FP16_I8MM", "armv8.2-a+fp16+i8mm", &[], &["fp16", "i8mm"], &["neon", "fp16", "i8mm"]),
+    g("NEON_BF16", "armv8.2-a+bf16", &[], &["bf16"], &["neon", "bf16"]),
+    g("NEON_BF16_DOTPROD", "armv8.2-a+bf16+dotprod", &[], &["bf16", "dotprod"], &["neon", "bf16", "dotprod"]),
+    g("NEON_BF16_I8MM", "armv8.2-a+bf16+i8mm", &[], &["bf16", "i8mm"], &["neon", "bf16", "i8mm"]),
+    g("NEON_FP16_BF16", "armv8.2-a+bf16+fp16", &[], &["fp16", "bf16"], &["neon", "fp16", "bf16"]),
+    g("NEON_DOTPROD", "armv8.2-a+dotprod", &[], &["dotprod"], &["neon", "dotprod"]),
+    g("NEON_I8MM", "armv8.2-a+i8mm", &[], &["i8mm"], &["neon", "i8mm"]),
     g("SVE", "armv8.2-a+sve", &[], &["sve"], &["sve"]),
-    g(
-        "SVE_DOTPROD",
-        "armv8.2-a+sve+dotprod",
-        &[],
-        &["sve", "dotprod"],
-        &["sve", "dotprod"],
-    ),
-    g(
-        "SVE_I8MM",
-        "armv8.2-a+sve+i8mm",
-        &[],
-        &["sve", "i8mm"],
-        &["sve", "i8mm"],
-    ),
-    g(
-        "SVE2",
-        "armv8.2-a+sve+sve2",
-        &[],
-        &["sve"],
-        &["sve", "sve2"],
-    ),
-    g(
-        "SVE2P1",
-        "armv8.2-a+sve+sve2",
-        &[],
-        &["sve2p1"],
-        &["sve", "sve2", "sve2p1"],
-    ),
+    g("SVE_DOTPROD", "armv8.2-a+sve+dotprod", &[], &["sve", "dotprod"], &["sve", "dotprod"]),
+    g("SVE_I8MM", "armv8.2-a+sve+i8mm", &[], &["sve", "i8mm"], &["sve", "i8mm"]),
+    g("SVE2", "armv8.2-a+sve+sve2", &[], &["sve"], &["sve", "sve2"]),
+    g("SVE2P1", "armv8.2-a+sve+sve2", &[], &["sve2p1"], &["sve", "sve2", "sve2p1"]),
     g("SME", "armv8.2-a+sve+sve2", NO_VEC, &["sme"], &["sme"]),
-    g(
-        "SME2",
-        "armv8.2-a+sve+sve2",
-        NO_VEC,
-        &["sme2"],
-        &["sme", "sme2"],
-    ),
+    g("SME2", "armv8.2-a+sve+sve2", NO_VEC, &["sme2"], &["sme", "sme2"]),
 ];
 
 const fn g(
@@ -135,13 +51,7 @@ const fn g(
     cargo_features: &'static [&'static str],
     cpu_features: &'static [&'static str],
 ) -> Group {
-    Group {
-        name,
-        march,
-        extra_flags,
-        cargo_features,
-        cpu_features,
-    }
+    Group { name, march, extra_flags, cargo_features, cpu_features }
 }
 
 /// Reads every `set(KLEIDIAI_FILES_<X> ...)` of upstream's `CMakeLists.txt` and
@@ -151,9 +61,7 @@ pub fn parse_cmake_lists(text: &str) -> Result<BTreeMap<String, Vec<String>>, St
     let mut rest = text;
     while let Some(pos) = rest.find("set(KLEIDIAI_FILES_") {
         let body_start = pos + "set(".len();
-        let end = rest[body_start..]
-            .find(')')
-            .ok_or_else(|| "unterminated set( in CMakeLists.txt".to_string())?;
+        let end = rest[body_start..].find(')').ok_or_else(|| "unterminated set( in CMakeLists.txt".to_string())?;
         let body = &rest[body_start..body_start + end];
         let mut tokens = body.split_whitespace();
         let var = tokens.next().unwrap_or_default().to_string();
@@ -172,12 +80,7 @@ pub fn parse_cmake_lists(text: &str) -> Result<BTreeMap<String, Vec<String>>, St
     Ok(resolved)
 }
 
-fn resolve(
-    var: &str,
-    raw: &BTreeMap<String, Vec<String>>,
-    out: &mut Vec<String>,
-    depth: usize,
-) -> Result<(), String> {
+fn resolve(var: &str, raw: &BTreeMap<String, Vec<String>>, out: &mut Vec<String>, depth: usize) -> Result<(), String> {
     if depth > 8 {
         return Err(format!("CMake variable {var} nests too deeply"));
     }

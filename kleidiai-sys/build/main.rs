@@ -56,14 +56,11 @@ fn run() -> Result<(), String> {
     }
 
     let root = source::locate(&manifest_dir)?;
-    println!(
-        "cargo:rerun-if-changed={}",
-        root.join("CMakeLists.txt").display()
-    );
+    println!("cargo:rerun-if-changed={}", root.join("CMakeLists.txt").display());
     println!("cargo:rerun-if-changed={}", root.join("kai").display());
 
-    let cmake = std::fs::read_to_string(root.join("CMakeLists.txt"))
-        .map_err(|e| format!("cannot read CMakeLists.txt: {e}"))?;
+    let cmake =
+        std::fs::read_to_string(root.join("CMakeLists.txt")).map_err(|e| format!("cannot read CMakeLists.txt: {e}"))?;
     let lists = groups::parse_cmake_lists(&cmake)?;
 
     // Every source file upstream compiles must exist, and every file under
@@ -71,16 +68,9 @@ fn run() -> Result<(), String> {
     // release is a build error here, not an undefined symbol at link time.
     let mut owner = std::collections::BTreeMap::new();
     for g in groups::GROUPS {
-        for f in lists
-            .get(&format!("KLEIDIAI_FILES_{}", g.name))
-            .into_iter()
-            .flatten()
-        {
+        for f in lists.get(&format!("KLEIDIAI_FILES_{}", g.name)).into_iter().flatten() {
             if !root.join(f).is_file() {
-                return Err(format!(
-                    "upstream lists {f} in group {} but the file is missing",
-                    g.name
-                ));
+                return Err(format!("upstream lists {f} in group {} but the file is missing", g.name));
             }
             if let Some(prev) = owner.insert(f.clone(), g.name) {
                 return Err(format!("{f} is listed in groups {prev} and {}", g.name));
@@ -90,15 +80,9 @@ fn run() -> Result<(), String> {
     let mut on_disk = Vec::new();
     bindings::walk(&root.join("kai"), &mut on_disk);
     for p in on_disk {
-        let rel = p
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+        let rel = p.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
         if (rel.ends_with(".c") || rel.ends_with(".S")) && !owner.contains_key(&rel) {
-            return Err(format!(
-                "{rel} is in no upstream group this build script knows"
-            ));
+            return Err(format!("{rel} is in no upstream group this build script knows"));
         }
     }
 
@@ -106,10 +90,7 @@ fn run() -> Result<(), String> {
         .iter()
         .filter(|g| g.cargo_features.iter().all(|f| feature_on(f)))
         .map(|g| {
-            let mut files = lists
-                .get(&format!("KLEIDIAI_FILES_{}", g.name))
-                .cloned()
-                .unwrap_or_default();
+            let mut files = lists.get(&format!("KLEIDIAI_FILES_{}", g.name)).cloned().unwrap_or_default();
             files.sort();
             compile::Selected { group: g, files }
         })
@@ -127,10 +108,7 @@ fn run() -> Result<(), String> {
 
     let summary = manifest::generate(&root, &out_dir, &selected, true)?;
     let group_names: Vec<&str> = selected.iter().map(|s| s.group.name).collect();
-    let mut tiers: Vec<&str> = selected
-        .iter()
-        .flat_map(|s| s.group.cpu_features.iter().copied())
-        .collect();
+    let mut tiers: Vec<&str> = selected.iter().flat_map(|s| s.group.cpu_features.iter().copied()).collect();
     tiers.sort();
     tiers.dedup();
     // Read by dependents' build scripts as DEP_KLEIDIAI_GROUPS / DEP_KLEIDIAI_TIERS.

@@ -30,8 +30,7 @@ pub fn locate(manifest_dir: &Path) -> Result<PathBuf, String> {
             root.display()
         ));
     }
-    let text = std::fs::read_to_string(&cmake)
-        .map_err(|e| format!("cannot read {}: {e}", cmake.display()))?;
+    let text = std::fs::read_to_string(&cmake).map_err(|e| format!("cannot read {}: {e}", cmake.display()))?;
     if !text.contains("project(KleidiAI") {
         return Err(format!(
             "{} is not KleidiAI's CMakeLists.txt (no `project(KleidiAI`); {origin} points at the wrong tree.\n{HOW_TO_GET}",
@@ -73,15 +72,8 @@ fn git_head(dir: &Path) -> Option<String> {
     if !dir.join(".git").exists() {
         return None;
     }
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let out = std::process::Command::new("git").arg("-C").arg(dir).args(["rev-parse", "HEAD"]).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// The `VERSION x.y.z` inside `project(KleidiAI ...)`.

@@ -137,10 +137,7 @@ include!(concat!(env!("OUT_DIR"), "/manifest.rs"));
 
 /// Looks a compiled micro-kernel up by its upstream name.
 pub fn ukernel(name: &str) -> Option<&'static Ukernel> {
-    UKERNELS
-        .binary_search_by(|k| k.name.cmp(name))
-        .ok()
-        .map(|i| &UKERNELS[i])
+    UKERNELS.binary_search_by(|k| k.name.cmp(name)).ok().map(|i| &UKERNELS[i])
 }
 
 #[cfg(kai_bindings)]

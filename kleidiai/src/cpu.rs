@@ -44,11 +44,7 @@ pub struct Features {
 impl Features {
     /// The empty set: no kernel can run (the reference path is used).
     pub const fn none() -> Features {
-        Features {
-            bits: 0,
-            sve_vl: 0,
-            sme_svl: 0,
-        }
+        Features { bits: 0, sve_vl: 0, sme_svl: 0 }
     }
 
     /// What the CPU offers, detected once per process. Ignores overrides.
@@ -94,35 +90,19 @@ impl Features {
         let bits = self.bits & !mask;
         Features {
             bits,
-            sve_vl: if bits & bit(CpuFeature::Sve) != 0 {
-                self.sve_vl
-            } else {
-                0
-            },
-            sme_svl: if bits & bit(CpuFeature::Sme) != 0 {
-                self.sme_svl
-            } else {
-                0
-            },
+            sve_vl: if bits & bit(CpuFeature::Sve) != 0 { self.sve_vl } else { 0 },
+            sme_svl: if bits & bit(CpuFeature::Sme) != 0 { self.sme_svl } else { 0 },
         }
     }
 
     /// The SVE vector length in bytes, when SVE is present.
     pub const fn sve_vector_bytes(&self) -> Option<usize> {
-        if self.has(CpuFeature::Sve) && self.sve_vl != 0 {
-            Some(self.sve_vl)
-        } else {
-            None
-        }
+        if self.has(CpuFeature::Sve) && self.sve_vl != 0 { Some(self.sve_vl) } else { None }
     }
 
     /// The SME streaming vector length in bytes, when SME is present.
     pub const fn sme_vector_bytes(&self) -> Option<usize> {
-        if self.has(CpuFeature::Sme) && self.sme_svl != 0 {
-            Some(self.sme_svl)
-        } else {
-            None
-        }
+        if self.has(CpuFeature::Sme) && self.sme_svl != 0 { Some(self.sme_svl) } else { None }
     }
 
     /// The features present, in [`CpuFeature::ALL`] order.
@@ -160,32 +140,19 @@ impl Features {
     }
     /// Proof that SME2 kernels may run, with the streaming vector length.
     pub fn sme2(&self) -> Option<Sme2> {
-        if self.has(CpuFeature::Sme2) {
-            self.sme().map(|s| Sme2 {
-                vector_bytes: s.vector_bytes,
-            })
-        } else {
-            None
-        }
+        if self.has(CpuFeature::Sme2) { self.sme().map(|s| Sme2 { vector_bytes: s.vector_bytes }) } else { None }
     }
 
     #[cfg(test)]
     pub(crate) fn synthetic(fs: &[CpuFeature], sve_vl: usize, sme_svl: usize) -> Features {
-        Features {
-            bits: fs.iter().fold(0, |m, f| m | bit(*f)),
-            sve_vl,
-            sme_svl,
-        }
+        Features { bits: fs.iter().fold(0, |m, f| m | bit(*f)), sve_vl, sme_svl }
     }
 }
 
 impl fmt::Debug for Features {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Features")
-            .field(
-                "features",
-                &self.iter().map(|x| x.name()).collect::<Vec<_>>(),
-            )
+            .field("features", &self.iter().map(|x| x.name()).collect::<Vec<_>>())
             .field("sve_vector_bytes", &self.sve_vector_bytes())
             .field("sme_vector_bytes", &self.sme_vector_bytes())
             .finish()
@@ -214,12 +181,7 @@ impl fmt::Display for Features {
 fn close_under_dependents(mut mask: u32) -> u32 {
     use CpuFeature::*;
     let deps: [(CpuFeature, &[CpuFeature]); 4] = [
-        (
-            Neon,
-            &[
-                Fp16, Bf16, Dotprod, I8mm, Sve, Sve2, Sve2p1, Sme, Sme2, Sme2p1,
-            ],
-        ),
+        (Neon, &[Fp16, Bf16, Dotprod, I8mm, Sve, Sve2, Sve2p1, Sme, Sme2, Sme2p1]),
         (Sve, &[Sve2, Sve2p1]),
         (Sve2, &[Sve2p1]),
         (Sme, &[Sme2, Sme2p1]),
@@ -342,9 +304,7 @@ impl Sme2 {
     }
     /// An SME2 CPU is an SME CPU.
     pub fn sme(&self) -> Sme {
-        Sme {
-            vector_bytes: self.vector_bytes,
-        }
+        Sme { vector_bytes: self.vector_bytes }
     }
 }
 
@@ -353,10 +313,7 @@ mod detect {
     #[allow(unused_imports)]
     use kleidiai_sys::CpuFeature::{self, *};
 
-    #[cfg(all(
-        target_arch = "aarch64",
-        any(target_os = "linux", target_os = "android")
-    ))]
+    #[cfg(all(target_arch = "aarch64", any(target_os = "linux", target_os = "android")))]
     pub fn detect() -> Features {
         // Bits of <asm/hwcap.h>. HWCAP2 is kept 64-bit: SME2 is bit 37.
         const HWCAP_FP: u64 = 1 << 0;
@@ -393,26 +350,16 @@ mod detect {
         let sve = neon && hwcap & HWCAP_SVE != 0;
         set(sve, Sve);
         set(sve && hwcap2 & HWCAP2_SVE2 != 0, Sve2);
-        set(
-            sve && hwcap2 & HWCAP2_SVE2 != 0 && hwcap2 & HWCAP2_SVE2P1 != 0,
-            Sve2p1,
-        );
+        set(sve && hwcap2 & HWCAP2_SVE2 != 0 && hwcap2 & HWCAP2_SVE2P1 != 0, Sve2p1);
         let sme = neon && hwcap2 & HWCAP2_SME != 0;
         set(sme, Sme);
         set(sme && hwcap2 & HWCAP2_SME2 != 0, Sme2);
-        set(
-            sme && hwcap2 & HWCAP2_SME2 != 0 && hwcap2 & HWCAP2_SME2P1 != 0,
-            Sme2p1,
-        );
+        set(sme && hwcap2 & HWCAP2_SME2 != 0 && hwcap2 & HWCAP2_SME2P1 != 0, Sme2p1);
 
         let sve_vl = if sve {
             // SAFETY: PR_SVE_GET_VL takes no pointer arguments; on error it returns -1.
             let r = unsafe { libc::prctl(PR_SVE_GET_VL, 0, 0, 0, 0) };
-            if r > 0 {
-                (r & PR_SVE_VL_LEN_MASK) as usize
-            } else {
-                0
-            }
+            if r > 0 { (r & PR_SVE_VL_LEN_MASK) as usize } else { 0 }
         } else {
             0
         };
@@ -453,11 +400,7 @@ mod detect {
         set("hw.optional.arm.FEAT_SME2", Sme2);
         set("hw.optional.arm.FEAT_SME2p1", Sme2p1);
         // Apple cores have no SVE outside streaming mode.
-        let sme_svl = if bits & bit(Sme) != 0 {
-            super::rdsvl_bytes()
-        } else {
-            0
-        };
+        let sme_svl = if bits & bit(Sme) != 0 { super::rdsvl_bytes() } else { 0 };
         finish(bits, 0, sme_svl)
     }
 
@@ -478,11 +421,7 @@ mod detect {
         if sme_svl == 0 {
             bits &= !(bit(Sme) | bit(Sme2) | bit(Sme2p1));
         }
-        Features {
-            bits,
-            sve_vl,
-            sme_svl,
-        }
+        Features { bits, sve_vl, sme_svl }
     }
 }
 
@@ -508,10 +447,7 @@ mod tests {
     #[test]
     fn disable_list_parsing() {
         assert_eq!(parse_disable_list("").unwrap(), 0);
-        assert_eq!(
-            parse_disable_list("sme2, sve").unwrap(),
-            bit(Sme2) | bit(Sve)
-        );
+        assert_eq!(parse_disable_list("sme2, sve").unwrap(), bit(Sme2) | bit(Sve));
         assert_eq!(parse_disable_list("ALL").unwrap(), bit(Neon));
         assert!(parse_disable_list("sme3").is_err());
     }
@@ -524,10 +460,7 @@ mod tests {
         assert!(no_sme.has(Sve2p1) && no_sme.sme().is_none() && no_sme.sme2().is_none());
         let no_sve = all.without(&[Sve]);
         assert!(!no_sve.has(Sve2) && !no_sve.has(Sve2p1) && no_sve.sve().is_none());
-        assert!(
-            no_sve.sme2().is_some(),
-            "SME does not need non-streaming SVE"
-        );
+        assert!(no_sve.sme2().is_some(), "SME does not need non-streaming SVE");
         let nothing = all.without(&[Neon]);
         assert_eq!(nothing.iter().count(), 0);
     }
@@ -547,18 +480,12 @@ mod tests {
         if cfg!(not(target_arch = "aarch64")) {
             assert_eq!(f, Features::none());
         }
-        assert!(
-            Features::current().bits & !f.bits == 0,
-            "overrides never add features"
-        );
+        assert!(Features::current().bits & !f.bits == 0, "overrides never add features");
         if let Some(vl) = f.sve_vector_bytes() {
             assert!(vl >= 16 && vl % 16 == 0 && vl <= 256, "SVE VL {vl}");
         }
         if let Some(svl) = f.sme_vector_bytes() {
-            assert!(
-                svl >= 16 && svl.is_power_of_two() && svl <= 256,
-                "SVL {svl}"
-            );
+            assert!(svl >= 16 && svl.is_power_of_two() && svl <= 256, "SVL {svl}");
         }
     }
 }

@@ -9,14 +9,10 @@ use std::io::Write;
 fn record(line: String) {
     println!("{line}");
     if let Some(path) = std::env::var_os("KLEIDIAI_TEST_REPORT") {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .expect("open KLEIDIAI_TEST_REPORT");
+        let mut f =
+            std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open KLEIDIAI_TEST_REPORT");
         // One write per line: lines from parallel test threads do not interleave.
-        f.write_all(format!("{line}\n").as_bytes())
-            .expect("write report");
+        f.write_all(format!("{line}\n").as_bytes()).expect("write report");
     }
 }
 
@@ -98,14 +94,7 @@ impl Rng {
 }
 
 /// `dst[m][n] = sum_k lhs[m][k] * rhs_t[n][k] + bias[n]` in f64, for weights given N x K.
-pub fn matmul_nt(
-    m: usize,
-    n: usize,
-    k: usize,
-    lhs: &[f32],
-    rhs_t: &[f32],
-    bias: Option<&[f32]>,
-) -> Vec<f32> {
+pub fn matmul_nt(m: usize, n: usize, k: usize, lhs: &[f32], rhs_t: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
     let mut dst = vec![0f32; m * n];
     for i in 0..m {
         for j in 0..n {

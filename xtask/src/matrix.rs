@@ -31,36 +31,11 @@ struct Model {
 /// The CPU models and what each is expected to offer (qemu 11.1; see
 /// ../shared/design.md section 4). A qemu whose models differ fails loudly.
 const MODELS: &[Model] = &[
-    Model {
-        cpu: "cortex-a53",
-        tiers: &["neon"],
-        sve_bytes: 0,
-        sme_bytes: 0,
-    },
-    Model {
-        cpu: "neoverse-n1",
-        tiers: &["neon", "dotprod"],
-        sve_bytes: 0,
-        sme_bytes: 0,
-    },
-    Model {
-        cpu: "neoverse-v1",
-        tiers: &["neon", "dotprod", "i8mm", "sve"],
-        sve_bytes: 32,
-        sme_bytes: 0,
-    },
-    Model {
-        cpu: "neoverse-n2",
-        tiers: &["neon", "dotprod", "i8mm", "sve"],
-        sve_bytes: 16,
-        sme_bytes: 0,
-    },
-    Model {
-        cpu: "max,sme=off",
-        tiers: &["neon", "dotprod", "i8mm", "sve", "sve2p1"],
-        sve_bytes: 64,
-        sme_bytes: 0,
-    },
+    Model { cpu: "cortex-a53", tiers: &["neon"], sve_bytes: 0, sme_bytes: 0 },
+    Model { cpu: "neoverse-n1", tiers: &["neon", "dotprod"], sve_bytes: 0, sme_bytes: 0 },
+    Model { cpu: "neoverse-v1", tiers: &["neon", "dotprod", "i8mm", "sve"], sve_bytes: 32, sme_bytes: 0 },
+    Model { cpu: "neoverse-n2", tiers: &["neon", "dotprod", "i8mm", "sve"], sve_bytes: 16, sme_bytes: 0 },
+    Model { cpu: "max,sme=off", tiers: &["neon", "dotprod", "i8mm", "sve", "sve2p1"], sve_bytes: 64, sme_bytes: 0 },
     Model {
         cpu: "max",
         tiers: &["neon", "dotprod", "i8mm", "sve", "sve2p1", "sme", "sme2"],
@@ -83,23 +58,14 @@ struct Options {
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options {
-        models: MODELS.iter().collect(),
-        compare: true,
-        msrv: true,
-        host: true,
-    };
+    let mut o = Options { models: MODELS.iter().collect(), compare: true, msrv: true, host: true };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--models" => {
                 let list = it.next().ok_or("--models needs a value")?;
                 o.models = Vec::new();
-                for name in list
-                    .split(';')
-                    .flat_map(|s| s.split(' '))
-                    .filter(|s| !s.is_empty())
-                {
+                for name in list.split(';').flat_map(|s| s.split(' ')).filter(|s| !s.is_empty()) {
                     let m = MODELS.iter().find(|m| m.cpu == name).ok_or_else(|| {
                         format!(
                             "unknown model `{name}`; known: {}",
@@ -126,43 +92,28 @@ struct Env {
 
 fn load_env() -> Result<Env, String> {
     let path = root().join(".tools/env");
-    let text = std::fs::read_to_string(&path).map_err(|_| {
-        format!(
-            "{} is missing: run scripts/setup.sh first (scripts/test.sh does)",
-            path.display()
-        )
-    })?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|_| format!("{} is missing: run scripts/setup.sh first (scripts/test.sh does)", path.display()))?;
     let get = |key: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("export {key}=")))
             .map(|v| PathBuf::from(v.trim_matches('"')))
             .ok_or_else(|| format!("{key} not set in {}", path.display()))
     };
-    Ok(Env {
-        qemu: get("KLEIDIAI_QEMU")?,
-        sysroot: get("KLEIDIAI_SYSROOT")?,
-    })
+    Ok(Env { qemu: get("KLEIDIAI_QEMU")?, sysroot: get("KLEIDIAI_SYSROOT")? })
 }
 
 /// Test executables cargo built for `target` (None: host), via --message-format=json.
 fn build_tests(target: Option<&str>) -> Result<(Vec<(String, PathBuf)>, f64), String> {
     let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "--release",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-    ]);
+    cmd.args(["test", "--release", "--no-run", "--message-format=json-render-diagnostics"]);
     if let Some(t) = target {
         cmd.args(["--target", t]);
     }
     cmd.stderr(std::process::Stdio::inherit());
     let (out, secs) = timed_output(&mut cmd)?;
     if !out.status.success() {
-        return Err(format!(
-            "building the tests failed ({:?})",
-            target.unwrap_or("host")
-        ));
+        return Err(format!("building the tests failed ({:?})", target.unwrap_or("host")));
     }
     let mut exes = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -177,14 +128,8 @@ fn build_tests(target: Option<&str>) -> Result<(Vec<(String, PathBuf)>, f64), St
             continue;
         };
         if is_test {
-            let kind = v
-                .pointer("/target/kind/0")
-                .and_then(Value::as_str)
-                .unwrap_or("?");
-            let name = v
-                .pointer("/target/name")
-                .and_then(Value::as_str)
-                .unwrap_or("?");
+            let kind = v.pointer("/target/kind/0").and_then(Value::as_str).unwrap_or("?");
+            let name = v.pointer("/target/name").and_then(Value::as_str).unwrap_or("?");
             exes.push((format!("{name}({kind})"), PathBuf::from(exe)));
         }
     }
@@ -200,10 +145,7 @@ fn run_model(
     report_dir: &Path,
 ) -> Result<ModelResult, String> {
     let t = Instant::now();
-    let mut res = ModelResult {
-        cpu: cpu.to_string(),
-        ..Default::default()
-    };
+    let mut res = ModelResult { cpu: cpu.to_string(), ..Default::default() };
     let _ = std::fs::remove_dir_all(report_dir);
     std::fs::create_dir_all(report_dir).map_err(|e| e.to_string())?;
     for (name, exe) in exes {
@@ -216,9 +158,7 @@ fn run_model(
             }
             None => Command::new(exe),
         };
-        cmd.current_dir(root())
-            .env("KLEIDIAI_TEST_REPORT", &report)
-            .env("KLEIDIAI_TEST_CPU", cpu);
+        cmd.current_dir(root()).env("KLEIDIAI_TEST_REPORT", &report).env("KLEIDIAI_TEST_CPU", cpu);
         let (out, secs) = timed_output(&mut cmd)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let (counts, failed) = report::parse_libtest(&stdout);
@@ -240,10 +180,7 @@ fn run_model(
             }
             if counts.result_lines == 0 {
                 res.failed += 1;
-                res.failures.push(format!(
-                    "{name}: exited with {} before reporting a result",
-                    out.status
-                ));
+                res.failures.push(format!("{name}: exited with {} before reporting a result", out.status));
             }
         }
         res.add(name, counts, failed, rec);
@@ -258,91 +195,116 @@ fn check_model(res: &mut ModelResult, model: Option<&Model>) {
     let Some(model) = model else {
         // The host: nothing Arm may run.
         if !res.tiers_run.is_empty() {
-            res.problems
-                .push(format!("host ran Arm tiers {:?}", res.tiers_run));
+            res.problems.push(format!("host ran Arm tiers {:?}", res.tiers_run));
         }
         return;
     };
-    let detected: BTreeSet<&str> = res
-        .features
-        .iter()
-        .map(String::as_str)
-        .filter(|f| KERNEL_TIERS.contains(f))
-        .collect();
+    let detected: BTreeSet<&str> =
+        res.features.iter().map(String::as_str).filter(|f| KERNEL_TIERS.contains(f)).collect();
     let expected: BTreeSet<&str> = model.tiers.iter().copied().collect();
     if res.features.is_empty() {
-        res.problems
-            .push("no test reported the detected CPU features".into());
+        res.problems.push("no test reported the detected CPU features".into());
     } else if detected != expected {
-        res.problems.push(format!(
-            "qemu model offers tiers {detected:?}, the matrix expects {expected:?}"
-        ));
+        res.problems.push(format!("qemu model offers tiers {detected:?}, the matrix expects {expected:?}"));
     }
     if res.sve_bytes != model.sve_bytes {
-        res.problems.push(format!(
-            "SVE vector length {} bits, expected {}",
-            res.sve_bytes * 8,
-            model.sve_bytes * 8
-        ));
+        res.problems.push(format!("SVE vector length {} bits, expected {}", res.sve_bytes * 8, model.sve_bytes * 8));
     }
     if res.sme_bytes != model.sme_bytes {
-        res.problems.push(format!(
-            "SME vector length {} bits, expected {}",
-            res.sme_bytes * 8,
-            model.sme_bytes * 8
-        ));
+        res.problems.push(format!("SME vector length {} bits, expected {}", res.sme_bytes * 8, model.sme_bytes * 8));
     }
     for tier in &expected {
         if !res.tiers_run.contains(*tier) {
-            res.problems.push(format!(
-                "tier {tier} is present but no test ran it (silent skip)"
-            ));
+            res.problems.push(format!("tier {tier} is present but no test ran it (silent skip)"));
         }
     }
     for tier in &res.tiers_run {
         if !expected.contains(tier.as_str()) {
-            res.problems.push(format!(
-                "a test ran tier {tier}, which this model does not have"
-            ));
+            res.problems.push(format!("a test ran tier {tier}, which this model does not have"));
         }
     }
 }
 
+struct Coverage {
+    ok: bool,
+    lines: Vec<String>,
+    json: Value,
+}
+
+fn conformance_coverage(results: &[ModelResult]) -> Coverage {
+    use std::collections::BTreeMap;
+    let manifest: BTreeSet<String> = results.iter().flat_map(|r| r.manifest.iter().cloned()).collect();
+    // kernel -> (passed on, skip reasons, failures)
+    type Seen = (Vec<String>, Vec<String>, Vec<String>);
+    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
+    for r in results {
+        for k in &r.kernels {
+            let name = k.value.get("kernel").and_then(Value::as_str).unwrap_or("?").to_string();
+            let status = k.value.get("status").and_then(Value::as_str).unwrap_or("?");
+            let reason = k.value.get("reason").and_then(Value::as_str).unwrap_or("");
+            let e = seen.entry(name).or_default();
+            match status {
+                "pass" => e.0.push(r.cpu.clone()),
+                "skip" => e.1.push(format!("{}: {reason}", r.cpu)),
+                _ => e.2.push(format!("{}: {reason}", r.cpu)),
+            }
+        }
+    }
+    let mut lines = vec![format!("\n==> conformance coverage ({} compute kernels in the manifest)", manifest.len())];
+    let (mut passed, mut never_run, mut untested, mut failed) = (0, Vec::new(), Vec::new(), Vec::new());
+    for k in &manifest {
+        match seen.get(k) {
+            None => untested.push(k.clone()),
+            Some((p, _, f)) if !f.is_empty() => failed.push(format!("{k}: {}", f.join("; "))),
+            Some((p, _, _)) if !p.is_empty() => passed += 1,
+            Some((_, s, _)) => never_run.push(format!("{k}: {}", s.join("; "))),
+        }
+    }
+    lines.push(format!("    passed on at least one model: {passed}"));
+    for (title, list) in [
+        ("no model here can run (with the reasons)", &never_run),
+        ("FAILED", &failed),
+        ("NOT TESTED (no conformance test for its family)", &untested),
+    ] {
+        if !list.is_empty() {
+            lines.push(format!("    {title}: {}", list.len()));
+            for l in list.iter() {
+                lines.push(format!("      {l}"));
+            }
+        }
+    }
+    // Untested kernels warn until every family has its conformance test.
+    let ok = failed.is_empty() && !manifest.is_empty();
+    Coverage {
+        ok,
+        lines,
+        json: serde_json::json!({
+            "manifest": manifest.len(),
+            "passed_somewhere": passed,
+            "runnable_nowhere": never_run,
+            "failed": failed,
+            "untested": untested,
+        }),
+    }
+}
+
 fn compare_build() -> Result<Value, String> {
-    let clang = ["clang-19", "clang"]
-        .into_iter()
-        .find(|c| util::which(c).is_some());
+    let clang = ["clang-19", "clang"].into_iter().find(|c| util::which(c).is_some());
     let Some(clang) = clang else {
         return Ok(
             serde_json::json!({"skipped": "no clang: upstream's CMake build with GCC 12 stops at an internal compiler error"}),
         );
     };
-    let ar = ["llvm-ar-19", "llvm-ar"]
-        .into_iter()
-        .find(|c| util::which(c).is_some())
-        .unwrap_or("aarch64-linux-gnu-ar");
+    let ar = ["llvm-ar-19", "llvm-ar"].into_iter().find(|c| util::which(c).is_some()).unwrap_or("aarch64-linux-gnu-ar");
     let dir = root().join("target/build-compare");
     let cargo_dir = dir.join("cargo");
     let cc_env = |c: &mut Command| {
         c.env("CC_aarch64_unknown_linux_gnu", clang)
-            .env(
-                "CFLAGS_aarch64_unknown_linux_gnu",
-                "--target=aarch64-linux-gnu",
-            )
+            .env("CFLAGS_aarch64_unknown_linux_gnu", "--target=aarch64-linux-gnu")
             .env("AR_aarch64_unknown_linux_gnu", ar);
     };
     let build = |c: &mut Command| {
-        c.args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "kleidiai-sys",
-            "--target",
-            TARGET,
-            "--target-dir",
-        ])
-        .arg(&cargo_dir);
+        c.args(["build", "--release", "-q", "-p", "kleidiai-sys", "--target", TARGET, "--target-dir"]).arg(&cargo_dir);
     };
     // Warm: dependencies (bindgen, cc) are not part of what is compared.
     let mut warm = cargo();
@@ -350,18 +312,7 @@ fn compare_build() -> Result<Value, String> {
     cc_env(&mut warm);
     run_status(&mut warm)?;
     let mut clean = cargo();
-    clean
-        .args([
-            "clean",
-            "-q",
-            "--release",
-            "-p",
-            "kleidiai-sys",
-            "--target",
-            TARGET,
-            "--target-dir",
-        ])
-        .arg(&cargo_dir);
+    clean.args(["clean", "-q", "--release", "-p", "kleidiai-sys", "--target", TARGET, "--target-dir"]).arg(&cargo_dir);
     run_status(&mut clean)?;
     let mut cold = cargo();
     build(&mut cold);
@@ -382,11 +333,7 @@ fn compare_build() -> Result<Value, String> {
 
     let cmake_dir = dir.join("cmake");
     let _ = std::fs::remove_dir_all(&cmake_dir);
-    let clangxx = if clang == "clang-19" {
-        "clang++-19"
-    } else {
-        "clang++"
-    };
+    let clangxx = if clang == "clang-19" { "clang++-19" } else { "clang++" };
     let mut cfg = Command::new("cmake");
     cfg.arg("-S")
         .arg(root().join("vendor/kleidiai"))
@@ -406,15 +353,9 @@ fn compare_build() -> Result<Value, String> {
         .arg("-DCMAKE_ASM_COMPILER_TARGET=aarch64-linux-gnu")
         .stdout(std::process::Stdio::null());
     let cmake_configure = run_status(&mut cfg)?;
-    let jobs = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut b = Command::new("cmake");
-    b.arg("--build")
-        .arg(&cmake_dir)
-        .arg("-j")
-        .arg(jobs.to_string())
-        .stdout(std::process::Stdio::null());
+    b.arg("--build").arg(&cmake_dir).arg("-j").arg(jobs.to_string()).stdout(std::process::Stdio::null());
     let cmake_build = run_status(&mut b)?;
     println!(
         "    kleidiai-sys cold build ({clang}): {ours_total:.1}s total, of which C compile + archive {ours_compile:.1}s"
@@ -458,19 +399,8 @@ fn msrv_check() -> Result<String, String> {
         return Ok(format!("skipped: no rustup to install Rust {msrv}"));
     }
     let mut install = Command::new("rustup");
-    install.args([
-        "toolchain",
-        "install",
-        &msrv,
-        "--profile",
-        "minimal",
-        "--target",
-        TARGET,
-        "--no-self-update",
-    ]);
-    install
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
+    install.args(["toolchain", "install", &msrv, "--profile", "minimal", "--target", TARGET, "--no-self-update"]);
+    install.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
     run_status(&mut install).map_err(|e| format!("installing Rust {msrv}: {e}"))?;
     let target_dir = root().join("target/msrv");
     for target in [None, Some(TARGET)] {
@@ -479,16 +409,7 @@ fn msrv_check() -> Result<String, String> {
         let mut c = Command::new("cargo");
         c.current_dir(root())
             .arg(format!("+{msrv}"))
-            .args([
-                "check",
-                "-q",
-                "--locked",
-                "-p",
-                "kleidiai-sys",
-                "-p",
-                "kleidiai",
-                "--target-dir",
-            ])
+            .args(["check", "-q", "--locked", "-p", "kleidiai-sys", "-p", "kleidiai", "--target-dir"])
             .arg(&target_dir)
             .env_remove("CARGO")
             .env_remove("RUSTC")
@@ -496,16 +417,9 @@ fn msrv_check() -> Result<String, String> {
         if let Some(t) = target {
             c.args(["--target", t]);
         }
-        run_status(&mut c).map_err(|e| {
-            format!(
-                "Rust {msrv} check ({}) failed: {e}",
-                target.unwrap_or("host")
-            )
-        })?;
+        run_status(&mut c).map_err(|e| format!("Rust {msrv} check ({}) failed: {e}", target.unwrap_or("host")))?;
     }
-    Ok(format!(
-        "ok: kleidiai-sys and kleidiai check with Rust {msrv} (host and {TARGET})"
-    ))
+    Ok(format!("ok: kleidiai-sys and kleidiai check with Rust {msrv} (host and {TARGET})"))
 }
 
 pub fn run(args: &[String]) -> Result<bool, String> {
@@ -530,12 +444,7 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     if opts.host {
         phase("host (x86_64): build and run");
         let (exes, build_secs) = build_tests(None)?;
-        let mut r = run_model(
-            "host",
-            &exes,
-            None,
-            &root().join("target/test-reports/host"),
-        )?;
+        let mut r = run_model("host", &exes, None, &root().join("target/test-reports/host"))?;
         r.seconds += build_secs;
         check_model(&mut r, None);
         phases.push(("host".into(), r.seconds));
@@ -544,9 +453,7 @@ pub fn run(args: &[String]) -> Result<bool, String> {
 
     for model in &opts.models {
         phase(&format!("qemu -cpu {}", model.cpu));
-        let dir = root()
-            .join("target/test-reports")
-            .join(model.cpu.replace([',', '='], "_"));
+        let dir = root().join("target/test-reports").join(model.cpu.replace([',', '='], "_"));
         let mut r = run_model(model.cpu, &arm_exes, Some(&env), &dir)?;
         check_model(&mut r, Some(model));
         phases.push((format!("qemu {}", model.cpu), r.seconds));
@@ -598,12 +505,20 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         phases.push(("build comparison".into(), t.elapsed().as_secs_f64()));
     }
 
+    // ---- conformance coverage: every compute kernel passes on some model,
+    // or is named with the reason no model here runs it.
+    let coverage = conformance_coverage(&results);
+    for line in &coverage.lines {
+        println!("{line}");
+    }
+    if !coverage.ok {
+        ok = false;
+    }
+    extra.insert("conformance_coverage".into(), coverage.json);
+
     // ---- summary
     println!("\n==> summary");
-    println!(
-        "{:<34} {:>7} {:>7} {:>8}  tiers run",
-        "cpu", "passed", "failed", "skipped"
-    );
+    println!("{:<34} {:>7} {:>7} {:>8}  tiers run", "cpu", "passed", "failed", "skipped");
     for r in &results {
         println!(
             "{:<34} {:>7} {:>7} {:>8}  {}",
@@ -638,24 +553,15 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     for (name, secs) in &phases {
         println!("    {name:<46} {secs:8.1}s");
     }
-    println!(
-        "    {:<46} {:8.1}s",
-        "total (this command, after setup)",
-        started.elapsed().as_secs_f64()
-    );
+    println!("    {:<46} {:8.1}s", "total (this command, after setup)", started.elapsed().as_secs_f64());
 
     let json: Vec<Value> = results.iter().map(ModelResult::to_json).collect();
     let out = root().join("target/test-matrix.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&json).unwrap())
-        .map_err(|e| e.to_string())?;
+    std::fs::write(&out, serde_json::to_string_pretty(&json).unwrap()).map_err(|e| e.to_string())?;
     let mut details = extra;
     details.insert(
         "phases".into(),
-        phases
-            .iter()
-            .map(|(n, s)| serde_json::json!({"phase": n, "seconds": s}))
-            .collect::<Vec<_>>()
-            .into(),
+        phases.iter().map(|(n, s)| serde_json::json!({"phase": n, "seconds": s})).collect::<Vec<_>>().into(),
     );
     std::fs::write(
         root().join("target/test-details.json"),
@@ -677,20 +583,10 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         })
         .collect();
     if !kernels.is_empty() {
-        std::fs::write(
-            root().join("target/conformance.json"),
-            serde_json::to_string_pretty(&kernels).unwrap(),
-        )
-        .map_err(|e| e.to_string())?;
+        std::fs::write(root().join("target/conformance.json"), serde_json::to_string_pretty(&kernels).unwrap())
+            .map_err(|e| e.to_string())?;
     }
     println!("\nwrote {}", out.display());
-    println!(
-        "{}",
-        if ok {
-            "RESULT: all passed"
-        } else {
-            "RESULT: FAILED"
-        }
-    );
+    println!("{}", if ok { "RESULT: all passed" } else { "RESULT: FAILED" });
     Ok(ok)
 }

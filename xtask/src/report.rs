@@ -56,6 +56,8 @@ pub struct Recorded {
     /// libtest tests that recorded a skip and never ran a kernel.
     pub skipped_tests: BTreeSet<String>,
     pub kernels: Vec<KernelRecord>,
+    /// Every compute kernel the build compiled (from the `manifest` record).
+    pub manifest: BTreeSet<String>,
 }
 
 pub fn read_report(path: &Path) -> Result<Recorded, String> {
@@ -69,14 +71,8 @@ pub fn read_report(path: &Path) -> Result<Recorded, String> {
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value =
-            serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?;
-        let s = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
+        let v: Value = serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?;
+        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
         match s("kind").as_str() {
             "tier" => {
                 r.tiers.insert(s("tier"));
@@ -90,27 +86,29 @@ pub fn read_report(path: &Path) -> Result<Recorded, String> {
                 let feats = v
                     .get("features")
                     .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(str::to_string))
-                            .collect()
-                    })
+                    .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
                     .unwrap_or_default();
                 let n = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
                 r.features = Some((feats, n("sve_bytes"), n("sme_bytes")));
             }
             "kernel" => {
-                if s("status") == "pass" {
-                    ran_threads.insert(s("thread"));
+                match s("status").as_str() {
+                    "pass" => {
+                        ran_threads.insert(s("thread"));
+                        r.tiers.insert(s("tier"));
+                    }
+                    "skip" => r.skips.push((s("kernel"), s("reason"))),
+                    _ => {}
                 }
                 r.kernels.push(KernelRecord { value: v });
             }
+            "manifest" => {
+                if let Some(a) = v.get("kernels").and_then(Value::as_array) {
+                    r.manifest.extend(a.iter().filter_map(|x| x.as_str().map(str::to_string)));
+                }
+            }
             other => {
-                return Err(format!(
-                    "{}:{}: unknown record kind `{other}`",
-                    path.display(),
-                    i + 1
-                ));
+                return Err(format!("{}:{}: unknown record kind `{other}`", path.display(), i + 1));
             }
         }
     }
@@ -134,6 +132,7 @@ pub struct ModelResult {
     pub problems: Vec<String>,
     pub seconds: f64,
     pub kernels: Vec<KernelRecord>,
+    pub manifest: BTreeSet<String>,
     pub by_binary: BTreeMap<String, Counts>,
 }
 
@@ -144,8 +143,7 @@ impl ModelResult {
         self.passed += counts.passed - skipped_here;
         self.failed += counts.failed;
         self.skipped += counts.ignored + skipped_here;
-        self.failures
-            .extend(failed_names.into_iter().map(|n| format!("{binary}: {n}")));
+        self.failures.extend(failed_names.into_iter().map(|n| format!("{binary}: {n}")));
         self.tiers_run.extend(rec.tiers);
         self.skips.extend(rec.skips);
         if let Some((f, sve, sme)) = rec.features {
@@ -154,6 +152,7 @@ impl ModelResult {
             self.sme_bytes = sme;
         }
         self.kernels.extend(rec.kernels);
+        self.manifest.extend(rec.manifest);
         self.by_binary.insert(binary.to_string(), counts);
     }
 
@@ -183,10 +182,7 @@ mod tests {
     fn libtest_summary() {
         let out = "running 3 tests\ntest a ... ok\ntest b ... FAILED\n\ntest result: FAILED. 2 passed; 1 failed; 4 ignored; 0 measured; 0 filtered out; finished in 0.01s\n";
         let (c, f) = parse_libtest(out);
-        assert_eq!(
-            (c.passed, c.failed, c.ignored, c.result_lines),
-            (2, 1, 4, 1)
-        );
+        assert_eq!((c.passed, c.failed, c.ignored, c.result_lines), (2, 1, 4, 1));
         assert_eq!(f, vec!["b".to_string()]);
     }
 }

@@ -1,0 +1,67 @@
+//! What every family's kernel glue shares: support checks, tile parameters,
+//! the layout vector length, and the tiled parallel run.
+
+use crate::cpu::{CpuFeature, Features};
+use crate::error::{Error, Result};
+use crate::par::{self, Parallelism};
+use crate::registry::KernelInfo;
+use core::ops::Range;
+
+/// A kernel's blocking parameters, read from its getters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tiles {
+    pub m_step: usize,
+    pub n_step: usize,
+    pub mr: usize,
+    pub nr: usize,
+    pub kr: usize,
+    pub sr: usize,
+}
+
+/// The features in force now, or why `info` cannot run with them. Every
+/// FFI call of a family goes through this first: it is what makes calling an
+/// SME getter (which executes SME instructions) sound.
+pub(crate) fn ensure_supported(info: &KernelInfo) -> Result<Features> {
+    let f = Features::current();
+    info.supported(&f).map_err(|why| Error::Unsupported { kernel: info.name, why })?;
+    Ok(f)
+}
+
+/// The vector length a packed layout for `info` depends on: the SME
+/// streaming length for SME kernels, the SVE length for SVE kernels, else 0.
+pub(crate) fn layout_vector_bytes(info: &KernelInfo, f: &Features) -> usize {
+    if info.features.contains(&CpuFeature::Sme) {
+        f.sme_vector_bytes().unwrap_or(0)
+    } else if info.features.contains(&CpuFeature::Sve) {
+        f.sve_vector_bytes().unwrap_or(0)
+    } else {
+        0
+    }
+}
+
+/// Runs `tile(rows, cols)` over an `m x n` output cut by [`par::plan_grid`]
+/// (rows in multiples of `m_step`, columns of `n_step`), on up to the workers
+/// `par` allows (SME kernels capped by [`par::sme_thread_cap`]).
+pub(crate) fn run_grid<F>(par: Parallelism, info: &KernelInfo, m: usize, n: usize, k: usize, t: &Tiles, tile: F)
+where
+    F: Fn(Range<usize>, Range<usize>) + Sync,
+{
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let workers = par::workers(par, work, info.is_sme());
+    let grid = par::plan_grid(m, n, t.m_step, t.n_step, workers);
+    par::for_each_index(workers, grid.len(), |i| {
+        let (r, c) = grid[i].clone();
+        tile(r, c)
+    });
+}
+
+/// Runs `rows(range)` over `0..m` cut into multiples of `mr` (LHS packing).
+pub(crate) fn run_rows<F>(par: Parallelism, info: &KernelInfo, m: usize, k: usize, mr: usize, rows: F)
+where
+    F: Fn(Range<usize>) + Sync,
+{
+    let work = m.saturating_mul(k).saturating_mul(64);
+    let workers = par::workers(par, work, info.is_sme());
+    let parts = par::split_aligned(m, mr, workers);
+    par::for_each_index(workers, parts.len(), |i| rows(parts[i].clone()));
+}

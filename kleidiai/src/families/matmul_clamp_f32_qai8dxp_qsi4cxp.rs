@@ -1,0 +1,647 @@
+//! `matmul_clamp_f32_qai8dxp_qsi4cxp`: `dst (f32, m x n) = clamp(lhs (f32,
+//! m x k) · wᵀ + bias)` with int4 weights and one f32 scale per output channel
+//! ([`Int4PerChannel`]). The LHS is quantised per row to int8 on the fly
+//! (`qai8dx`, [`crate::quant::qai8dx_row`]); products accumulate exactly in
+//! int32 and are scaled in f32.
+//!
+//! Kernels (13 upstream): NEON dotprod and i8mm GEMM/GEMV, SME and SME2 MOPA
+//! GEMM and SDOT GEMV. Packing: LHS `kai_lhs_quant_pack_qai8dxp_f32` for all;
+//! RHS `kai_rhs_pack_{nxk,kxn}_qsi4cxp_qs4cxs1s0` (packed format `qsi4cxp`),
+//! except the SME2 kernels, which read `kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon`
+//! (format `qsi4cxps1s0`, N x K input only).
+//!
+//! Tolerance of the conformance test: the reference quantises the LHS with
+//! the packer's exact arithmetic, so the int32 dot products are identical and
+//! only the final f32 scaling (a few roundings, in another order) differs:
+//! `|err| <= 1e-5 * (|want| + sum_k |x_k * w_k|)`.
+
+use crate::error::{self, Result};
+use crate::formats::{Int4PerChannel, Order};
+use crate::packed::Clamp;
+use crate::quant::qai8dx_row;
+
+/// Upstream family directory.
+pub const FAMILY: &str = "matmul_clamp_f32_qai8dxp_qsi4cxp";
+
+/// The portable reference (test oracle and fallback): the family's math in
+/// scalar Rust, with the LHS quantised exactly as the kernels' packer does.
+///
+/// ```
+/// use kleidiai::families::matmul_clamp_f32_qai8dxp_qsi4cxp::reference;
+/// use kleidiai::formats::{Int4Encoding, Int4PerChannel, Order};
+/// use kleidiai::Clamp;
+/// let w = Int4PerChannel { n: 1, k: 2, order: Order::NxK, encoding: Int4Encoding::Signed,
+///                          data: &[0x21], scales: &[1.0], bias: Some(&[0.5]) }; // [1, 2]
+/// let mut y = [0f32];
+/// reference(1, &[1.0, 1.0], &w, Clamp::NONE, &mut y).unwrap();
+/// assert!((y[0] - 3.5).abs() < 1e-6);
+/// ```
+pub fn reference(m: usize, lhs: &[f32], w: &Int4PerChannel<'_>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
+    w.validate()?;
+    clamp.check()?;
+    error::nonzero(m, "m")?;
+    let (n, k) = (w.n, w.k);
+    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
+    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let wq: Vec<i32> = (0..n * k).map(|i| w.value_unchecked(i / k, i % k) as i32).collect();
+    for i in 0..m {
+        let row = qai8dx_row(&lhs[i * k..(i + 1) * k]);
+        for j in 0..n {
+            let mut acc = 0i32;
+            for p in 0..k {
+                acc += (row.q[p] as i32 - row.zero_point) * wq[j * k + p];
+            }
+            let mut y = acc as f32 * row.recip_scale * w.scales[j];
+            if let Some(b) = w.bias {
+                y += b[j];
+            }
+            dst[i * n + j] = y.max(clamp.min).min(clamp.max);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(target_arch = "aarch64")]
+pub use imp::*;
+
+#[cfg(target_arch = "aarch64")]
+mod imp {
+    use super::*;
+    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::cpu::Features;
+    use crate::families::engine::{self, Tiles};
+    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use kleidiai_sys as sys;
+    use std::sync::OnceLock;
+    use sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4cxp::{Interface, KERNELS};
+
+    pub(super) const FORMAT_QSI4CXP: &str = "qsi4cxp";
+    pub(super) const FORMAT_QSI4CXPS1S0: &str = "qsi4cxps1s0";
+    const LHS_FORMAT: &str = "qai8dxp";
+    const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_f32";
+
+    /// Whether weights in `order` can be packed for a kernel using `format`.
+    fn order_supported(format: &str, order: Order) -> bool {
+        order == Order::NxK || format == FORMAT_QSI4CXP
+    }
+    const RHS_QSI4CXP: &[&str] = &["kai_rhs_pack_nxk_qsi4cxp_qs4cxs1s0", "kai_rhs_pack_kxn_qsi4cxp_qs4cxs1s0"];
+    const RHS_QSI4CXPS1S0: &[&str] = &["kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon"];
+
+    struct Entry {
+        info: KernelInfo,
+        iface: &'static Interface,
+        format: &'static str,
+    }
+
+    fn entries() -> &'static [Entry] {
+        static E: OnceLock<Vec<Entry>> = OnceLock::new();
+        E.get_or_init(|| {
+            KERNELS
+                .iter()
+                .map(|(u, iface)| {
+                    // The SME2 kernels read the s1s0 layout of the NEON packer.
+                    let sme2 = u.features.contains(&sys::CpuFeature::Sme2);
+                    Entry {
+                        info: KernelInfo {
+                            name: u.name,
+                            family: FAMILY,
+                            features: u.features,
+                            vector_length: VectorLength::Any,
+                            tile: tile_kind_for(u.name),
+                            lhs_packer: Some(LHS_PACKER),
+                            rhs_packers: if sme2 { RHS_QSI4CXPS1S0 } else { RHS_QSI4CXP },
+                            rank: rank_for(u.name, u.features),
+                        },
+                        iface,
+                        format: if sme2 { FORMAT_QSI4CXPS1S0 } else { FORMAT_QSI4CXP },
+                    }
+                })
+                .collect()
+        })
+    }
+
+    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
+        entries().iter().map(|e| &e.info).collect()
+    }
+
+    /// One kernel of the family, with its packing.
+    #[derive(Clone, Copy)]
+    pub struct Kernel(&'static Entry);
+
+    impl core::fmt::Debug for Kernel {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+        }
+    }
+
+    impl Kernel {
+        /// Every kernel of the family in this build.
+        pub fn all() -> impl Iterator<Item = Kernel> {
+            entries().iter().map(Kernel)
+        }
+
+        /// The kernel with this upstream name.
+        pub fn by_name(name: &str) -> Option<Kernel> {
+            entries().iter().find(|e| e.info.name == name).map(Kernel)
+        }
+
+        /// The best kernel that can run with `f` for `m` output rows.
+        pub fn select(m: usize, f: &Features) -> Option<Kernel> {
+            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
+            Self::by_name(best.name)
+        }
+
+        /// Registry information.
+        pub fn info(&self) -> &'static KernelInfo {
+            &self.0.info
+        }
+
+        fn tiles(&self) -> Result<(Tiles, Features)> {
+            let f = engine::ensure_supported(&self.0.info)?;
+            let i = self.0.iface;
+            // SAFETY: the CPU has every feature the kernel needs
+            // (ensure_supported), so even SME getters may run; upstream fills
+            // every getter of this interface (generated table, checked below).
+            let t = unsafe {
+                Tiles {
+                    m_step: i.get_m_step.expect("m_step")(),
+                    n_step: i.get_n_step.expect("n_step")(),
+                    mr: i.get_mr.expect("mr")(),
+                    nr: i.get_nr.expect("nr")(),
+                    kr: i.get_kr.expect("kr")(),
+                    sr: i.get_sr.expect("sr")(),
+                }
+            };
+            Ok((t, f))
+        }
+
+        /// The packed-RHS layout this kernel reads for `n x k` weights.
+        pub fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: self.0.format,
+                rows: n,
+                k,
+                r: t.nr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: 0,
+                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
+            })
+        }
+
+        /// The packed-LHS layout this kernel reads for an `m x k` input.
+        pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: LHS_FORMAT,
+                rows: m,
+                k,
+                r: t.mr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: 0,
+                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
+            })
+        }
+
+        /// Packs the weights for this kernel (and every kernel with the
+        /// same [`rhs_layout`](Self::rhs_layout)).
+        pub fn pack_rhs(&self, w: &Int4PerChannel<'_>) -> Result<PackedRhs> {
+            w.validate()?;
+            let layout = self.rhs_layout(w.n, w.k)?;
+            if !order_supported(layout.format, w.order) {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "{} has no upstream packer for {:?} weights (use N x K)",
+                    self.0.info.name, w.order
+                )));
+            }
+            let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
+            error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
+            let params =
+                sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: w.encoding.rhs_zero_point() };
+            let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
+            let mut buf;
+            // SAFETY (all three arms): w.validate() checked `data` holds the
+            // n x k (or k x n) nibbles, `scales` and `bias` n values; the
+            // buffer has the size the packer's own query returns for
+            // (n, k, nr, kr, sr); kr % sr == 0, num_groups 1, extra_bytes 0
+            // and the zero points are the ones the packers accept. These
+            // packers are plain C/NEON code: no feature beyond NEON.
+            unsafe {
+                match (layout.format, w.order) {
+                    (FORMAT_QSI4CXP, Order::NxK) => {
+                        buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(
+                            n, k, nr, kr, sr,
+                        ));
+                        sys::kai_run_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(
+                            1,
+                            n,
+                            k,
+                            nr,
+                            kr,
+                            sr,
+                            w.data.as_ptr(),
+                            bias,
+                            w.scales.as_ptr(),
+                            buf.as_mut_ptr().cast(),
+                            0,
+                            &params,
+                        );
+                    }
+                    (FORMAT_QSI4CXP, Order::KxN) => {
+                        buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4cxp_qs4cxs1s0(
+                            n, k, nr, kr, sr,
+                        ));
+                        sys::kai_run_rhs_pack_kxn_qsi4cxp_qs4cxs1s0(
+                            1,
+                            n,
+                            k,
+                            nr,
+                            kr,
+                            sr,
+                            w.data.as_ptr(),
+                            bias,
+                            w.scales.as_ptr(),
+                            buf.as_mut_ptr().cast(),
+                            0,
+                            &params,
+                        );
+                    }
+                    _ => {
+                        buf = AlignedBuf::zeroed(
+                            sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(n, k, nr, kr, sr),
+                        );
+                        let p = sys::kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon_params {
+                            lhs_zero_point: 1,
+                            rhs_zero_point: w.encoding.rhs_zero_point(),
+                        };
+                        sys::kai_run_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(
+                            1,
+                            n,
+                            k,
+                            nr,
+                            kr,
+                            sr,
+                            w.data.as_ptr(),
+                            bias,
+                            w.scales.as_ptr(),
+                            buf.as_mut_ptr().cast(),
+                            0,
+                            &p,
+                        );
+                    }
+                }
+            }
+            Ok(PackedRhs::new(layout, buf))
+        }
+
+        /// Quantises and packs an `m x k` f32 LHS (rows `lhs_stride`
+        /// elements apart; `k` for a dense matrix).
+        pub fn pack_lhs(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[f32],
+            lhs_stride: usize,
+            par: Parallelism,
+        ) -> Result<PackedLhs> {
+            let mut out = PackedLhs::new(self.lhs_layout(m, k)?, AlignedBuf::default());
+            self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+            Ok(out)
+        }
+
+        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+        pub fn pack_lhs_into(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[f32],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            error::nonzero(m, "m")?;
+            error::nonzero(k, "k")?;
+            if lhs_stride < k {
+                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+            }
+            let need = error::mul(m - 1, lhs_stride, "lhs")?
+                .checked_add(k)
+                .ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
+            error::at_least(lhs.len(), need, "lhs")?;
+            let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
+            let layout = self.lhs_layout(m, k)?;
+            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            // SAFETY: size query, pure arithmetic.
+            let size = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr) };
+            out.reset(layout, size);
+            let dst = SendPtr(out.data_mut().as_mut_ptr());
+            let src = SendPtr(lhs.as_ptr() as *mut f32);
+            engine::run_rows(par, &self.0.info, m, k, mr, |rows| {
+                let (src, dst) = (src, dst);
+                // SAFETY: `rows` starts at a multiple of mr (split_aligned), so
+                // the packer's offset for rows.start is the start of a whole
+                // row block no other range writes; the pointer is pre-offset,
+                // hence m_idx_start 0. Source rows lie inside `lhs` (checked
+                // above), the destination inside the `size` bytes reserved.
+                unsafe {
+                    let off = sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(rows.start, k, mr, kr, sr);
+                    sys::kai_run_lhs_quant_pack_qai8dxp_f32(
+                        rows.len(),
+                        k,
+                        mr,
+                        kr,
+                        sr,
+                        0,
+                        src.0.add(rows.start * lhs_stride),
+                        stride_bytes,
+                        dst.0.add(off).cast(),
+                    );
+                }
+            });
+            Ok(())
+        }
+
+        /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
+        pub fn run(
+            &self,
+            lhs: &PackedLhs,
+            rhs: &PackedRhs,
+            dst: &mut [f32],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            let (m, n, k) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k);
+            rhs.expect(&self.rhs_layout(n, k)?, self.0.info.name)?;
+            lhs.expect(&self.lhs_layout(m, k)?, self.0.info.name)?;
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            let (t, _) = self.tiles()?;
+            let i = self.0.iface;
+            let (get_lhs, get_rhs, run) = (
+                i.get_lhs_packed_offset.expect("lhs offset"),
+                i.get_rhs_packed_offset.expect("rhs offset"),
+                i.run_matmul.expect("run"),
+            );
+            let (lp, rp, dp) = (
+                SendPtr(lhs.data().as_ptr() as *mut u8),
+                SendPtr(rhs.data().as_ptr() as *mut u8),
+                SendPtr(dst.as_mut_ptr()),
+            );
+            engine::run_grid(par, &self.0.info, m, n, k, &t, |rows, cols| {
+                let (lp, rp, dp) = (lp, rp, dp);
+                // SAFETY: both packed buffers have exactly the layouts this
+                // kernel computes for (m, n, k) (checked above), so the
+                // offsets for a row start that is a multiple of m_step and a
+                // column start that is a multiple of n_step (plan_grid) lie
+                // inside them; dst holds m x n f32 and tiles are disjoint;
+                // the CPU supports the kernel (tiles() checked).
+                unsafe {
+                    let lo = get_lhs(rows.start, k);
+                    let ro = get_rhs(cols.start, k);
+                    run(
+                        rows.len(),
+                        cols.len(),
+                        k,
+                        lp.0.add(lo).cast(),
+                        rp.0.add(ro).cast(),
+                        dp.0.add(rows.start * n + cols.start),
+                        n * 4,
+                        4,
+                        clamp.min,
+                        clamp.max,
+                    );
+                }
+            });
+            Ok(())
+        }
+
+        /// Packs the dense `m x k` LHS and runs: the one-call form (use
+        /// [`pack_lhs_into`](Self::pack_lhs_into) and [`run`](Self::run) to
+        /// reuse the packed-LHS allocation).
+        pub fn matmul(
+            &self,
+            m: usize,
+            lhs: &[f32],
+            rhs: &PackedRhs,
+            dst: &mut [f32],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            let k = rhs.layout().k;
+            let packed = self.pack_lhs(m, k, lhs, k, par)?;
+            self.run(&packed, rhs, dst, clamp, par)
+        }
+    }
+
+    /// Weight row `row` of a packed RHS of this family, as f32
+    /// (`value * scale`; bias not included): what ggml's `get_rows` needs.
+    pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
+        let l = *rhs.layout();
+        if row >= l.rows {
+            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+        }
+        error::at_least(out.len(), l.k, "row output")?;
+        let bytes = rhs.as_bytes();
+        let k_internal = l.k.div_ceil(32) * 32;
+        let nr = l.r;
+        let stride = nr * (k_internal / 2) + nr * 12;
+        let block = &bytes[(row / nr) * stride..(row / nr + 1) * stride];
+        let r = row % nr;
+        let sums_at = nr * (k_internal / 2);
+        let scale_at = sums_at + nr * 4;
+        let scale = f32::from_le_bytes(block[scale_at + r * 4..scale_at + r * 4 + 4].try_into().unwrap());
+        let nib = |byte: u8, hi: bool| -> i8 { ((if hi { byte & 0xF0 } else { byte << 4 }) as i8) >> 4 };
+        match l.format {
+            FORMAT_QSI4CXP => {
+                // Inverse of the packer's index map: byte b of the row block
+                // holds k0 (low) and k0 + 16 (high) of channel nr_idx.
+                let bl_bytes = l.kr / l.sr;
+                for (b, &byte) in block.iter().enumerate().take(nr * (k_internal / 2)) {
+                    let block_idx = b / bl_bytes;
+                    let block_byte = b % bl_bytes;
+                    let super_block = block_idx / nr;
+                    if block_idx % nr != r {
+                        continue;
+                    }
+                    let base = block_byte + super_block * bl_bytes;
+                    let k0 = base + (base / 16) * 16;
+                    for (kk, hi) in [(k0, false), (k0 + 16, true)] {
+                        if kk < l.k {
+                            // Stored scale is scale / 16 and the nibble is the
+                            // value: both exact in f32.
+                            out[kk] = nib(byte, hi) as f32 * (scale * 16.0);
+                        }
+                    }
+                }
+            }
+            _ => {
+                let kr = l.kr;
+                for (kk, o) in out.iter_mut().enumerate().take(l.k) {
+                    let (chunk, within) = (kk / kr, kk % kr);
+                    let b = chunk * nr * (kr / 2) + r * (kr / 2) + within / 2;
+                    *o = nib(block[b], within % 2 == 1) as f32 * scale;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(all(test, target_arch = "aarch64"))]
+mod tests {
+    use super::*;
+    use crate::formats::Int4Encoding;
+    use crate::packed::PackedLhs;
+    use crate::par::Parallelism;
+    use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+
+    fn weights(rng: &mut Rng, n: usize, k: usize, order: Order, enc: Int4Encoding) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
+        let len = match order {
+            Order::NxK => n * k.div_ceil(2),
+            Order::KxN => k * n.div_ceil(2),
+        };
+        let data = rng.bytes(len);
+        let scales = (0..n).map(|_| 0.01 + 0.05 * (rng.f32() + 1.0)).collect();
+        let bias = rng.vec_f32(n);
+        let _ = enc;
+        (data, scales, bias)
+    }
+
+    #[test]
+    fn conformance() {
+        testing::conformance(FAMILY, |info| {
+            let kernel = Kernel::by_name(info.name).unwrap();
+            let lay = kernel.rhs_layout(1, 32).map_err(|e| (0, e.to_string()))?;
+            let lhs_lay = kernel.lhs_layout(1, 32).map_err(|e| (0, e.to_string()))?;
+            let (mr, nr) = (lhs_lay.r, lay.r);
+            // m_step and n_step of this family equal mr and nr.
+            let shapes = tail_shapes(mr, mr, nr, nr, &[32, 33, 96]);
+            let mut rng = Rng::new(0x51);
+            let mut cases = 0;
+            let mut worst = 0f64;
+            for (ci, &(m, n, k)) in shapes.iter().enumerate() {
+                let order = if lay.format == FORMAT_QSI4CXP && ci % 2 == 1 { Order::KxN } else { Order::NxK };
+                let enc = if ci % 3 == 0 { Int4Encoding::Offset8 } else { Int4Encoding::Signed };
+                let (data, scales, bias) = weights(&mut rng, n, k, order, enc);
+                let w = Int4PerChannel {
+                    n,
+                    k,
+                    order,
+                    encoding: enc,
+                    data: &data,
+                    scales: &scales,
+                    bias: if ci % 4 == 3 { None } else { Some(&bias) },
+                };
+                let lhs = rng.vec_f32(m * k);
+                let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
+                let mut want = vec![0f32; m * n];
+                reference(m, &lhs, &w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
+                let wd = w.dequantize().unwrap();
+                let packed = kernel.pack_rhs(&w).map_err(|e| (cases, e.to_string()))?;
+                let mut first: Option<Vec<f32>> = None;
+                for threads in THREADS {
+                    let par = Parallelism::Rayon(threads);
+                    let mut dst = vec![f32::NAN; m * n];
+                    let mut scratch = PackedLhs::empty();
+                    kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
+                    kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
+                    let err = compare(&dst, &want, |i, y| {
+                        let (r, c) = (i / n, i % n);
+                        let mag: f32 = (0..k).map(|p| (lhs[r * k + p] * wd[c * k + p]).abs()).sum();
+                        1e-5 * (y.abs() + mag) + 1e-6
+                    })
+                    .map_err(|e| (cases, format!("m={m} n={n} k={k} threads={threads}: {e}")))?;
+                    worst = worst.max(err);
+                    match &first {
+                        None => first = Some(dst),
+                        Some(f) if !bit_identical(f, &dst) => {
+                            return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
+                        }
+                        _ => {}
+                    }
+                }
+                // Row-unpack of the packed weights equals the dequantised ones.
+                let mut row = vec![0f32; k];
+                for r in [0, n / 2, n - 1] {
+                    unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
+                    if row[..] != wd[r * k..(r + 1) * k] {
+                        return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} differs from the weights")));
+                    }
+                }
+                cases += 1;
+            }
+            Ok((cases, worst))
+        });
+    }
+
+    #[test]
+    fn mixing_layouts_is_an_error() {
+        let f = crate::cpu::Features::current();
+        let Some(k1) = Kernel::select(4, &f) else {
+            return;
+        };
+        let others: Vec<Kernel> = Kernel::all().filter(|k| k.info().supported(&f).is_ok()).collect();
+        let (n, k) = (8, 64);
+        let data = vec![0x11u8; n * k / 2];
+        let scales = vec![1.0f32; n];
+        let w = Int4PerChannel {
+            n,
+            k,
+            order: Order::NxK,
+            encoding: Int4Encoding::Signed,
+            data: &data,
+            scales: &scales,
+            bias: None,
+        };
+        let packed = k1.pack_rhs(&w).unwrap();
+        let lhs = vec![0.5f32; 2 * k];
+        for other in others {
+            let mut dst = vec![0f32; 2 * n];
+            let r = other.matmul(2, &lhs, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential);
+            if other.rhs_layout(n, k).unwrap() == *packed.layout() {
+                r.unwrap();
+            } else {
+                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{:?}: {r:?}", other);
+            }
+        }
+        // A packed RHS of another k is rejected too.
+        let lhs_p = k1.pack_lhs(2, k + 32, &vec![0.0; 2 * (k + 32)], k + 32, Parallelism::Sequential).unwrap();
+        let mut dst = vec![0f32; 2 * n];
+        assert!(k1.run(&lhs_p, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential).is_err());
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let f = crate::cpu::Features::current();
+        let Some(kern) = Kernel::select(1, &f) else {
+            return;
+        };
+        let data = vec![0u8; 16];
+        let w = Int4PerChannel {
+            n: 4,
+            k: 8,
+            order: Order::NxK,
+            encoding: Int4Encoding::Signed,
+            data: &data,
+            scales: &[1.0; 4],
+            bias: None,
+        };
+        let packed = kern.pack_rhs(&w).unwrap();
+        let mut dst = vec![0f32; 4];
+        let seq = Parallelism::Sequential;
+        assert!(kern.matmul(1, &[0.0; 7], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
+        assert!(kern.matmul(1, &[0.0; 8], &packed, &mut dst[..3], Clamp::NONE, seq).is_err(), "short dst");
+        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
+        let nan = Clamp { min: f32::NAN, max: 1.0 };
+        assert!(kern.matmul(1, &[0.0; 8], &packed, &mut dst, nan, seq).is_err(), "NaN clamp");
+        let short = Int4PerChannel { data: &data[..15], ..w };
+        assert!(kern.pack_rhs(&short).is_err());
+        let huge = Int4PerChannel { n: usize::MAX / 2, ..w };
+        assert!(kern.pack_rhs(&huge).is_err());
+        assert!(kern.pack_lhs(usize::MAX, 8, &[0.0; 8], 8, seq).is_err(), "overflowing m");
+    }
+}

@@ -1,0 +1,267 @@
+//! Thread partitioning (pure functions) and the executor on rayon.
+//!
+//! Work is cut into chunks whose starts are multiples of the kernel's step
+//! (so every chunk but the last is a whole number of steps) and chunks are
+//! claimed dynamically by up to `threads` workers. A chunk's result does not
+//! depend on which worker computes it, so output is bit-identical for every
+//! thread count.
+//!
+//! ```
+//! use kleidiai::par::split_aligned;
+//! let parts = split_aligned(10, 4, 3);
+//! assert_eq!(parts, vec![0..4, 4..8, 8..10]);
+//! ```
+
+use core::ops::Range;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// How many threads an operation may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Parallelism {
+    /// On the calling thread only.
+    #[default]
+    Sequential,
+    /// Up to this many workers of the current rayon pool (the global one, or
+    /// the pool a caller `install`ed); 0 means as many as the pool has.
+    Rayon(usize),
+}
+
+impl Parallelism {
+    /// Workers this asks for (≥ 1).
+    pub fn threads(self) -> usize {
+        match self {
+            Parallelism::Sequential => 1,
+            Parallelism::Rayon(0) => rayon::current_num_threads().max(1),
+            Parallelism::Rayon(n) => n,
+        }
+    }
+}
+
+/// Below this many multiply-accumulates an operation runs on one thread:
+/// spreading it costs more than it saves.
+pub const INLINE_WORK: usize = 1 << 18;
+
+/// Environment variable capping the threads that run SME kernels at once
+/// (SME units are shared by the cores of a cluster).
+pub const SME_THREADS_ENV: &str = "KLEIDIAI_SME_THREADS";
+
+static SME_CAP: AtomicUsize = AtomicUsize::new(0);
+
+/// The most workers an SME kernel gets: [`set_sme_thread_cap`], else
+/// `KLEIDIAI_SME_THREADS`, else 1 (the number of SME units is unknown).
+pub fn sme_thread_cap() -> usize {
+    match SME_CAP.load(Ordering::Relaxed) {
+        0 => std::env::var(SME_THREADS_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(1),
+        n => n,
+    }
+}
+
+/// Sets the SME worker cap for the process (0 restores the default).
+pub fn set_sme_thread_cap(n: usize) {
+    SME_CAP.store(n, Ordering::Relaxed);
+}
+
+/// Splits `0..len` into at most `parts` non-empty ranges whose starts are
+/// multiples of `align` and whose lengths are multiples of `align` except
+/// the last one's. Covers `0..len` exactly, in order, without overlap.
+/// `align` 0 counts as 1; `len` 0 gives no ranges; `parts` 0 counts as 1.
+pub fn split_aligned(len: usize, align: usize, parts: usize) -> Vec<Range<usize>> {
+    let align = align.max(1);
+    if len == 0 {
+        return Vec::new();
+    }
+    let blocks = len.div_ceil(align);
+    let parts = parts.clamp(1, blocks);
+    let base = blocks / parts;
+    let extra = blocks % parts;
+    let mut out = Vec::with_capacity(parts);
+    let mut start_block = 0usize;
+    for i in 0..parts {
+        let nb = base + usize::from(i < extra);
+        let end_block = start_block + nb;
+        // start_block * align <= (blocks - 1) * align < len: no overflow.
+        let start = start_block * align;
+        let end = if end_block == blocks { len } else { end_block * align };
+        out.push(start..end);
+        start_block = end_block;
+    }
+    out
+}
+
+/// A 2-D cut of an `m x n` output into tiles for `threads` workers: rows in
+/// multiples of `m_step`, columns in multiples of `n_step`, about four tiles
+/// per worker so dynamic claiming balances the load.
+pub fn plan_grid(
+    m: usize,
+    n: usize,
+    m_step: usize,
+    n_step: usize,
+    threads: usize,
+) -> Vec<(Range<usize>, Range<usize>)> {
+    if m == 0 || n == 0 {
+        return Vec::new();
+    }
+    let threads = threads.max(1);
+    let tiles_m = m.div_ceil(m_step.max(1));
+    let tiles_n = n.div_ceil(n_step.max(1));
+    let want = if threads == 1 { 1 } else { threads.saturating_mul(4) };
+    // Prefer cutting N (the packed RHS streams once per chunk); cut M only
+    // when N alone cannot feed every worker.
+    let parts_n = want.min(tiles_n);
+    let parts_m = if parts_n >= want { 1 } else { want.div_ceil(parts_n).min(tiles_m) };
+    let rows = split_aligned(m, m_step, parts_m);
+    let cols = split_aligned(n, n_step, parts_n);
+    let mut out = Vec::with_capacity(rows.len() * cols.len());
+    for r in &rows {
+        for c in &cols {
+            out.push((r.clone(), c.clone()));
+        }
+    }
+    out
+}
+
+/// Runs `f(i)` for every `i < count` on up to `threads` workers of the
+/// current rayon pool, each claiming the next index when it is free.
+pub(crate) fn for_each_index<F>(threads: usize, count: usize, f: F)
+where
+    F: Fn(usize) + Sync,
+{
+    let workers = threads.min(count);
+    if workers <= 1 {
+        (0..count).for_each(f);
+        return;
+    }
+    let next = AtomicUsize::new(0);
+    let work = || {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= count {
+                break;
+            }
+            f(i);
+        }
+    };
+    rayon::scope(|s| {
+        for _ in 1..workers {
+            s.spawn(|_| work());
+        }
+        work();
+    });
+}
+
+/// The inline threshold in force ([`INLINE_WORK`]; the test harness lowers
+/// it to exercise the threaded path on small shapes).
+static INLINE_THRESHOLD: AtomicUsize = AtomicUsize::new(INLINE_WORK);
+
+#[cfg(test)]
+pub(crate) fn set_inline_threshold_for_tests(work: usize) {
+    INLINE_THRESHOLD.store(work, Ordering::Relaxed);
+}
+
+/// Workers for an operation of `work` multiply-accumulates.
+pub(crate) fn workers(par: Parallelism, work: usize, sme: bool) -> usize {
+    workers_for(par.threads(), work, sme, sme_thread_cap(), INLINE_THRESHOLD.load(Ordering::Relaxed))
+}
+
+/// Pure core of [`workers`].
+pub(crate) fn workers_for(threads: usize, work: usize, sme: bool, sme_cap: usize, inline: usize) -> usize {
+    if work < inline {
+        return 1;
+    }
+    let t = threads.max(1);
+    if sme { t.min(sme_cap.max(1)) } else { t }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_split(len: usize, align: usize, parts: usize) {
+        let r = split_aligned(len, align, parts);
+        let a = align.max(1);
+        if len == 0 {
+            assert!(r.is_empty());
+            return;
+        }
+        assert!(!r.is_empty() && r.len() <= parts.max(1));
+        assert_eq!(r[0].start, 0);
+        assert_eq!(r.last().unwrap().end, len);
+        for (i, x) in r.iter().enumerate() {
+            assert!(x.start < x.end, "empty range {x:?} ({len},{align},{parts})");
+            assert_eq!(x.start % a, 0);
+            if i + 1 < r.len() {
+                assert_eq!(x.end, r[i + 1].start, "gap or overlap");
+                assert_eq!((x.end - x.start) % a, 0, "only the last chunk may be ragged");
+            }
+        }
+    }
+
+    #[test]
+    fn split_aligned_every_thread_count() {
+        let lens = [0usize, 1, 2, 3, 7, 8, 15, 16, 17, 31, 100, 127, 1000, 4096, 4099, 12_345];
+        let aligns = [0usize, 1, 2, 4, 8, 12, 16, 32, 64, 96, 128, 512];
+        for &len in &lens {
+            for &align in &aligns {
+                for parts in 0..=1024 {
+                    check_split(len, align, parts);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn split_aligned_extremes() {
+        check_split(usize::MAX, 1 << 20, 1024);
+        check_split(usize::MAX, 1, 7);
+        check_split(usize::MAX - 3, usize::MAX / 2, 3);
+        assert_eq!(split_aligned(5, 8, 4), vec![0..5]);
+    }
+
+    #[test]
+    fn grid_covers_everything_once() {
+        for &(m, n, ms, ns) in &[(1, 1, 1, 1), (1, 4096, 1, 4), (257, 33, 16, 4), (64, 64, 128, 128), (3, 1000, 8, 64)]
+        {
+            for t in [1, 2, 3, 8, 64, 1024] {
+                let g = plan_grid(m, n, ms, ns, t);
+                let mut seen = vec![0u8; m * n];
+                for (r, c) in &g {
+                    assert_eq!(r.start % ms, 0);
+                    assert_eq!(c.start % ns, 0);
+                    for i in r.clone() {
+                        for j in c.clone() {
+                            seen[i * n + j] += 1;
+                        }
+                    }
+                }
+                assert!(seen.iter().all(|x| *x == 1), "{m}x{n} step {ms}x{ns} t={t}");
+            }
+        }
+    }
+
+    #[test]
+    fn for_each_index_visits_each_once() {
+        let hits: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
+        for t in [1, 2, 7, 64] {
+            for h in &hits {
+                h.store(0, Ordering::Relaxed);
+            }
+            for_each_index(t, hits.len(), |i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        }
+    }
+
+    #[test]
+    fn worker_counts() {
+        assert_eq!(workers_for(8, INLINE_WORK, true, 1, INLINE_WORK), 1, "SME capped at one by default");
+        assert_eq!(workers_for(8, INLINE_WORK, true, 2, INLINE_WORK), 2);
+        assert_eq!(workers_for(8, INLINE_WORK, false, 1, INLINE_WORK), 8);
+        assert_eq!(workers_for(8, 10, false, 1, INLINE_WORK), 1, "small work runs inline");
+        assert_eq!(workers_for(0, INLINE_WORK, false, 0, 0), 1);
+    }
+}

@@ -1,0 +1,8 @@
+//! Quantisation schemes shared by several families, written to match
+//! upstream's packers bit for bit (same float operations, same rounding), so
+//! the reference implementations see exactly the integers the kernels see.
+//! One file per scheme.
+
+mod qai8dx;
+
+pub use qai8dx::{Qai8dxRow, qai8dx_row};

@@ -1,0 +1,304 @@
+//! The registry: one [`KernelInfo`] per upstream compute micro-kernel this
+//! build compiled, generated from the `kleidiai-sys` manifest by the family
+//! modules; selection of the best kernel the CPU can run; and a report of
+//! what is built, supported and selected.
+//!
+//! ```
+//! use kleidiai::cpu::Features;
+//! use kleidiai::registry;
+//! let f = Features::current();
+//! for k in registry::kernels() {
+//!     let _ = (k.name, k.tier(), k.supported(&f).is_ok());
+//! }
+//! // On a CPU without any usable kernel (or on x86) selection says "reference".
+//! let report = registry::report(&f);
+//! println!("{report}");
+//! ```
+
+use crate::cpu::{CpuFeature, Features};
+use core::fmt;
+use std::sync::OnceLock;
+
+/// A vector-length condition beyond the feature bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VectorLength {
+    /// Runs at any vector length (NEON, or scalable kernels).
+    Any,
+    /// Needs exactly this SVE vector length in bytes (e.g. 32: 256-bit).
+    SveBytes(usize),
+}
+
+/// GEMM (several LHS rows per tile) or GEMV (one row per tile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TileKind {
+    /// Matrix-matrix: the kernel's M step is larger than one.
+    Gemm,
+    /// Matrix-vector: one LHS row at a time; preferred for m == 1.
+    Gemv,
+}
+
+/// What the registry knows about one compute micro-kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KernelInfo {
+    /// Upstream name (`kai_matmul_clamp_...`).
+    pub name: &'static str,
+    /// Upstream family directory (`matmul_clamp_f32_qai8dxp_qsi4cxp`).
+    pub family: &'static str,
+    /// CPU features it needs.
+    pub features: &'static [CpuFeature],
+    /// Vector-length condition.
+    pub vector_length: VectorLength,
+    /// GEMM or GEMV.
+    pub tile: TileKind,
+    /// Upstream LHS packing routine it pairs with, if its LHS is packed.
+    pub lhs_packer: Option<&'static str>,
+    /// Upstream RHS packing routine(s) it pairs with (N x K first).
+    pub rhs_packers: &'static [&'static str],
+    /// Higher is preferred when several kernels can run.
+    pub rank: u32,
+}
+
+impl KernelInfo {
+    /// The highest tier among its features (what the kernel is "for").
+    pub fn tier(&self) -> CpuFeature {
+        *self.features.iter().max_by_key(|f| tier_score(**f)).unwrap_or(&CpuFeature::Neon)
+    }
+
+    /// `Ok` when it can run with `f`, else why not (missing features or
+    /// another vector length).
+    pub fn supported(&self, f: &Features) -> Result<(), String> {
+        let missing: Vec<&str> = self.features.iter().filter(|x| !f.has(**x)).map(|x| x.name()).collect();
+        if !missing.is_empty() {
+            return Err(format!("needs {}", missing.join("+")));
+        }
+        if let VectorLength::SveBytes(want) = self.vector_length {
+            let have = f.sve_vector_bytes().unwrap_or(0);
+            if have != want {
+                return Err(format!("needs SVE VL {}, have {}", want * 8, have * 8));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether it runs in SME streaming mode (its workers are capped, see
+    /// [`crate::par::sme_thread_cap`]).
+    pub fn is_sme(&self) -> bool {
+        self.features.contains(&CpuFeature::Sme)
+    }
+}
+
+/// Preference of a tier (higher first).
+pub fn tier_score(f: CpuFeature) -> u32 {
+    match f {
+        CpuFeature::Neon => 0,
+        CpuFeature::Fp16 | CpuFeature::Bf16 => 1,
+        CpuFeature::Dotprod => 2,
+        CpuFeature::I8mm => 3,
+        CpuFeature::Sve | CpuFeature::Sve2 => 4,
+        CpuFeature::Sve2p1 => 5,
+        CpuFeature::Sme => 6,
+        CpuFeature::Sme2 | CpuFeature::Sme2p1 => 7,
+    }
+}
+
+/// Rank from the upstream name: tier first, then tuning (a kernel tuned for
+/// an in-order core such as Cortex-A55 is a fallback elsewhere).
+pub(crate) fn rank_for(name: &str, features: &[CpuFeature]) -> u32 {
+    let tier = features.iter().map(|f| tier_score(*f)).max().unwrap_or(0);
+    let mut r = tier * 100 + 50;
+    if name.contains("cortexa55") {
+        r -= 10;
+    }
+    r
+}
+
+/// GEMV when the tile token of the name (`1x4`, `1x8vl`, `1x4x32`, ...)
+/// starts with one row.
+pub(crate) fn tile_kind_for(name: &str) -> TileKind {
+    let tile = name
+        .split('_')
+        .rfind(|t| t.chars().next().is_some_and(|c| c.is_ascii_digit()) && t.contains('x'))
+        .unwrap_or("");
+    if tile.starts_with("1x") { TileKind::Gemv } else { TileKind::Gemm }
+}
+
+/// Every registered kernel (empty on non-Arm targets), sorted by family then
+/// name.
+pub fn kernels() -> &'static [&'static KernelInfo] {
+    static ALL: OnceLock<Vec<&'static KernelInfo>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut v = crate::families::all_kernel_infos();
+        v.sort_by(|a, b| (a.family, a.name).cmp(&(b.family, b.name)));
+        v
+    })
+}
+
+/// Looks a kernel up by its upstream name.
+pub fn by_name(name: &str) -> Option<&'static KernelInfo> {
+    kernels().iter().copied().find(|k| k.name == name)
+}
+
+/// The best kernel of `family` that can run with `f` for an output of `m`
+/// rows: for `m == 1` a GEMV kernel when one can run, otherwise a GEMM one;
+/// the highest rank wins, ties go to the name (deterministic).
+pub fn select(family: &str, m: usize, f: &Features) -> Option<&'static KernelInfo> {
+    select_from(kernels().iter().copied().filter(|k| k.family == family), m, f)
+}
+
+pub(crate) fn select_from<'a>(
+    candidates: impl Iterator<Item = &'a KernelInfo>,
+    m: usize,
+    f: &Features,
+) -> Option<&'a KernelInfo> {
+    let runnable: Vec<&KernelInfo> = candidates.filter(|k| k.supported(f).is_ok()).collect();
+    let preferred = if m == 1 { TileKind::Gemv } else { TileKind::Gemm };
+    let best = |kind: Option<TileKind>| {
+        runnable
+            .iter()
+            .copied()
+            .filter(|k| kind.is_none_or(|t| k.tile == t))
+            .max_by(|a, b| a.rank.cmp(&b.rank).then_with(|| b.name.cmp(a.name)))
+    };
+    best(Some(preferred)).or_else(|| best(None))
+}
+
+/// Built / supported / selected, per family, for one feature set.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Features the report was made for.
+    pub features: Features,
+    /// One line per family.
+    pub families: Vec<FamilyReport>,
+}
+
+/// One family's line of a [`Report`].
+#[derive(Clone, Debug)]
+pub struct FamilyReport {
+    /// Upstream family directory.
+    pub family: &'static str,
+    /// Kernels compiled into this build.
+    pub built: usize,
+    /// Of those, how many can run here.
+    pub supported: usize,
+    /// Selected for m == 1, or None: the portable reference path.
+    pub gemv: Option<&'static str>,
+    /// Selected for m > 1, or None: the portable reference path.
+    pub gemm: Option<&'static str>,
+    /// Tier of the GEMM selection.
+    pub tier: Option<CpuFeature>,
+}
+
+/// What is built, supported and selected with `f`.
+pub fn report(f: &Features) -> Report {
+    let mut families: Vec<&'static str> = crate::families::FAMILIES.to_vec();
+    families.sort_unstable();
+    let families = families
+        .into_iter()
+        .map(|family| {
+            let ks: Vec<&KernelInfo> = kernels().iter().copied().filter(|k| k.family == family).collect();
+            let gemm = select(family, 64, f);
+            FamilyReport {
+                family,
+                built: ks.len(),
+                supported: ks.iter().filter(|k| k.supported(f).is_ok()).count(),
+                gemv: select(family, 1, f).map(|k| k.name),
+                gemm: gemm.map(|k| k.name),
+                tier: gemm.map(|k| k.tier()),
+            }
+        })
+        .collect();
+    Report { features: *f, families }
+}
+
+impl Report {
+    /// The highest tier any selection uses (None: reference only).
+    pub fn highest_tier(&self) -> Option<CpuFeature> {
+        self.families.iter().filter_map(|f| f.tier).max_by_key(|t| tier_score(*t))
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "features: {}", self.features)?;
+        writeln!(
+            f,
+            "kernels built: {}, runnable here: {}",
+            self.families.iter().map(|x| x.built).sum::<usize>(),
+            self.families.iter().map(|x| x.supported).sum::<usize>()
+        )?;
+        for fam in &self.families {
+            let name = |k: Option<&str>| k.map(|s| s.strip_prefix("kai_").unwrap_or(s).to_string());
+            writeln!(
+                f,
+                "  {:<40} built {:>2} runnable {:>2}  m>1: {}  m=1: {}",
+                fam.family,
+                fam.built,
+                fam.supported,
+                name(fam.gemm).unwrap_or_else(|| "reference".into()),
+                name(fam.gemv).unwrap_or_else(|| "reference".into()),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use CpuFeature::*;
+
+    #[test]
+    fn tile_kinds_from_names() {
+        assert_eq!(tile_kind_for("kai_matmul_clamp_f32_qai8dxp1x4_qsi4cxp4x4_1x4_neon_dotprod"), TileKind::Gemv);
+        assert_eq!(tile_kind_for("kai_matmul_clamp_f32_qai8dxp4x8_qsi4cxp4x8_8x4x32_neon_i8mm"), TileKind::Gemm);
+        assert_eq!(tile_kind_for("kai_matmul_clamp_f32_qai8dxp1vlx4_qsi4cxp4vlx4_1vlx4vl_sme_mopa"), TileKind::Gemm);
+        assert_eq!(tile_kind_for("kai_matmul_clamp_f32_f32_f32p2vlx1b_1x16vl_sme2_mla"), TileKind::Gemv);
+        assert_eq!(tile_kind_for("kai_matmul_clamp_f32_f32_f32p4vsx1bf32_1x32vs_sme2_mla"), TileKind::Gemv);
+    }
+
+    fn info(name: &'static str, features: &'static [CpuFeature], vl: VectorLength) -> KernelInfo {
+        KernelInfo {
+            name,
+            family: "fam",
+            features,
+            vector_length: vl,
+            tile: tile_kind_for(name),
+            lhs_packer: None,
+            rhs_packers: &[],
+            rank: rank_for(name, features),
+        }
+    }
+
+    #[test]
+    fn selection_prefers_tier_then_gemv_for_one_row() {
+        let ks = [
+            info("k_4x4_16x4_neon_dotprod", &[Neon, Dotprod], VectorLength::Any),
+            info("k_1x4_1x4_neon_dotprod", &[Neon, Dotprod], VectorLength::Any),
+            info("k_4x8_16x4_neon_i8mm", &[Neon, I8mm], VectorLength::Any),
+            info("k_1vlx4_1vlx4vl_sme2_mopa", &[Sme, Sme2], VectorLength::Any),
+            info("k_4x8_16x8_sve_i8mm", &[Sve, I8mm], VectorLength::SveBytes(32)),
+        ];
+        let all = Features::synthetic(&CpuFeature::ALL, 64, 32);
+        assert_eq!(select_from(ks.iter(), 64, &all).unwrap().name, "k_1vlx4_1vlx4vl_sme2_mopa");
+        assert_eq!(select_from(ks.iter(), 1, &all).unwrap().name, "k_1x4_1x4_neon_dotprod");
+        let no_sme = all.without(&[Sme]);
+        assert_eq!(select_from(ks.iter(), 64, &no_sme).unwrap().name, "k_4x8_16x4_neon_i8mm");
+        let v1 = Features::synthetic(&[Neon, Dotprod, I8mm, Sve], 32, 0);
+        assert_eq!(select_from(ks.iter(), 64, &v1).unwrap().name, "k_4x8_16x8_sve_i8mm");
+        let n1 = Features::synthetic(&[Neon, Dotprod], 0, 0);
+        assert_eq!(select_from(ks.iter(), 64, &n1).unwrap().name, "k_4x4_16x4_neon_dotprod");
+        assert!(select_from(ks.iter(), 64, &Features::none()).is_none());
+        assert!(ks[4].supported(&all).unwrap_err().contains("256"));
+    }
+
+    #[test]
+    fn registry_is_consistent() {
+        for k in kernels() {
+            assert!(kleidiai_sys::ukernel(k.name).is_some(), "{} not in the sys manifest", k.name);
+            assert!(crate::families::FAMILIES.contains(&k.family), "{} family {}", k.name, k.family);
+            assert_eq!(by_name(k.name).map(|x| x.name), Some(k.name));
+        }
+        let r = report(&Features::current());
+        assert_eq!(r.families.len(), crate::families::FAMILIES.len());
+    }
+}

@@ -1,0 +1,193 @@
+//! Test support shared by the families' conformance tests: deterministic
+//! data, the tail-hitting shape list, tolerance checks, and the JSON-lines
+//! records `xtask test` turns into `target/conformance.json`.
+#![allow(dead_code)]
+
+use crate::registry::KernelInfo;
+use std::io::Write;
+
+/// xorshift64*: deterministic test data without a dependency.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    pub fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn vec_f32(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+/// Output shapes that hit every tail: m in {1, mr-1, mr+1, 3*m_step+1},
+/// n in {1, nr-1, nr+1, 3*n_step+5}, each paired so every value of both
+/// appears (plus the two extreme mixes), for each `k`.
+pub(crate) fn tail_shapes(
+    mr: usize,
+    m_step: usize,
+    nr: usize,
+    n_step: usize,
+    ks: &[usize],
+) -> Vec<(usize, usize, usize)> {
+    let ms = [1, mr.saturating_sub(1).max(1), mr + 1, 3 * m_step + 1];
+    let ns = [1, nr.saturating_sub(1).max(1), nr + 1, 3 * n_step + 5];
+    let mut pairs: Vec<(usize, usize)> = ms.iter().copied().zip(ns.iter().copied()).collect();
+    pairs.push((ms[0], ns[3]));
+    pairs.push((ms[3], ns[0]));
+    pairs.sort_unstable();
+    pairs.dedup();
+    let mut out = Vec::new();
+    for &k in ks {
+        for &(m, n) in &pairs {
+            out.push((m, n, k));
+        }
+    }
+    out
+}
+
+/// Thread counts every case runs with; results must be bit-identical.
+pub(crate) const THREADS: [usize; 2] = [1, 3];
+
+/// Lets small test shapes take the threaded path, and SME kernels use
+/// several workers, so determinism is tested where it can break.
+pub(crate) fn enable_threading_for_tests() {
+    crate::par::set_inline_threshold_for_tests(0);
+    crate::par::set_sme_thread_cap(4);
+}
+
+/// Largest |got - want|, or the first element outside `tol(want)`.
+pub(crate) fn compare(got: &[f32], want: &[f32], tol: impl Fn(usize, f32) -> f32) -> Result<f64, String> {
+    if got.len() != want.len() {
+        return Err(format!("length {} vs {}", got.len(), want.len()));
+    }
+    let mut worst = 0f64;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let d = (g as f64 - w as f64).abs();
+        let t = tol(i, w) as f64;
+        if d > t || g.is_nan() != w.is_nan() {
+            return Err(format!("element {i}: got {g}, want {w} (|diff| {d:e} > tolerance {t:e})"));
+        }
+        worst = worst.max(d);
+    }
+    Ok(worst)
+}
+
+/// Bitwise equality of two outputs (thread-count determinism).
+pub(crate) fn bit_identical(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Appends a JSON line to `KLEIDIAI_TEST_REPORT` (when set) and prints it.
+pub(crate) fn record(line: String) {
+    println!("{line}");
+    if let Some(path) = std::env::var_os("KLEIDIAI_TEST_REPORT") {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open report");
+        f.write_all(format!("{line}\n").as_bytes()).expect("write report");
+    }
+}
+
+/// Outcome of one kernel's conformance run.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Pass { cases: usize, max_abs_err: f64 },
+    Skip(String),
+    Fail { cases: usize, reason: String },
+}
+
+/// Records one kernel's outcome (`{"kind":"kernel", ...}`), with its tier so
+/// a pass counts as that tier having run.
+pub(crate) fn record_kernel(info: &KernelInfo, outcome: &Outcome) {
+    let thread = std::thread::current().name().unwrap_or("main").to_string();
+    let (status, reason, cases, err) = match outcome {
+        Outcome::Pass { cases, max_abs_err } => {
+            ("pass", format!("bit-identical with threads {THREADS:?}; within tolerance"), *cases, *max_abs_err)
+        }
+        Outcome::Skip(r) => ("skip", r.clone(), 0, 0.0),
+        Outcome::Fail { cases, reason } => ("fail", reason.clone(), *cases, f64::NAN),
+    };
+    let err = if err.is_finite() { format!("{err:e}") } else { "null".into() };
+    record(format!(
+        r#"{{"kind":"kernel","kernel":{},"family":{},"tier":{},"status":"{status}","reason":{},"cases":{cases},"max_abs_err":{err},"deterministic":{},"thread":{}}}"#,
+        json_str(info.name),
+        json_str(info.family),
+        json_str(info.tier().name()),
+        json_str(&reason),
+        matches!(outcome, Outcome::Pass { .. }),
+        json_str(&thread),
+    ));
+}
+
+/// Runs `check` for every kernel of `family` the CPU supports (skipping the
+/// rest with the reason), records each outcome, and panics at the end if any
+/// kernel failed. `check` returns the case count and the largest error.
+pub(crate) fn conformance<F>(family: &str, mut check: F)
+where
+    F: FnMut(&'static KernelInfo) -> Result<(usize, f64), (usize, String)>,
+{
+    enable_threading_for_tests();
+    let f = crate::cpu::Features::current();
+    let mut failures = Vec::new();
+    let kernels: Vec<&'static KernelInfo> =
+        crate::registry::kernels().iter().copied().filter(|k| k.family == family).collect();
+    assert!(!kernels.is_empty() || !cfg!(target_arch = "aarch64"), "family {family} registered no kernels");
+    for info in kernels {
+        let outcome = match info.supported(&f) {
+            Err(why) => Outcome::Skip(why),
+            Ok(()) => match check(info) {
+                Ok((cases, max_abs_err)) => Outcome::Pass { cases, max_abs_err },
+                Err((cases, reason)) => {
+                    failures.push(format!("{}: {reason}", info.name));
+                    Outcome::Fail { cases, reason }
+                }
+            },
+        };
+        record_kernel(info, &outcome);
+    }
+    assert!(failures.is_empty(), "conformance failures:\n{}", failures.join("\n"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_hit_every_tail() {
+        let s = tail_shapes(4, 16, 8, 8, &[32, 64]);
+        for m in [1, 3, 5, 49] {
+            assert!(s.iter().any(|x| x.0 == m), "m={m}");
+        }
+        for n in [1, 7, 9, 29] {
+            assert!(s.iter().any(|x| x.1 == n), "n={n}");
+        }
+        assert!(s.iter().all(|x| x.2 == 32 || x.2 == 64));
+    }
+}
