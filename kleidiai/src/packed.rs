@@ -9,6 +9,35 @@
 use crate::buffer::AlignedBuf;
 use crate::error::{Error, Result};
 use core::fmt;
+use core::ops::Range;
+use std::sync::Arc;
+
+/// Bytes that stay put for as long as a packed operand lives: an owned
+/// aligned buffer, or a range of shared memory (for example a memory-mapped
+/// file) that is never copied.
+#[derive(Clone)]
+pub(crate) enum Storage {
+    Owned(AlignedBuf),
+    Shared { bytes: Arc<dyn AsRef<[u8]> + Send + Sync>, range: Range<usize> },
+}
+
+impl Storage {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Storage::Owned(b) => b.as_slice(),
+            Storage::Shared { bytes, range } => &(**bytes).as_ref()[range.clone()],
+        }
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Storage::Owned(b) => write!(f, "{b:?}"),
+            Storage::Shared { range, .. } => write!(f, "Shared({} bytes)", range.len()),
+        }
+    }
+}
 
 /// Everything that determines the bytes of a packed operand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,12 +81,34 @@ macro_rules! packed_operand {
         #[derive(Clone, Debug)]
         pub struct $name {
             layout: PackedLayout,
-            data: AlignedBuf,
+            data: Storage,
         }
 
         impl $name {
             pub(crate) fn new(layout: PackedLayout, data: AlignedBuf) -> Self {
-                Self { layout, data }
+                Self { layout, data: Storage::Owned(data) }
+            }
+
+            /// Wraps `range` of shared bytes (e.g. a memory-mapped packed
+            /// weight file) without copying. The range must start 64-byte
+            /// aligned and be exactly `size` bytes.
+            pub(crate) fn shared(
+                layout: PackedLayout,
+                bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+                range: Range<usize>,
+                size: usize,
+            ) -> Result<Self> {
+                let all = (*bytes).as_ref();
+                if range.end > all.len() || range.start > range.end || range.len() != size {
+                    return Err(Error::InvalidArgument(format!(
+                        "packed data range {range:?} of {} bytes, layout needs {size}",
+                        all.len()
+                    )));
+                }
+                if (all.as_ptr() as usize + range.start) % 64 != 0 {
+                    return Err(Error::InvalidArgument("packed data is not 64-byte aligned".into()));
+                }
+                Ok(Self { layout, data: Storage::Shared { bytes, range } })
             }
 
             /// What the bytes are.
@@ -70,13 +121,25 @@ macro_rules! packed_operand {
                 self.data.as_slice()
             }
 
-            pub(crate) fn data(&self) -> &AlignedBuf {
-                &self.data
+            /// Whether the bytes are borrowed from shared memory (zero-copy).
+            pub fn is_shared(&self) -> bool {
+                matches!(self.data, Storage::Shared { .. })
             }
 
+            pub(crate) fn data(&self) -> &[u8] {
+                self.data.as_slice()
+            }
+
+            /// The owned buffer, made owned (copying shared bytes) if needed.
             #[allow(dead_code)]
             pub(crate) fn data_mut(&mut self) -> &mut AlignedBuf {
-                &mut self.data
+                if let Storage::Shared { .. } = self.data {
+                    self.data = Storage::Owned(AlignedBuf::from_bytes(self.data.as_slice()));
+                }
+                match &mut self.data {
+                    Storage::Owned(b) => b,
+                    Storage::Shared { .. } => unreachable!("made owned above"),
+                }
             }
 
             /// An empty buffer, to be filled by a `pack_*_into` call (which
@@ -84,7 +147,7 @@ macro_rules! packed_operand {
             pub fn empty() -> Self {
                 Self {
                     layout: PackedLayout { format: "empty", rows: 0, k: 0, r: 0, kr: 0, sr: 0, bl: 0, vector_bytes: 0 },
-                    data: AlignedBuf::default(),
+                    data: Storage::Owned(AlignedBuf::default()),
                 }
             }
 
@@ -92,7 +155,7 @@ macro_rules! packed_operand {
             #[allow(dead_code)]
             pub(crate) fn reset(&mut self, layout: PackedLayout, size: usize) {
                 self.layout = layout;
-                self.data.reset_zeroed(size);
+                self.data_mut().reset_zeroed(size);
             }
 
             /// Errors unless this buffer has exactly the layout `want` that

@@ -256,6 +256,47 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
+        /// Any length (up to usize::MAX), any step, any thread count 1..=1024.
+        #[test]
+        fn split_aligned_properties(len in 0usize.., align in 0usize..=4096, parts in 1usize..=1024) {
+            check_split(len, align, parts);
+        }
+
+        #[test]
+        fn split_aligned_small(len in 0usize..5000, align in 1usize..200, parts in 1usize..=1024) {
+            check_split(len, align, parts);
+            // Balanced: no range exceeds another by more than one step.
+            let r = split_aligned(len, align, parts);
+            if r.len() > 1 {
+                let steps: Vec<usize> = r[..r.len() - 1].iter().map(|x| x.len() / align).collect();
+                let (lo, hi) = (steps.iter().min().unwrap(), steps.iter().max().unwrap());
+                proptest::prop_assert!(hi - lo <= 1);
+            }
+        }
+
+        #[test]
+        fn plan_grid_properties(m in 1usize..300, n in 1usize..300, ms in 1usize..64, ns in 1usize..64, t in 1usize..=1024) {
+            let g = plan_grid(m, n, ms, ns, t);
+            let area: usize = g.iter().map(|(r, c)| r.len() * c.len()).sum();
+            proptest::prop_assert_eq!(area, m * n);
+            for (r, c) in &g {
+                proptest::prop_assert!(r.start % ms == 0 && c.start % ns == 0 && !r.is_empty() && !c.is_empty());
+                proptest::prop_assert!(r.end <= m && c.end <= n);
+            }
+            // Disjoint: sort by (row start, col start) and check no two overlap.
+            for (i, (r1, c1)) in g.iter().enumerate() {
+                for (r2, c2) in &g[i + 1..] {
+                    let rows_overlap = r1.start < r2.end && r2.start < r1.end;
+                    let cols_overlap = c1.start < c2.end && c2.start < c1.end;
+                    proptest::prop_assert!(!(rows_overlap && cols_overlap));
+                }
+            }
+        }
+    }
+
     #[test]
     fn worker_counts() {
         assert_eq!(workers_for(8, INLINE_WORK, true, 1, INLINE_WORK), 1, "SME capped at one by default");
