@@ -56,6 +56,11 @@ pub fn skipped(test: &str, reason: &str) {
     ));
 }
 
+/// Records the highest tier the selection report uses (or "reference").
+pub fn selection(highest: &str, report: &str) {
+    record(format!(r#"{{"kind":"selection","highest_tier":{},"report":{}}}"#, json_str(highest), json_str(report)));
+}
+
 /// Records the features this process detected (once per test binary is enough).
 pub fn features_seen() {
     let f = kleidiai::cpu::Features::detected();

@@ -218,6 +218,15 @@ fn check_model(res: &mut ModelResult, model: Option<&Model>) {
             res.problems.push(format!("tier {tier} is present but no test ran it (silent skip)"));
         }
     }
+    // The selection report must use the best tier the model has.
+    let best = KERNEL_TIERS.iter().rev().find(|t| expected.contains(**t)).copied().unwrap_or("reference");
+    match res.selection.as_deref() {
+        None => res.problems.push("no selection report was recorded".into()),
+        Some(sel) if sel != best => {
+            res.warnings.push(format!("selection report's highest tier is {sel}, the model's best is {best}"))
+        }
+        _ => {}
+    }
     for tier in &res.tiers_run {
         if !expected.contains(tier.as_str()) {
             res.problems.push(format!("a test ran tier {tier}, which this model does not have"));
@@ -544,6 +553,9 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         }
         for p in &r.problems {
             println!("PROBLEM on {}: {p}", r.cpu);
+        }
+        for w in &r.warnings {
+            println!("warning on {}: {w}", r.cpu);
         }
         if r.failed > 0 || !r.problems.is_empty() {
             ok = false;

@@ -58,6 +58,8 @@ pub struct Recorded {
     pub kernels: Vec<KernelRecord>,
     /// Every compute kernel the build compiled (from the `manifest` record).
     pub manifest: BTreeSet<String>,
+    /// Highest tier the selection report uses.
+    pub selection: Option<String>,
 }
 
 pub fn read_report(path: &Path) -> Result<Recorded, String> {
@@ -102,6 +104,7 @@ pub fn read_report(path: &Path) -> Result<Recorded, String> {
                 }
                 r.kernels.push(KernelRecord { value: v });
             }
+            "selection" => r.selection = Some(s("highest_tier")),
             "manifest" => {
                 if let Some(a) = v.get("kernels").and_then(Value::as_array) {
                     r.manifest.extend(a.iter().filter_map(|x| x.as_str().map(str::to_string)));
@@ -130,9 +133,12 @@ pub struct ModelResult {
     pub skips: Vec<(String, String)>,
     pub failures: Vec<String>,
     pub problems: Vec<String>,
+    /// Shortfalls that do not fail the run yet (families still being added).
+    pub warnings: Vec<String>,
     pub seconds: f64,
     pub kernels: Vec<KernelRecord>,
     pub manifest: BTreeSet<String>,
+    pub selection: Option<String>,
     pub by_binary: BTreeMap<String, Counts>,
 }
 
@@ -153,6 +159,9 @@ impl ModelResult {
         }
         self.kernels.extend(rec.kernels);
         self.manifest.extend(rec.manifest);
+        if rec.selection.is_some() {
+            self.selection = rec.selection;
+        }
         self.by_binary.insert(binary.to_string(), counts);
     }
 
@@ -163,6 +172,7 @@ impl ModelResult {
             "failed": self.failed,
             "skipped": self.skipped,
             "tiers_run": self.tiers_run.iter().collect::<Vec<_>>(),
+            "selected_highest_tier": self.selection,
             "features_detected": self.features,
             "sve_vector_bits": self.sve_bytes * 8,
             "sme_vector_bits": self.sme_bytes * 8,
