@@ -14,6 +14,7 @@ pub mod quant;
 pub mod registry;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod weights;
 
 pub use buffer::AlignedBuf;
 pub use error::{Error, Result};

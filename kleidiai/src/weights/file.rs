@@ -1,0 +1,293 @@
+//! The packed-weight file format: a self-describing header and one or more
+//! packed layouts ("slots") of the same weights.
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  magic "KAIRSPW\0"
+//!      8     4  format version (1)
+//!     12     4  header length in bytes (a multiple of 64; payloads follow)
+//!     16    16  KleidiAI version the layouts come from, NUL-padded ("1.30.0")
+//!     32     4  weight kind id        36  4  output type id
+//!     40     8  n                     48  8  k
+//!     56     4  number of slots (1..=4)  60  4  CRC-32 of the header with this field zeroed
+//!     64   n*256 slot table, each:
+//!            88  GEMM kernel name, NUL-padded
+//!            88  GEMV kernel name, NUL-padded (empty: the GEMM kernel serves m == 1)
+//!            32  packed format id, NUL-padded
+//!             4  r (nr)   4 kr   4 sr   4 bl   4 vector bytes   4 reserved
+//!             8  payload offset (from the file start, 64-aligned)
+//!             8  payload length
+//!             4  CRC-32 of the payload     4 reserved
+//! ```
+//! All integers little-endian. Every field is validated on load: a truncated
+//! or tampered file is an error naming the problem, never an out-of-bounds
+//! read.
+
+use crate::error::{Error, Result};
+
+/// First bytes of every packed-weight file.
+pub const MAGIC: [u8; 8] = *b"KAIRSPW\0";
+/// Version of the layout described above.
+pub const FORMAT_VERSION: u32 = 1;
+/// Slots a file may hold (ggml holds two: an SME and a NEON layout).
+pub const MAX_SLOTS: usize = 4;
+const HEADER_FIXED: usize = 64;
+const SLOT_SIZE: usize = 256;
+const NAME_LEN: usize = 88;
+const FORMAT_LEN: usize = 32;
+
+/// One packed layout in a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotHeader {
+    /// Upstream name of the GEMM kernel the layout was packed for.
+    pub gemm_kernel: String,
+    /// Upstream name of the GEMV kernel sharing the layout (may be empty).
+    pub gemv_kernel: String,
+    /// Packed format id.
+    pub format: String,
+    /// `nr`.
+    pub r: u32,
+    /// `kr`.
+    pub kr: u32,
+    /// `sr`.
+    pub sr: u32,
+    /// Block length (0: none).
+    pub bl: u32,
+    /// Vector length in bytes the layout depends on (0: none).
+    pub vector_bytes: u32,
+    /// Payload offset from the start of the file.
+    pub offset: u64,
+    /// Payload length.
+    pub len: u64,
+    /// CRC-32 of the payload.
+    pub crc32: u32,
+}
+
+/// The parsed header of a packed-weight file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileHeader {
+    /// KleidiAI version the layouts come from.
+    pub kleidiai_version: String,
+    /// Weight kind id (see `Weights`).
+    pub weight_kind: u32,
+    /// Output type id.
+    pub output: u32,
+    /// Output channels.
+    pub n: u64,
+    /// Inputs per channel.
+    pub k: u64,
+    /// The layouts.
+    pub slots: Vec<SlotHeader>,
+}
+
+fn put_str(out: &mut [u8], s: &str, what: &str) -> Result<()> {
+    if s.len() >= out.len() || s.as_bytes().contains(&0) {
+        return Err(Error::InvalidArgument(format!("{what} `{s}` does not fit {} bytes", out.len() - 1)));
+    }
+    out[..s.len()].copy_from_slice(s.as_bytes());
+    Ok(())
+}
+
+fn get_str(b: &[u8], what: &str) -> Result<String> {
+    let end = b.iter().position(|&c| c == 0).ok_or_else(|| bad(format!("{what} is not NUL-terminated")))?;
+    if b[end..].iter().any(|&c| c != 0) {
+        return Err(bad(format!("{what} has bytes after its terminator")));
+    }
+    let s = core::str::from_utf8(&b[..end]).map_err(|_| bad(format!("{what} is not UTF-8")))?;
+    if !s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.') {
+        return Err(bad(format!("{what} `{s}` has characters no name has")));
+    }
+    Ok(s.to_string())
+}
+
+fn bad(why: String) -> Error {
+    Error::InvalidArgument(format!("packed-weight file rejected: {why}"))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl FileHeader {
+    /// Header length in bytes for `slots` slots (payloads start after it).
+    pub fn header_len(slots: usize) -> usize {
+        (HEADER_FIXED + slots * SLOT_SIZE).div_ceil(64) * 64
+    }
+
+    /// Serialises the header. Slot offsets, lengths and CRCs must already be
+    /// filled in.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        if self.slots.is_empty() || self.slots.len() > MAX_SLOTS {
+            return Err(Error::InvalidArgument(format!("{} slots (1..={MAX_SLOTS})", self.slots.len())));
+        }
+        let len = Self::header_len(self.slots.len());
+        let mut h = vec![0u8; len];
+        h[0..8].copy_from_slice(&MAGIC);
+        h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h[12..16].copy_from_slice(&(len as u32).to_le_bytes());
+        put_str(&mut h[16..32], &self.kleidiai_version, "KleidiAI version")?;
+        h[32..36].copy_from_slice(&self.weight_kind.to_le_bytes());
+        h[36..40].copy_from_slice(&self.output.to_le_bytes());
+        h[40..48].copy_from_slice(&self.n.to_le_bytes());
+        h[48..56].copy_from_slice(&self.k.to_le_bytes());
+        h[56..60].copy_from_slice(&(self.slots.len() as u32).to_le_bytes());
+        for (i, s) in self.slots.iter().enumerate() {
+            let b = &mut h[HEADER_FIXED + i * SLOT_SIZE..HEADER_FIXED + (i + 1) * SLOT_SIZE];
+            put_str(&mut b[0..NAME_LEN], &s.gemm_kernel, "GEMM kernel name")?;
+            put_str(&mut b[NAME_LEN..2 * NAME_LEN], &s.gemv_kernel, "GEMV kernel name")?;
+            put_str(&mut b[2 * NAME_LEN..2 * NAME_LEN + FORMAT_LEN], &s.format, "format")?;
+            let mut at = 2 * NAME_LEN + FORMAT_LEN;
+            for v in [s.r, s.kr, s.sr, s.bl, s.vector_bytes, 0] {
+                b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+                at += 4;
+            }
+            b[at..at + 8].copy_from_slice(&s.offset.to_le_bytes());
+            b[at + 8..at + 16].copy_from_slice(&s.len.to_le_bytes());
+            b[at + 16..at + 20].copy_from_slice(&s.crc32.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&h);
+        h[60..64].copy_from_slice(&crc.to_le_bytes());
+        Ok(h)
+    }
+
+    /// Parses and validates a whole file (header, slot table, payload
+    /// bounds and checksums). Returns the header; payload `i` is
+    /// `file[slots[i].offset..][..slots[i].len]`.
+    pub fn parse(file: &[u8]) -> Result<FileHeader> {
+        if file.len() < HEADER_FIXED {
+            return Err(bad(format!("{} bytes is shorter than the {HEADER_FIXED}-byte header", file.len())));
+        }
+        if file[0..8] != MAGIC {
+            return Err(bad("wrong magic: not a kleidiai-rs packed-weight file".into()));
+        }
+        let version = u32_at(file, 8);
+        if version != FORMAT_VERSION {
+            return Err(bad(format!("format version {version}, this build reads {FORMAT_VERSION}")));
+        }
+        let slots = u32_at(file, 56) as usize;
+        if slots == 0 || slots > MAX_SLOTS {
+            return Err(bad(format!("{slots} slots (1..={MAX_SLOTS})")));
+        }
+        let len = u32_at(file, 12) as usize;
+        if len != Self::header_len(slots) {
+            return Err(bad(format!("header length {len}, {slots} slots need {}", Self::header_len(slots))));
+        }
+        if file.len() < len {
+            return Err(bad(format!("truncated: {} bytes, the header alone is {len}", file.len())));
+        }
+        let mut h = file[..len].to_vec();
+        let stored_crc = u32_at(&h, 60);
+        h[60..64].fill(0);
+        if crc32fast::hash(&h) != stored_crc {
+            return Err(bad("header checksum mismatch (corrupted or tampered)".into()));
+        }
+        let mut out = FileHeader {
+            kleidiai_version: get_str(&h[16..32], "KleidiAI version")?,
+            weight_kind: u32_at(&h, 32),
+            output: u32_at(&h, 36),
+            n: u64_at(&h, 40),
+            k: u64_at(&h, 48),
+            slots: Vec::with_capacity(slots),
+        };
+        if out.n == 0 || out.k == 0 {
+            return Err(bad(format!("shape {}x{}", out.n, out.k)));
+        }
+        let mut prev_end = len as u64;
+        for i in 0..slots {
+            let b = &h[HEADER_FIXED + i * SLOT_SIZE..HEADER_FIXED + (i + 1) * SLOT_SIZE];
+            let at = 2 * NAME_LEN + FORMAT_LEN;
+            let s = SlotHeader {
+                gemm_kernel: get_str(&b[0..NAME_LEN], "GEMM kernel name")?,
+                gemv_kernel: get_str(&b[NAME_LEN..2 * NAME_LEN], "GEMV kernel name")?,
+                format: get_str(&b[2 * NAME_LEN..at], "format")?,
+                r: u32_at(b, at),
+                kr: u32_at(b, at + 4),
+                sr: u32_at(b, at + 8),
+                bl: u32_at(b, at + 12),
+                vector_bytes: u32_at(b, at + 16),
+                offset: u64_at(b, at + 24),
+                len: u64_at(b, at + 32),
+                crc32: u32_at(b, at + 40),
+            };
+            if s.gemm_kernel.is_empty() {
+                return Err(bad(format!("slot {i} names no kernel")));
+            }
+            if s.offset % 64 != 0 || s.offset < prev_end {
+                return Err(bad(format!("slot {i} payload offset {} is misaligned or overlaps", s.offset)));
+            }
+            let end = s.offset.checked_add(s.len).ok_or_else(|| bad(format!("slot {i} payload overflows")))?;
+            if end > file.len() as u64 {
+                return Err(bad(format!("truncated: slot {i} ends at byte {end}, file has {}", file.len())));
+            }
+            let payload = &file[s.offset as usize..end as usize];
+            if crc32fast::hash(payload) != s.crc32 {
+                return Err(bad(format!("slot {i} payload checksum mismatch (corrupted or tampered)")));
+            }
+            prev_end = end;
+            out.slots.push(s);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (FileHeader, Vec<u8>) {
+        let payload: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        let mut h = FileHeader {
+            kleidiai_version: "1.30.0".into(),
+            weight_kind: 3,
+            output: 0,
+            n: 10,
+            k: 64,
+            slots: vec![SlotHeader {
+                gemm_kernel: "kai_matmul_clamp_f32_qai8dxp4x8_qsi4cxp4x8_8x4x32_neon_i8mm".into(),
+                gemv_kernel: String::new(),
+                format: "qsi4cxp".into(),
+                r: 4,
+                kr: 16,
+                sr: 2,
+                bl: 0,
+                vector_bytes: 0,
+                offset: FileHeader::header_len(1) as u64,
+                len: payload.len() as u64,
+                crc32: crc32fast::hash(&payload),
+            }],
+        };
+        let mut file = h.to_bytes().unwrap();
+        file.extend_from_slice(&payload);
+        h.slots[0].crc32 = crc32fast::hash(&payload);
+        (h, file)
+    }
+
+    #[test]
+    fn round_trip() {
+        let (h, file) = sample();
+        assert_eq!(FileHeader::parse(&file).unwrap(), h);
+    }
+
+    #[test]
+    fn every_truncation_is_rejected() {
+        let (_, file) = sample();
+        for len in 0..file.len() {
+            assert!(FileHeader::parse(&file[..len]).is_err(), "truncated to {len}");
+        }
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_rejected() {
+        let (_, file) = sample();
+        for byte in 0..file.len() {
+            for bit in 0..8 {
+                let mut f = file.clone();
+                f[byte] ^= 1 << bit;
+                assert!(FileHeader::parse(&f).is_err(), "flip of bit {bit} in byte {byte} accepted");
+            }
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Packed weights: pack once, keep, multiply many times; save and load them.
+
+pub mod file;
