@@ -8,6 +8,7 @@ pub mod cpu;
 mod error;
 pub mod families;
 pub mod formats;
+pub mod ggml;
 pub mod packed;
 pub mod par;
 pub mod quant;
