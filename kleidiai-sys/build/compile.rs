@@ -11,6 +11,10 @@ pub struct Selected<'a> {
     pub files: Vec<String>,
 }
 
+/// Name of the static library (`lib<ARCHIVE>.a` in OUT_DIR): not plain
+/// `kleidiai`, so a system libkleidiai on the search path is never picked up.
+pub const ARCHIVE: &str = "kleidiai_rs";
+
 /// Upstream's file that GCC 12 crashes on (internal compiler error) when the
 /// tree vectoriser runs at -O3; the flag is harmless elsewhere.
 const GCC_ICE_FILE: &str = "kai_lhs_quant_pack_qai8dxp_bf16_neon.c";
@@ -138,7 +142,7 @@ pub fn compile(root: &Path, out_dir: &Path, selected: &[Selected<'_>], ndebug: b
     let count = objects.len();
     let mut archive = cc::Build::new();
     archive.objects(&objects);
-    archive.try_compile("kleidiai").map_err(|e| format!("archiving libkleidiai.a failed: {e}"))?;
+    archive.try_compile(ARCHIVE).map_err(|e| format!("archiving lib{ARCHIVE}.a failed: {e}"))?;
     Ok(count)
 }
 

@@ -9,6 +9,7 @@ mod bindings;
 mod compile;
 mod groups;
 mod manifest;
+mod prefix;
 mod source;
 
 use std::path::PathBuf;
@@ -32,6 +33,7 @@ fn feature_on(name: &str) -> bool {
 fn run() -> Result<(), String> {
     println!("cargo:rerun-if-changed=build");
     println!("cargo:rerun-if-env-changed=KLEIDIAI_SOURCE_DIR");
+    println!("cargo:rerun-if-env-changed=KLEIDIAI_NO_SYMBOL_PREFIX");
     println!("cargo:rustc-check-cfg=cfg(kai_bindings)");
 
     let out_dir = PathBuf::from(env("OUT_DIR"));
@@ -44,6 +46,9 @@ fn run() -> Result<(), String> {
         // Nothing to compile, nothing to link: the safe crate falls back to
         // its portable reference path on this target.
         manifest::generate(&manifest_dir, &out_dir, &[], false)?;
+        let mut m = std::fs::read_to_string(out_dir.join("manifest.rs")).map_err(|e| e.to_string())?;
+        m.push_str("/// Prefix of every KleidiAI symbol (nothing is built on this target).\npub const SYMBOL_PREFIX: &str = \"\";\n");
+        std::fs::write(out_dir.join("manifest.rs"), m).map_err(|e| e.to_string())?;
         println!("cargo:groups=");
         println!("cargo:tiers=");
         return Ok(());
@@ -102,11 +107,27 @@ fn run() -> Result<(), String> {
     let objects = compile::compile(&root, &out_dir, &selected, feature_on("ndebug"))?;
     let compile_secs = started.elapsed().as_secs_f64();
 
+    let prefix = if env("KLEIDIAI_NO_SYMBOL_PREFIX") == "1" {
+        println!("cargo:warning=KLEIDIAI_NO_SYMBOL_PREFIX=1: KleidiAI symbols are not prefixed");
+        None
+    } else {
+        let archive = out_dir.join(format!("lib{}.a", compile::ARCHIVE));
+        prefix::prefix_archive(&archive, &out_dir)?;
+        Some(prefix::prefix())
+    };
+    println!("cargo:symbol_prefix={}", prefix.clone().unwrap_or_default());
+
     let headers = bindings::public_headers(&root);
-    bindings::generate(&root, &out_dir, &headers)?;
+    bindings::generate(&root, &out_dir, &headers, prefix.clone())?;
     println!("cargo:rustc-cfg=kai_bindings");
 
     let summary = manifest::generate(&root, &out_dir, &selected, true)?;
+    let mut m = std::fs::read_to_string(out_dir.join("manifest.rs")).map_err(|e| e.to_string())?;
+    m.push_str(&format!(
+        "/// Prefix of every KleidiAI symbol in this build's archive (empty: not prefixed).\npub const SYMBOL_PREFIX: &str = {:?};\n",
+        prefix.unwrap_or_default()
+    ));
+    std::fs::write(out_dir.join("manifest.rs"), m).map_err(|e| e.to_string())?;
     let group_names: Vec<&str> = selected.iter().map(|s| s.group.name).collect();
     let mut tiers: Vec<&str> = selected.iter().flat_map(|s| s.group.cpu_features.iter().copied()).collect();
     tiers.sort();
