@@ -42,8 +42,8 @@ mod both {
 
     #[test]
     fn the_copies_are_distinct_code() {
-        let theirs = kai_run_matmul_clamp_f32_qai8dxp1x4_qsi4cxp4x4_1x4_neon_dotprod as usize;
-        let ours = kleidiai_sys::kai_run_matmul_clamp_f32_qai8dxp1x4_qsi4cxp4x4_1x4_neon_dotprod as usize;
+        let theirs = kai_run_matmul_clamp_f32_qai8dxp1x4_qsi4cxp4x4_1x4_neon_dotprod as *const () as usize;
+        let ours = kleidiai_sys::kai_run_matmul_clamp_f32_qai8dxp1x4_qsi4cxp4x4_1x4_neon_dotprod as *const () as usize;
         assert_ne!(theirs, ours, "both names resolved to one copy");
     }
 
