@@ -62,7 +62,10 @@ pub fn generate(root: &Path, out_dir: &Path, headers: &[PathBuf], prefix: Option
         .layout_tests(true)
         .derive_default(true)
         .derive_debug(true)
-        .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
+        // Upstream headers are tracked by the `kai/` rerun line of main.rs; the
+        // generated umbrella header in OUT_DIR must not be (it is rewritten on
+        // every run, which would make cargo rebuild this crate every time).
+        .parse_callbacks(Box::new(bindgen::CargoCallbacks::new().rerun_on_header_files(false)))
         .parse_callbacks(Box::new(crate::prefix::LinkNames { prefix }));
     let builder = match sysroot_include() {
         Some(dir) => builder.clang_arg(format!("-isystem{}", dir.display())),

@@ -92,6 +92,7 @@ macro_rules! packed_operand {
             /// Wraps `range` of shared bytes (e.g. a memory-mapped packed
             /// weight file) without copying. The range must start 64-byte
             /// aligned and be exactly `size` bytes.
+            #[allow(dead_code)]
             pub(crate) fn shared(
                 layout: PackedLayout,
                 bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,

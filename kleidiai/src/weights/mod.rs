@@ -1,3 +1,545 @@
-//! Packed weights: pack once, keep, multiply many times; save and load them.
+//! Packed weights: pack once, keep, multiply many times, save and load.
+//!
+//! [`PackedWeights::pack`] picks the best kernels the CPU runs for the weight
+//! kind (a GEMM kernel, and a GEMV kernel for `m == 1` that shares the packed
+//! layout or gets its own), packs the weights for them, and
+//! [`PackedWeights::matmul`] computes `y = x · wᵀ (+ bias)` with them, reusing
+//! a [`Scratch`] so steady-state calls do not allocate. Where no kernel can
+//! run (x86, a CPU without the tier, every tier switched off), the family's
+//! portable reference computes the same thing.
+//!
+//! ```
+//! use kleidiai::formats::{Int4Encoding, Int4PerChannel, Order};
+//! use kleidiai::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
+//! use kleidiai::{Clamp, Parallelism};
+//!
+//! let (n, k) = (8, 64);
+//! let data = vec![0x21u8; n * k / 2]; // every weight pair [1, 2]
+//! let scales = vec![0.5f32; n];
+//! let w = Int4PerChannel { n, k, order: Order::NxK, encoding: Int4Encoding::Signed, data: &data, scales: &scales, bias: None };
+//! let packed = PackedWeights::pack(&WeightsRef::Int4PerChannel(w), &PackOptions::default()).unwrap();
+//!
+//! let x = vec![1.0f32; 2 * k];
+//! let mut y = vec![0f32; 2 * n];
+//! let mut scratch = Scratch::default();
+//! packed.matmul(2, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE, Parallelism::Sequential, &mut scratch).unwrap();
+//! assert!((y[0] - 48.0).abs() < 0.5); // 32 * (1 + 2) * 0.5
+//! println!("kernel for m=2: {}", packed.kernel_for(2).unwrap_or("reference"));
+//! ```
 
+mod backend;
 pub mod file;
+
+use crate::cpu::Features;
+use crate::error::{Error, Result};
+use crate::formats::{Int4Encoding, Int4PerChannel, Order};
+use crate::packed::{Clamp, PackedLhs, PackedRhs};
+use crate::par::Parallelism;
+use crate::registry::{self, KernelInfo, TileKind};
+use backend::Backend;
+use half::{bf16, f16};
+use std::sync::Arc;
+
+/// Element type of activations and outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum DType {
+    /// `f32`.
+    #[default]
+    F32,
+    /// IEEE half precision.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl DType {
+    fn id(self) -> u32 {
+        self as u32
+    }
+    fn from_id(id: u32) -> Option<DType> {
+        [DType::F32, DType::F16, DType::Bf16].into_iter().find(|d| d.id() == id)
+    }
+}
+
+/// Activations (the LHS, `m x k`, dense).
+#[derive(Clone, Copy, Debug)]
+pub enum Activation<'a> {
+    /// f32 values.
+    F32(&'a [f32]),
+    /// f16 values.
+    F16(&'a [f16]),
+    /// bf16 values.
+    Bf16(&'a [bf16]),
+}
+
+/// Outputs (`m x n`, dense).
+#[derive(Debug)]
+pub enum ActivationMut<'a> {
+    /// f32 values.
+    F32(&'a mut [f32]),
+    /// f16 values.
+    F16(&'a mut [f16]),
+    /// bf16 values.
+    Bf16(&'a mut [bf16]),
+}
+
+impl Activation<'_> {
+    fn dtype(&self) -> DType {
+        match self {
+            Activation::F32(_) => DType::F32,
+            Activation::F16(_) => DType::F16,
+            Activation::Bf16(_) => DType::Bf16,
+        }
+    }
+}
+
+impl ActivationMut<'_> {
+    fn dtype(&self) -> DType {
+        match self {
+            ActivationMut::F32(_) => DType::F32,
+            ActivationMut::F16(_) => DType::F16,
+            ActivationMut::Bf16(_) => DType::Bf16,
+        }
+    }
+    fn reborrow(&mut self) -> ActivationMut<'_> {
+        match self {
+            ActivationMut::F32(v) => ActivationMut::F32(v),
+            ActivationMut::F16(v) => ActivationMut::F16(v),
+            ActivationMut::Bf16(v) => ActivationMut::Bf16(v),
+        }
+    }
+}
+
+/// The kinds of weights [`PackedWeights`] takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WeightKind {
+    /// Int4 values with one f32 scale per output channel.
+    Int4PerChannel,
+}
+
+impl WeightKind {
+    fn id(self) -> u32 {
+        match self {
+            WeightKind::Int4PerChannel => 1,
+        }
+    }
+    fn from_id(id: u32) -> Option<WeightKind> {
+        [WeightKind::Int4PerChannel].into_iter().find(|k| k.id() == id)
+    }
+}
+
+/// Unpacked weights to pack, `n` output channels by `k` inputs.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum WeightsRef<'a> {
+    /// Int4 per-channel weights.
+    Int4PerChannel(Int4PerChannel<'a>),
+}
+
+impl WeightsRef<'_> {
+    /// The weight kind.
+    pub fn kind(&self) -> WeightKind {
+        match self {
+            WeightsRef::Int4PerChannel(_) => WeightKind::Int4PerChannel,
+        }
+    }
+    pub(crate) fn kind_name(&self) -> &'static str {
+        match self {
+            WeightsRef::Int4PerChannel(_) => "int4 per-channel weights",
+        }
+    }
+    /// `(n, k)`.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            WeightsRef::Int4PerChannel(w) => (w.n, w.k),
+        }
+    }
+    fn validate(&self) -> Result<()> {
+        match self {
+            WeightsRef::Int4PerChannel(w) => w.validate(),
+        }
+    }
+    fn to_owned_weights(self) -> Result<OwnedWeights> {
+        self.validate()?;
+        Ok(match self {
+            WeightsRef::Int4PerChannel(w) => OwnedWeights::Int4PerChannel {
+                n: w.n,
+                k: w.k,
+                order: w.order,
+                encoding: w.encoding,
+                data: w.data[..w.data_len()?].to_vec(),
+                scales: w.scales[..w.n].to_vec(),
+                bias: w.bias.map(|b| b[..w.n].to_vec()),
+            },
+        })
+    }
+}
+
+/// A private copy of unpacked weights, for the reference path.
+#[derive(Clone, Debug)]
+enum OwnedWeights {
+    Int4PerChannel {
+        n: usize,
+        k: usize,
+        order: Order,
+        encoding: Int4Encoding,
+        data: Vec<u8>,
+        scales: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    },
+}
+
+impl OwnedWeights {
+    fn reference(&self, m: usize, x: Activation<'_>, y: ActivationMut<'_>, clamp: Clamp) -> Result<()> {
+        match (self, x, y) {
+            (
+                OwnedWeights::Int4PerChannel { n, k, order, encoding, data, scales, bias },
+                Activation::F32(x),
+                ActivationMut::F32(y),
+            ) => {
+                let w = Int4PerChannel {
+                    n: *n,
+                    k: *k,
+                    order: *order,
+                    encoding: *encoding,
+                    data,
+                    scales,
+                    bias: bias.as_deref(),
+                };
+                crate::families::matmul_clamp_f32_qai8dxp_qsi4cxp::reference(m, x, &w, clamp, y)
+            }
+            _ => Err(Error::InvalidArgument("int4 per-channel weights take f32 activations and outputs".into())),
+        }
+    }
+}
+
+/// How [`PackedWeights::pack`] chooses.
+#[derive(Clone, Copy, Debug)]
+pub struct PackOptions {
+    /// Element type of the activations and outputs the weights will meet.
+    pub activation: DType,
+    /// Also pack the best layout that does not need SME (ggml's second
+    /// slot): used when SME is switched off later, or not allowed.
+    pub non_sme_layout: bool,
+    /// Keep a copy of the unpacked weights so the portable reference can
+    /// serve when no packed layout can run (always kept when none was packed).
+    pub keep_reference: bool,
+    /// Restrict kernel choice to these features (None: [`Features::current`]).
+    pub features: Option<Features>,
+}
+
+impl Default for PackOptions {
+    fn default() -> Self {
+        PackOptions { activation: DType::F32, non_sme_layout: true, keep_reference: false, features: None }
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    gemm: Box<dyn Backend>,
+    gemv: Option<Box<dyn Backend>>,
+    rhs: PackedRhs,
+}
+
+/// Reusable scratch (the packed LHS): pass the same one to every call so
+/// steady-state calls allocate nothing.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    lhs: Option<PackedLhs>,
+}
+
+/// Weights packed for the best kernels of this CPU. See the module docs.
+#[derive(Debug)]
+pub struct PackedWeights {
+    n: usize,
+    k: usize,
+    kind: WeightKind,
+    activation: DType,
+    slots: Vec<Slot>,
+    reference: Option<OwnedWeights>,
+}
+
+fn best<'a>(cands: &'a [Box<dyn Backend>], tile: TileKind, f: &Features, sme: bool) -> Option<&'a dyn Backend> {
+    let infos: Vec<&KernelInfo> =
+        cands.iter().map(|b| b.info()).filter(|i| i.tile == tile && (sme || !i.is_sme())).collect();
+    let m = if tile == TileKind::Gemv { 1 } else { 64 };
+    let chosen = registry::select_from(infos.into_iter(), m, f)?;
+    cands.iter().find(|b| b.info().name == chosen.name).map(|b| &**b)
+}
+
+/// The backend of a registered kernel, by name, for any weight kind.
+fn backend_by_name(name: &str) -> Option<Box<dyn Backend>> {
+    for kind in [WeightKind::Int4PerChannel] {
+        for act in [DType::F32, DType::F16, DType::Bf16] {
+            if let Some(b) = backend::candidates(kind, act).into_iter().find(|b| b.info().name == name) {
+                return Some(b);
+            }
+        }
+    }
+    None
+}
+
+impl PackedWeights {
+    /// Packs `w` for the best GEMM and GEMV kernels `opts` allows.
+    pub fn pack(w: &WeightsRef<'_>, opts: &PackOptions) -> Result<PackedWeights> {
+        w.validate()?;
+        let (n, k) = w.shape();
+        let f = opts.features.unwrap_or_else(Features::current);
+        let cands = backend::candidates(w.kind(), opts.activation);
+        let mut slots: Vec<Slot> = Vec::new();
+        let passes: &[bool] = if opts.non_sme_layout { &[true, false] } else { &[true] };
+        for &sme in passes {
+            let gemm = best(&cands, TileKind::Gemm, &f, sme).or_else(|| best(&cands, TileKind::Gemv, &f, sme));
+            let Some(gemm) = gemm else { continue };
+            if slots.iter().any(|s| s.gemm.info().name == gemm.info().name) {
+                continue;
+            }
+            let layout = gemm.rhs_layout(n, k)?;
+            let gemv = best(&cands, TileKind::Gemv, &f, sme).filter(|g| g.info().name != gemm.info().name);
+            // GEMM and GEMV share one packed layout when their nr/kr/sr agree;
+            // otherwise the GEMV kernel gets a slot of its own.
+            let (shared, own) = match gemv {
+                Some(g) if g.rhs_layout(n, k)? == layout => (Some(g.boxed()), None),
+                Some(g) => (None, Some(g)),
+                None => (None, None),
+            };
+            slots.push(Slot { gemm: gemm.boxed(), gemv: shared, rhs: gemm.pack(w)? });
+            if let Some(g) = own {
+                slots.push(Slot { gemm: g.boxed(), gemv: None, rhs: g.pack(w)? });
+            }
+        }
+        let reference = if slots.is_empty() || opts.keep_reference { Some(w.to_owned_weights()?) } else { None };
+        Ok(PackedWeights { n, k, kind: w.kind(), activation: opts.activation, slots, reference })
+    }
+
+    /// Output channels.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    /// Inputs per channel.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    /// The weight kind.
+    pub fn kind(&self) -> WeightKind {
+        self.kind
+    }
+
+    /// The packed layouts held: (GEMM kernel, GEMV kernel sharing it).
+    pub fn layouts(&self) -> Vec<(&'static str, Option<&'static str>)> {
+        self.slots.iter().map(|s| (s.gemm.info().name, s.gemv.as_ref().map(|g| g.info().name))).collect()
+    }
+
+    /// The slot and kernel that serve `m` rows with the current features.
+    fn pick(&self, m: usize, f: &Features) -> Option<(&Slot, &dyn Backend)> {
+        let runs = |b: &dyn Backend| b.info().supported(f).is_ok();
+        if m == 1 {
+            for s in &self.slots {
+                if let Some(g) = s.gemv.as_deref().filter(|g| runs(*g)) {
+                    return Some((s, g));
+                }
+                if s.gemm.info().tile == TileKind::Gemv && runs(&*s.gemm) {
+                    return Some((s, &*s.gemm));
+                }
+            }
+        }
+        self.slots
+            .iter()
+            .filter(|s| runs(&*s.gemm))
+            .max_by_key(|s| u32::from(s.gemm.info().tile == TileKind::Gemm) * 1000 + s.gemm.info().rank)
+            .map(|s| (s, &*s.gemm))
+    }
+
+    /// The kernel that would serve `m` rows now (None: the reference).
+    pub fn kernel_for(&self, m: usize) -> Option<&'static str> {
+        self.pick(m, &Features::current()).map(|(_, b)| b.info().name)
+    }
+
+    /// `y (m x n) = clamp(x (m x k) · wᵀ + bias)`.
+    pub fn matmul(
+        &self,
+        m: usize,
+        x: Activation<'_>,
+        mut y: ActivationMut<'_>,
+        clamp: Clamp,
+        par: Parallelism,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        crate::error::nonzero(m, "m")?;
+        if x.dtype() != self.activation || y.dtype() != self.activation {
+            return Err(Error::InvalidArgument(format!(
+                "weights were packed for {:?} activations, got {:?} in and {:?} out",
+                self.activation,
+                x.dtype(),
+                y.dtype()
+            )));
+        }
+        if let Some((slot, b)) = self.pick(m, &Features::current()) {
+            let lhs = scratch.lhs.get_or_insert_with(PackedLhs::empty);
+            return b.run(m, x, &slot.rhs, y.reborrow(), clamp, par, lhs);
+        }
+        match &self.reference {
+            Some(r) => r.reference(m, x, y, clamp),
+            None => Err(Error::Unsupported {
+                kernel: self.slots.first().map_or("(none)", |s| s.gemm.info().name),
+                why: "no packed layout runs with the current CPU features and no reference copy was kept \
+                      (PackOptions::keep_reference)"
+                    .into(),
+            }),
+        }
+    }
+
+    /// Weight row `row` as f32 (`get_rows`), from the first packed layout
+    /// (or the reference copy).
+    pub fn row(&self, row: usize, out: &mut [f32]) -> Result<()> {
+        if row >= self.n {
+            return Err(Error::InvalidArgument(format!("row {row} of {}", self.n)));
+        }
+        crate::error::at_least(out.len(), self.k, "row output")?;
+        if let Some(s) = self.slots.first() {
+            return s.gemm.unpack_row(&s.rhs, row, out);
+        }
+        match &self.reference {
+            Some(OwnedWeights::Int4PerChannel { n, k, order, encoding, data, scales, bias: _ }) => {
+                let w = Int4PerChannel { n: *n, k: *k, order: *order, encoding: *encoding, data, scales, bias: None };
+                for (c, o) in out.iter_mut().enumerate().take(*k) {
+                    *o = w.value_unchecked(row, c) as f32 * scales[row];
+                }
+                Ok(())
+            }
+            None => Err(Error::InvalidArgument("no packed layout and no reference copy".into())),
+        }
+    }
+
+    /// Serialises the packed layouts as a packed-weight file ([`file`]).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        if self.slots.is_empty() {
+            return Err(Error::InvalidArgument("nothing packed to save (no kernel ran here)".into()));
+        }
+        let mut header = file::FileHeader {
+            kleidiai_version: crate::sys::KLEIDIAI_VERSION.into(),
+            weight_kind: self.kind.id(),
+            output: self.activation.id(),
+            n: self.n as u64,
+            k: self.k as u64,
+            slots: Vec::new(),
+        };
+        let mut offset = file::FileHeader::header_len(self.slots.len());
+        for s in &self.slots {
+            let l = s.rhs.layout();
+            let u32_of = |v: usize, what: &str| {
+                u32::try_from(v).map_err(|_| Error::Overflow(format!("{what} {v} does not fit the file header")))
+            };
+            header.slots.push(file::SlotHeader {
+                gemm_kernel: s.gemm.info().name.into(),
+                gemv_kernel: s.gemv.as_ref().map_or(String::new(), |g| g.info().name.into()),
+                format: l.format.into(),
+                r: u32_of(l.r, "nr")?,
+                kr: u32_of(l.kr, "kr")?,
+                sr: u32_of(l.sr, "sr")?,
+                bl: u32_of(l.bl, "bl")?,
+                vector_bytes: u32_of(l.vector_bytes, "vector length")?,
+                offset: offset as u64,
+                len: s.rhs.as_bytes().len() as u64,
+                crc32: crc32fast::hash(s.rhs.as_bytes()),
+            });
+            offset = (offset + s.rhs.as_bytes().len()).div_ceil(64) * 64;
+        }
+        let mut out = header.to_bytes()?;
+        for s in &self.slots {
+            out.resize(out.len().div_ceil(64) * 64, 0);
+            out.extend_from_slice(s.rhs.as_bytes());
+        }
+        Ok(out)
+    }
+
+    /// Loads a packed-weight file, copying the payloads.
+    pub fn from_bytes(bytes: &[u8]) -> Result<PackedWeights> {
+        Self::load(Arc::new(bytes.to_vec()), false)
+    }
+
+    /// Loads a packed-weight file without copying: the payloads stay in
+    /// `bytes` (e.g. a memory-mapped file), which must keep the payloads
+    /// 64-byte aligned (a mapping's start is page aligned).
+    pub fn from_shared(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<PackedWeights> {
+        Self::load(bytes, true)
+    }
+
+    fn load(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>, zero_copy: bool) -> Result<PackedWeights> {
+        let data = (*bytes).as_ref();
+        let h = file::FileHeader::parse(data)?;
+        if h.kleidiai_version != crate::sys::KLEIDIAI_VERSION {
+            return Err(Error::InvalidArgument(format!(
+                "packed with KleidiAI {}, this build uses {}: layouts may differ, repack",
+                h.kleidiai_version,
+                crate::sys::KLEIDIAI_VERSION
+            )));
+        }
+        let kind = WeightKind::from_id(h.weight_kind)
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown weight kind id {}", h.weight_kind)))?;
+        let activation = DType::from_id(h.output)
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown activation type id {}", h.output)))?;
+        let (n, k) = (usize::try_from(h.n), usize::try_from(h.k));
+        let (Ok(n), Ok(k)) = (n, k) else { return Err(Error::Overflow("shape does not fit usize".into())) };
+        let f = Features::current();
+        let mut slots = Vec::new();
+        let mut why = Vec::new();
+        for (i, s) in h.slots.iter().enumerate() {
+            let Some(gemm) = backend_by_name(&s.gemm_kernel) else {
+                why.push(format!("slot {i}: kernel {} is not in this build", s.gemm_kernel));
+                continue;
+            };
+            if let Err(e) = gemm.info().supported(&f) {
+                why.push(format!("slot {i}: {} {e}", s.gemm_kernel));
+                continue;
+            }
+            let want = gemm.rhs_layout(n, k)?;
+            let stored =
+                (s.format.as_str(), s.r as usize, s.kr as usize, s.sr as usize, s.bl as usize, s.vector_bytes as usize);
+            if stored != (want.format, want.r, want.kr, want.sr, want.bl, want.vector_bytes) {
+                why.push(format!(
+                    "slot {i}: packed as {} nr={} kr={} sr={} bl={} vl={}b, {} here needs {want}",
+                    s.format,
+                    s.r,
+                    s.kr,
+                    s.sr,
+                    s.bl,
+                    s.vector_bytes * 8,
+                    s.gemm_kernel
+                ));
+                continue;
+            }
+            let range = s.offset as usize..(s.offset + s.len) as usize;
+            let rhs = if zero_copy {
+                PackedRhs::shared(want, bytes.clone(), range, s.len as usize)?
+            } else {
+                let mut buf = crate::buffer::AlignedBuf::zeroed(s.len as usize);
+                buf.as_mut_slice().copy_from_slice(&data[range]);
+                PackedRhs::new(want, buf)
+            };
+            let gemv = if s.gemv_kernel.is_empty() {
+                None
+            } else {
+                let g = backend_by_name(&s.gemv_kernel).ok_or_else(|| {
+                    Error::InvalidArgument(format!("slot {i}: GEMV kernel {} is not in this build", s.gemv_kernel))
+                })?;
+                if g.rhs_layout(n, k)? != want {
+                    return Err(Error::InvalidArgument(format!(
+                        "slot {i}: GEMV kernel {} needs another layout",
+                        s.gemv_kernel
+                    )));
+                }
+                Some(g)
+            };
+            slots.push(Slot { gemm, gemv, rhs });
+        }
+        if slots.is_empty() {
+            return Err(Error::Unsupported {
+                kernel: "packed-weight file",
+                why: format!("no layout in the file runs here: {}", why.join("; ")),
+            });
+        }
+        Ok(PackedWeights { n, k, kind, activation, slots, reference: None })
+    }
+}
