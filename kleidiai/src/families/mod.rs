@@ -5,7 +5,10 @@
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod engine;
 
+pub mod matmul_clamp_f16_qsi8d32p_qai4c32p;
 pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
+pub mod matmul_clamp_f32_qsi8d32p_qai4c32p;
+mod qsi8d32p_qai4c32p;
 
 /// Every upstream compute family of KleidiAI v1.30.0 (directory names).
 pub const FAMILIES: &[&str] = &[
@@ -48,7 +51,9 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     let mut v = Vec::new();
     #[cfg(target_arch = "aarch64")]
     {
+        v.extend(matmul_clamp_f16_qsi8d32p_qai4c32p::infos());
         v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
+        v.extend(matmul_clamp_f32_qsi8d32p_qai4c32p::infos());
     }
     v
 }

@@ -2,5 +2,7 @@
 //! One file per format kind.
 
 mod int4;
+mod int4_asym_block;
 
 pub use int4::{Int4Encoding, Int4PerChannel, Order};
+pub use int4_asym_block::{Int4AsymBlock, NibbleOrder};

@@ -4,5 +4,7 @@
 //! One file per scheme.
 
 mod qai8dx;
+mod qsi8d32;
 
 pub use qai8dx::{Qai8dxRow, qai8dx_row};
+pub use qsi8d32::{Qsi8d32Block, qsi8d32_block, qsi8d32_block_f16};
