@@ -3,6 +3,8 @@
 
 mod int4;
 mod int4_asym_block;
+mod uint8;
 
 pub use int4::{Int4Encoding, Int4PerChannel, Order};
 pub use int4_asym_block::{Int4AsymBlock, NibbleOrder};
+pub use uint8::U8Weights;
