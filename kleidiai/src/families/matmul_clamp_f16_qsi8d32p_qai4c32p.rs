@@ -45,7 +45,7 @@ use half::f16;
 pub const FAMILY: &str = "matmul_clamp_f16_qsi8d32p_qai4c32p";
 
 /// The family's element types (f16 in, f16 out), as a type parameter of
-/// [`Kernel`].
+/// `Kernel` (on aarch64).
 #[derive(Debug)]
 pub enum Family {}
 

@@ -36,7 +36,7 @@ use crate::quant::{Qsi8d32Block, qsi8d32_block};
 pub const FAMILY: &str = "matmul_clamp_f32_qsi8d32p_qai4c32p";
 
 /// The family's element types (f32 in, f32 out), as a type parameter of
-/// [`Kernel`].
+/// `Kernel` (on aarch64).
 #[derive(Debug)]
 pub enum Family {}
 

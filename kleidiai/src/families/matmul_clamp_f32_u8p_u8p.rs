@@ -6,7 +6,7 @@
 //! Kernel (1 upstream, `kai_matmul_uker_api`):
 //! `kai_matmul_clamp_f32_u8p4vsx4_u8p4vsx4_i32_i32_f32_f32_8vsx8vs_sme2_mopa`
 //! (SME2 UMOPA, then SCVTF, FMAD and FCLAMP, read from its source). Packing
-//! as `matmul_i32_u8p_u8p` (same packers, same packed format `x8p4vsx4`).
+//! as `matmul_i32_u8p_u8p` (same packers, same packed format `u8p4vsx4`).
 //!
 //! Tolerance of the conformance test: none. The reference performs the same
 //! operations in the same order (exact int32, one int-to-f32 rounding, one

@@ -7,7 +7,7 @@
 //! tiles of `8 * vscale` rows and columns). Packing: LHS
 //! `kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme`, RHS
 //! `kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme` or `..._kxn_...` (one packed
-//! format, `x8p4vsx4`, shared with `matmul_clamp_f32_u8p_u8p`). Both biases
+//! format, `u8p4vsx4`, shared with `matmul_clamp_f32_u8p_u8p`). Both biases
 //! are run-time arguments; a missing one is zero.
 //!
 //! Tolerance of the conformance test: none. Integer arithmetic modulo 2^32

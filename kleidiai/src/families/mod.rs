@@ -11,7 +11,12 @@ pub mod matmul_clamp_f16_qsi8d32p_qai4c32p;
 pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
 pub mod matmul_clamp_f32_qsi8d32p_qai4c32p;
 pub mod matmul_clamp_f32_u8p_u8p;
+pub mod matmul_clamp_qai8_qai8_qsi4cxp;
+pub mod matmul_clamp_qai8_qai8_qsi8cxp;
+pub mod matmul_clamp_qai8_qai8p_qsi4cxp;
+pub mod matmul_clamp_qai8_qai8p_qsi8cxp;
 pub mod matmul_i32_u8p_u8p;
+mod qai8;
 mod qsi8d32p_qai4c32p;
 mod u8p_u8p;
 
@@ -60,6 +65,10 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
         v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
         v.extend(matmul_clamp_f32_qsi8d32p_qai4c32p::infos());
         v.extend(matmul_clamp_f32_u8p_u8p::infos());
+        v.extend(matmul_clamp_qai8_qai8_qsi4cxp::infos());
+        v.extend(matmul_clamp_qai8_qai8_qsi8cxp::infos());
+        v.extend(matmul_clamp_qai8_qai8p_qsi4cxp::infos());
+        v.extend(matmul_clamp_qai8_qai8p_qsi8cxp::infos());
         v.extend(matmul_i32_u8p_u8p::infos());
     }
     v

@@ -6,8 +6,9 @@
 //! Packing (both families): LHS `kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme`,
 //! RHS `kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme` (N x K) or
 //! `kai_matmul_pack_rhs_kxn_x8p4vsx4_x8_sme` (K x N), both giving the same
-//! packed format `x8p4vsx4` (blocks of `4 * vscale` rows, groups of 4 K
-//! values, K padded to a multiple of 4 with zeros).
+//! packed format, tagged `u8p4vsx4` here (upstream's `x8p4vsx4` with its
+//! element type: blocks of `4 * vscale` rows, groups of 4 K values, K padded
+//! to a multiple of 4 with zeros).
 
 use super::matmul_i32_u8p_u8p::AccBias;
 use crate::error::{self, Result};
@@ -80,7 +81,7 @@ mod imp {
     use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
     use kleidiai_sys as sys;
 
-    pub(crate) const FORMAT: &str = "x8p4vsx4";
+    pub(crate) const FORMAT: &str = "u8p4vsx4";
     const LHS_PACKER: &str = "kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme";
     const RHS_PACKERS: &[&str] =
         &["kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme", "kai_matmul_pack_rhs_kxn_x8p4vsx4_x8_sme"];
@@ -317,7 +318,7 @@ mod imp {
         }
     }
 
-    /// Weight row `row` of an `x8p4vsx4` packed RHS, as f32.
+    /// Weight row `row` of a `u8p4vsx4` packed RHS, as f32.
     pub(crate) fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != FORMAT {
