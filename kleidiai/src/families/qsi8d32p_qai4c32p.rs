@@ -387,6 +387,8 @@ mod imp {
             check_weights(w)?;
             let layout = self.rhs_layout(w.n, w.k, w.bl)?;
             let (n, k, nr, kr, sr, bl) = (w.n, w.k, layout.r, layout.kr, layout.sr, w.bl);
+            // The packed size must not overflow: padded rows * (blocks * (bl/2 + 8) + 4).
+            error::mul(error::mul(n.div_ceil(nr), nr, "packed rhs")?, (k / bl) * (bl / 2 + 8) + 4, "packed rhs")?;
             let bias = w.bias.map_or(core::ptr::null(), |b| b.as_ptr().cast::<c_void>());
             let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
             let (zero, scale) = (w.offsets.as_ptr().cast::<c_void>(), w.scales.as_ptr().cast::<c_void>());
