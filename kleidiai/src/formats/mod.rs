@@ -2,5 +2,11 @@
 //! One file per format kind.
 
 mod int4;
+mod int4_asym_block;
+mod static_int;
+mod uint8;
 
 pub use int4::{Int4Encoding, Int4PerChannel, Order};
+pub use int4_asym_block::{Int4AsymBlock, NibbleOrder};
+pub use static_int::{StaticInt4Weights, StaticInt8Weights};
+pub use uint8::U8Weights;

@@ -1,0 +1,968 @@
+//! What the four static int8 families share (`matmul_clamp_qai8_qai8_qsi8cxp`,
+//! `..._qai8p_qsi8cxp`, `..._qai8_qsi4cxp`, `..._qai8p_qsi4cxp`): the math,
+//! the reference, the RHS and LHS packers, and the kernel glue for upstream's
+//! interface and `kai_matmul_uker_api` kernels.
+//!
+//! Math: with the LHS `x = (a - zp) * lhs_scale` (int8 `a`), weights
+//! `w = q * scale[j]` (int8 or int4 `q`) and an int32 bias `b[j]` in
+//! accumulator units, every kernel computes, per output,
+//! `acc = b'[j] + sum_k a * q` in int32 where the packer folded the zero
+//! point into the bias, `b'[j] = b[j] - zp * sum_k q`, and then
+//! [`requantize`](crate::quant::requantize)s `acc` with
+//! `scale'[j] = scale[j] * (lhs_scale / dst_scale)` (both f32 products, made
+//! by the packer): f32 conversion, multiply, round half to even, saturate,
+//! add the output zero point, clamp. All of it is exact integer or
+//! correctly rounded f32 arithmetic in a fixed order, so the reference
+//! reproduces the kernels bit for bit.
+
+use crate::error::{self, Result};
+use crate::formats::{StaticInt4Weights, StaticInt8Weights};
+use crate::quant::{Qai8Output, Qai8Quant, requantize};
+
+/// Either weight type.
+#[derive(Clone, Copy)]
+pub(crate) enum Weights<'w, 'a> {
+    I8(&'w StaticInt8Weights<'a>),
+    I4(&'w StaticInt4Weights<'a>),
+}
+
+impl Weights<'_, '_> {
+    fn validate(&self) -> Result<()> {
+        match self {
+            Weights::I8(w) => w.validate(),
+            Weights::I4(w) => w.validate(),
+        }
+    }
+    fn n(&self) -> usize {
+        match self {
+            Weights::I8(w) => w.n,
+            Weights::I4(w) => w.n,
+        }
+    }
+    fn k(&self) -> usize {
+        match self {
+            Weights::I8(w) => w.k,
+            Weights::I4(w) => w.k,
+        }
+    }
+    fn value(&self, j: usize, p: usize) -> i32 {
+        match self {
+            Weights::I8(w) => w.value_unchecked(j, p) as i32,
+            Weights::I4(w) => w.value_unchecked(j, p) as i32,
+        }
+    }
+    fn scales(&self) -> &[f32] {
+        match self {
+            Weights::I8(w) => w.scales,
+            Weights::I4(w) => w.scales,
+        }
+    }
+    fn bias(&self) -> Option<&[i32]> {
+        match self {
+            Weights::I8(w) => w.bias,
+            Weights::I4(w) => w.bias,
+        }
+    }
+}
+
+impl<'w, 'a> From<&'w StaticInt8Weights<'a>> for Weights<'w, 'a> {
+    fn from(w: &'w StaticInt8Weights<'a>) -> Self {
+        Weights::I8(w)
+    }
+}
+
+impl<'w, 'a> From<&'w StaticInt4Weights<'a>> for Weights<'w, 'a> {
+    fn from(w: &'w StaticInt4Weights<'a>) -> Self {
+        Weights::I4(w)
+    }
+}
+
+/// The per-channel bias and scale the packers compute. Errors when a bias
+/// plus its zero-point correction leaves int32 (the packers' int32
+/// arithmetic would overflow).
+pub(crate) fn channel_params(w: Weights<'_, '_>, q: &Qai8Quant) -> Result<(Vec<i32>, Vec<f32>)> {
+    w.validate()?;
+    q.check()?;
+    let (n, k) = (w.n(), w.k());
+    let mult = q.scale_multiplier();
+    let mut bias = Vec::with_capacity(n);
+    for j in 0..n {
+        let colsum: i64 = (0..k).map(|p| w.value(j, p) as i64).sum();
+        let b = w.bias().map_or(0, |b| b[j]) as i64 - q.lhs_zero_point as i64 * colsum;
+        bias.push(i32::try_from(b).map_err(|_| {
+            crate::Error::Overflow(format!("bias of channel {j} plus its zero-point correction ({b}) leaves int32"))
+        })?);
+    }
+    let scales = w.scales()[..n].iter().map(|s| s * mult).collect();
+    Ok((bias, scales))
+}
+
+/// Checks an `m x k` int8 LHS with rows `stride` values apart.
+pub(crate) fn check_lhs(m: usize, k: usize, lhs: &[i8], stride: usize) -> Result<()> {
+    error::nonzero(m, "m")?;
+    error::nonzero(k, "k")?;
+    if stride < k {
+        return Err(crate::Error::InvalidArgument(format!("lhs_stride {stride} < k {k}")));
+    }
+    let need = error::mul(m - 1, stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
+    error::at_least(lhs.len(), need, "lhs")
+}
+
+/// The reference of all four families.
+pub(crate) fn reference_impl(
+    m: usize,
+    lhs: &[i8],
+    w: Weights<'_, '_>,
+    q: &Qai8Quant,
+    out: &Qai8Output,
+    dst: &mut [i8],
+) -> Result<()> {
+    out.check()?;
+    let (bias, scales) = channel_params(w, q)?;
+    let (n, k) = (w.n(), w.k());
+    check_lhs(m, k, lhs, k)?;
+    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let wq: Vec<i32> = (0..n * k).map(|i| w.value(i / k, i % k)).collect();
+    for i in 0..m {
+        let row = &lhs[i * k..(i + 1) * k];
+        for j in 0..n {
+            let acc =
+                row.iter().zip(&wq[j * k..(j + 1) * k]).fold(bias[j], |acc, (&a, &b)| acc.wrapping_add(a as i32 * b));
+            dst[i * n + j] = requantize(acc, scales[j], out);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) use imp::*;
+
+#[cfg(target_arch = "aarch64")]
+mod imp {
+    use super::*;
+    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::cpu::{CpuFeature, Features};
+    use crate::families::engine::{self, Tiles};
+    use crate::families::uker::{PackLhs, PackRhs, Uker, UkerCtor};
+    use crate::formats::{Int4Encoding, Order};
+    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use core::ffi::c_void;
+    use kleidiai_sys as sys;
+
+    /// Packed by `kai_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme`.
+    pub(crate) const FORMAT_QSI8CXP2VLX4SB: &str = "qsi8cxp2vlx4sb";
+    /// Packed by `kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme`.
+    pub(crate) const FORMAT_QSI8CXP4VSX4: &str = "qsi8cxp4vsx4bi32sf32";
+    /// Packed by the four `kai_matmul_pack_rhs_*_qsi4cxp8vsx4sf32bi32_*` packers.
+    pub(crate) const FORMAT_QSI4CXP8VSX4: &str = "qsi4cxp8vsx4sf32bi32";
+    const LHS_FORMAT_2VLX4: &str = "qai8p2vlx4";
+    const LHS_FORMAT_4VSX4: &str = "qai8p4vsx4";
+    const KR: usize = 4;
+
+    /// How a kernel takes its LHS.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub(crate) enum Lhs {
+        /// Plain int8 rows (the GEMV kernels: one row per call).
+        Unpacked,
+        /// `kai_lhs_pack_x8p2vlx4_x8_sme` (`mr` = two SME vectors of int32).
+        X8p2vlx4,
+        /// `kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme`.
+        X8p4vsx4,
+    }
+
+    /// The packed RHS a kernel reads.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub(crate) enum Rhs {
+        Qsi8cxp2vlx4sb,
+        Qsi8cxp4vsx4,
+        Qsi4cxp8vsx4,
+    }
+
+    impl Rhs {
+        fn format(self) -> &'static str {
+            match self {
+                Rhs::Qsi8cxp2vlx4sb => FORMAT_QSI8CXP2VLX4SB,
+                Rhs::Qsi8cxp4vsx4 => FORMAT_QSI8CXP4VSX4,
+                Rhs::Qsi4cxp8vsx4 => FORMAT_QSI4CXP8VSX4,
+            }
+        }
+        fn packers(self) -> &'static [&'static str] {
+            match self {
+                Rhs::Qsi8cxp2vlx4sb => &["kai_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme"],
+                Rhs::Qsi8cxp4vsx4 => &["kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme"],
+                Rhs::Qsi4cxp8vsx4 => &[
+                    "kai_rhs_pack_nxk_qsi4cxp8vsx4sf32bi32_qsi4cx_f32_i32_sme",
+                    "kai_rhs_pack_nxk_qsi4cxp8vsx4sf32bi32_qsu4cx_f32_i32_sme",
+                    "kai_rhs_pack_kxn_qsi4cxp8vsx4sf32bi32_qsi4cx_f32_i32_sme",
+                    "kai_rhs_pack_kxn_qsi4cxp8vsx4sf32bi32_qsu4cx_f32_i32_sme",
+                ],
+            }
+        }
+        /// K values a packed column holds (K padded to this).
+        fn k_multiple(self) -> usize {
+            if self == Rhs::Qsi4cxp8vsx4 { 32 } else { KR }
+        }
+    }
+
+    type RunQ = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        *const c_void,
+        *const c_void,
+        *mut c_void,
+        usize,
+        usize,
+        *const sys::kai_matmul_requantize32_params,
+    );
+
+    /// An interface kernel's functions (`mr` and the LHS offset are absent
+    /// for the GEMV kernel, whose LHS is not packed).
+    #[derive(Clone, Copy)]
+    pub(crate) struct IfaceFns {
+        pub m_step: unsafe extern "C" fn() -> usize,
+        pub n_step: unsafe extern "C" fn() -> usize,
+        pub mr: Option<unsafe extern "C" fn() -> usize>,
+        pub nr: unsafe extern "C" fn() -> usize,
+        pub kr: unsafe extern "C" fn() -> usize,
+        pub sr: unsafe extern "C" fn() -> usize,
+        pub lhs_offset: Option<unsafe extern "C" fn(usize, usize) -> usize>,
+        pub rhs_offset: unsafe extern "C" fn(usize, usize) -> usize,
+        pub run: RunQ,
+    }
+
+    /// How a kernel is called.
+    #[derive(Clone, Copy)]
+    pub(crate) enum Call {
+        Iface(IfaceFns),
+        Uker(UkerCtor),
+    }
+
+    /// A kernel of one of the four families.
+    pub(crate) struct Entry {
+        pub(crate) info: KernelInfo,
+        call: Call,
+        pub(crate) lhs: Lhs,
+        rhs: Rhs,
+    }
+
+    /// An entry for a kernel (`u`) of `family`.
+    pub(crate) fn entry(family: &'static str, u: &'static sys::Ukernel, call: Call, lhs: Lhs, rhs: Rhs) -> Entry {
+        Entry {
+            info: KernelInfo {
+                name: u.name,
+                family,
+                features: u.features,
+                vector_length: VectorLength::Any,
+                tile: tile_kind_for(u.name),
+                lhs_packer: match lhs {
+                    Lhs::Unpacked => None,
+                    Lhs::X8p2vlx4 => Some("kai_lhs_pack_x8p2vlx4_x8_sme"),
+                    Lhs::X8p4vsx4 => Some("kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme"),
+                },
+                rhs_packers: rhs.packers(),
+                rank: rank_for(u.name, u.features),
+            },
+            call,
+            lhs,
+            rhs,
+        }
+    }
+
+    /// `mr` of `kai_lhs_pack_x8p2vlx4_x8_sme` (not exported upstream): two
+    /// streaming vectors of int32.
+    fn mr_2vlx4(f: &Features) -> usize {
+        2 * f.sme_vector_bytes().unwrap_or(0) / 4
+    }
+
+    impl Entry {
+        /// Tiles, features, and the table of a uker kernel.
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Features, Option<Uker>)> {
+            let f = engine::ensure_supported(&self.info)?;
+            debug_assert!(self.info.features.contains(&CpuFeature::Sme));
+            // SAFETY: the CPU has every feature the kernel needs
+            // (ensure_supported); the packers queried need SME only, which
+            // every kernel here needs too. Getters take no pointers.
+            unsafe {
+                match self.call {
+                    Call::Iface(x) => {
+                        let t = Tiles {
+                            m_step: (x.m_step)(),
+                            n_step: (x.n_step)(),
+                            mr: x.mr.map_or(1, |g| g()),
+                            nr: (x.nr)(),
+                            kr: (x.kr)(),
+                            sr: (x.sr)(),
+                        };
+                        Ok((t, f, None))
+                    }
+                    Call::Uker(ctor) => {
+                        let uker = Uker::new(ctor);
+                        let (m_step, n_step) = uker.step();
+                        let mr = match self.lhs {
+                            Lhs::Unpacked => 1,
+                            Lhs::X8p2vlx4 => mr_2vlx4(&f),
+                            Lhs::X8p4vsx4 => PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme).step_m(),
+                        };
+                        let nr = match self.rhs {
+                            Rhs::Qsi8cxp2vlx4sb => sys::kai_get_n_step_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme(),
+                            Rhs::Qsi8cxp4vsx4 => {
+                                PackRhs::new(sys::kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme)
+                                    .step_n()
+                            }
+                            Rhs::Qsi4cxp8vsx4 => {
+                                PackRhs::new(sys::kai_matmul_pack_rhs_nxk_qsi4cxp8vsx4sf32bi32_qsi4cx_f32_i32_sme)
+                                    .step_n()
+                            }
+                        };
+                        Ok((Tiles { m_step, n_step, mr, nr, kr: KR, sr: 1 }, f, Some(uker)))
+                    }
+                }
+            }
+        }
+
+        fn check_tiles(&self, t: &Tiles, f: &Features) -> Result<()> {
+            // The packers' own block sizes must be the kernel's.
+            // SAFETY: a getter of an SME packer; the caller checked the CPU.
+            let packer_nr = match self.rhs {
+                Rhs::Qsi8cxp2vlx4sb => unsafe { sys::kai_get_n_step_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme() },
+                _ => t.nr,
+            };
+            let packer_mr = if self.lhs == Lhs::X8p2vlx4 { mr_2vlx4(f) } else { t.mr };
+            if t.kr != KR || t.sr != 1 || packer_nr != t.nr || packer_mr != t.mr {
+                return Err(crate::Error::WrongFamily {
+                    kernel: self.info.name,
+                    why: format!(
+                        "kernel blocks mr {} nr {} kr {} sr {} do not match its packers",
+                        t.mr, t.nr, t.kr, t.sr
+                    ),
+                });
+            }
+            Ok(())
+        }
+
+        pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
+            let (t, f, _) = self.tiles()?;
+            self.check_tiles(&t, &f)?;
+            Ok(PackedLayout {
+                format: self.rhs.format(),
+                rows: n,
+                k,
+                r: t.nr,
+                kr: KR,
+                sr: 1,
+                bl: 0,
+                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
+            })
+        }
+
+        pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
+            let (t, f, _) = self.tiles()?;
+            self.check_tiles(&t, &f)?;
+            let format = match self.lhs {
+                Lhs::Unpacked => {
+                    return Err(crate::Error::WrongFamily {
+                        kernel: self.info.name,
+                        why: "this kernel reads a plain int8 LHS".into(),
+                    });
+                }
+                Lhs::X8p2vlx4 => LHS_FORMAT_2VLX4,
+                Lhs::X8p4vsx4 => LHS_FORMAT_4VSX4,
+            };
+            Ok(PackedLayout {
+                format,
+                rows: m,
+                k,
+                r: t.mr,
+                kr: KR,
+                sr: 1,
+                bl: 0,
+                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
+            })
+        }
+
+        /// Packs the weights with the quantisation `q` baked in.
+        pub(crate) fn pack_rhs(&self, w: Weights<'_, '_>, q: &Qai8Quant) -> Result<PackedRhs> {
+            // Validates, and checks the packers' int32 bias arithmetic.
+            channel_params(w, q)?;
+            let (n, k) = (w.n(), w.k());
+            let layout = self.rhs_layout(n, k)?;
+            match (self.rhs, w) {
+                (Rhs::Qsi4cxp8vsx4, Weights::I4(_)) | (Rhs::Qsi8cxp2vlx4sb | Rhs::Qsi8cxp4vsx4, Weights::I8(_)) => {}
+                _ => {
+                    return Err(crate::Error::WrongFamily {
+                        kernel: self.info.name,
+                        why: "these weights are not the kernel's int8 / int4 type".into(),
+                    });
+                }
+            }
+            let kp = k.next_multiple_of(self.rhs.k_multiple());
+            error::mul(n.div_ceil(layout.r), error::mul(layout.r, kp + 8, "packed rhs")?, "packed rhs")?;
+            // The packers read a bias unconditionally.
+            let zeros;
+            let bias = match w.bias() {
+                Some(b) => b,
+                None => {
+                    zeros = vec![0i32; n];
+                    &zeros[..]
+                }
+            };
+            let (zp, mult) = (q.lhs_zero_point, q.scale_multiplier());
+            let neg_zp = -zp;
+            let scales = w.scales();
+            let mut buf;
+            match w {
+                Weights::I8(w8) => {
+                    // Both int8 packers read K x N.
+                    let kxn: std::borrow::Cow<'_, [i8]> = match w8.order {
+                        Order::KxN => std::borrow::Cow::Borrowed(&w8.data[..n * k]),
+                        Order::NxK => (0..k * n).map(|i| w8.data[(i % n) * k + i / n]).collect(),
+                    };
+                    if self.rhs == Rhs::Qsi8cxp2vlx4sb {
+                        let params = sys::kai_rhs_pack_qsi8cx_params { lhs_zero_point: zp, scale_multiplier: mult };
+                        // SAFETY: the CPU runs SME (rhs_layout); kxn holds
+                        // k x n int8 with rows n bytes apart; bias and scales
+                        // hold n values; nr is the packer's n_step, kr 4, sr 1
+                        // (check_tiles); the buffer has the packer's size; the
+                        // zero-point correction fits int32 (channel_params).
+                        unsafe {
+                            buf = AlignedBuf::zeroed(
+                                sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme(n, k),
+                            );
+                            sys::kai_run_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme(
+                                1,
+                                n,
+                                k,
+                                layout.r,
+                                KR,
+                                1,
+                                n,
+                                kxn.as_ptr().cast(),
+                                bias.as_ptr().cast(),
+                                scales.as_ptr().cast(),
+                                buf.as_mut_ptr().cast(),
+                                0,
+                                &params,
+                            );
+                        }
+                    } else {
+                        // SAFETY: as above, through the uker packer's table;
+                        // the scalars outlive the call.
+                        unsafe {
+                            let p = PackRhs::new(sys::kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme);
+                            buf = AlignedBuf::zeroed(p.packed_size(n, k));
+                            let mut args = sys::kai_matmul_pack_rhs_uker_args::default();
+                            args.shape.n = n;
+                            args.shape.k = k;
+                            args.operand.rhs.ptr = kxn.as_ptr().cast();
+                            args.operand.bias_n.ptr = bias.as_ptr().cast();
+                            args.operand.k_sum_scale_global.ptr = (&neg_zp as *const i32).cast();
+                            args.operand.scale_n.ptr = scales.as_ptr().cast();
+                            args.operand.scale_global.ptr = (&mult as *const f32).cast();
+                            args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
+                            p.run(&mut args);
+                        }
+                    }
+                }
+                Weights::I4(w4) => {
+                    let ctor = match (w4.order, w4.encoding) {
+                        (Order::NxK, Int4Encoding::Signed) => {
+                            sys::kai_matmul_pack_rhs_nxk_qsi4cxp8vsx4sf32bi32_qsi4cx_f32_i32_sme
+                        }
+                        (Order::NxK, Int4Encoding::Offset8) => {
+                            sys::kai_matmul_pack_rhs_nxk_qsi4cxp8vsx4sf32bi32_qsu4cx_f32_i32_sme
+                        }
+                        (Order::KxN, Int4Encoding::Signed) => {
+                            sys::kai_matmul_pack_rhs_kxn_qsi4cxp8vsx4sf32bi32_qsi4cx_f32_i32_sme
+                        }
+                        (Order::KxN, Int4Encoding::Offset8) => {
+                            sys::kai_matmul_pack_rhs_kxn_qsi4cxp8vsx4sf32bi32_qsu4cx_f32_i32_sme
+                        }
+                    };
+                    // SAFETY: the CPU runs SME (rhs_layout); the data holds
+                    // the nibbles in the order and encoding of the packer
+                    // picked, rows padded to whole bytes as its stride query
+                    // says (validated); bias and scales hold n values; the
+                    // buffer has the packer's size; the zero-point correction
+                    // fits int32 (channel_params), so the packer's C
+                    // arithmetic does not overflow.
+                    unsafe {
+                        let p = PackRhs::new(ctor);
+                        buf = AlignedBuf::zeroed(p.packed_size(n, k));
+                        let mut args = sys::kai_matmul_pack_rhs_uker_args::default();
+                        args.shape.n = n;
+                        args.shape.k = k;
+                        args.operand.rhs.ptr = w4.data.as_ptr().cast();
+                        args.operand.bias_n.ptr = bias.as_ptr().cast();
+                        args.operand.k_sum_scale_global.ptr = (&neg_zp as *const i32).cast();
+                        args.operand.scale_n.ptr = scales.as_ptr().cast();
+                        args.operand.scale_global.ptr = (&mult as *const f32).cast();
+                        args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
+                        p.run(&mut args);
+                    }
+                }
+            }
+            Ok(PackedRhs::new(layout, buf))
+        }
+
+        pub(crate) fn pack_lhs_into(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[i8],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            check_lhs(m, k, lhs, lhs_stride)?;
+            let layout = self.lhs_layout(m, k)?;
+            let mr = layout.r;
+            error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.next_multiple_of(KR), "packed lhs")?;
+            // SAFETY: the CPU runs SME (lhs_layout); a table constructor.
+            let p = (self.lhs == Lhs::X8p4vsx4)
+                .then(|| unsafe { PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme) });
+            // SAFETY: size queries; mr is the packer's (check_tiles), kr 4, sr 1.
+            let size = unsafe {
+                match &p {
+                    Some(p) => p.packed_size(m, k),
+                    None => sys::kai_get_lhs_packed_size_lhs_pack_x8p2vlx4_x8_sme(m, k, mr, KR, 1),
+                }
+            };
+            let p = &p;
+            out.reset(layout, size);
+            let dst = SendPtr(out.data_mut().as_mut_ptr());
+            let src = SendPtr(lhs.as_ptr() as *mut i8);
+            engine::run_rows(par, &self.info, m, k, mr, |rows| {
+                let (src, dst) = (src, dst);
+                // SAFETY: rows.start is a multiple of mr (split_aligned), so
+                // its packed offset starts a whole row block no other range
+                // writes; the pointer is pre-offset (m_idx_start 0); the
+                // source rows lie inside `lhs` (check_lhs), the destination
+                // inside the `size` bytes reserved.
+                unsafe {
+                    let s = src.0.add(rows.start * lhs_stride).cast::<u8>();
+                    match p {
+                        Some(p) => {
+                            let off = p.packed_offset(rows.start, k);
+                            p.run(rows.len(), k, s, lhs_stride, dst.0.add(off));
+                        }
+                        None => {
+                            let off = sys::kai_get_lhs_packed_offset_lhs_pack_x8p2vlx4_x8_sme(rows.start, k, mr, KR, 1);
+                            sys::kai_run_lhs_pack_x8p2vlx4_x8_sme(
+                                rows.len(),
+                                k,
+                                mr,
+                                KR,
+                                1,
+                                0,
+                                s.cast(),
+                                lhs_stride,
+                                dst.0.add(off).cast(),
+                            );
+                        }
+                    }
+                }
+            });
+            Ok(())
+        }
+
+        /// Runs with either a packed LHS or plain int8 rows (`lhs_plain`:
+        /// rows, stride); `dst` is `m x n`.
+        #[allow(clippy::too_many_arguments)]
+        fn run_any(
+            &self,
+            m: usize,
+            lhs_packed: Option<&PackedLhs>,
+            lhs_plain: Option<(&[i8], usize)>,
+            rhs: &PackedRhs,
+            out: &Qai8Output,
+            dst: &mut [i8],
+            par: Parallelism,
+        ) -> Result<()> {
+            out.check()?;
+            let (n, k) = (rhs.layout().rows, rhs.layout().k);
+            rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
+            match (lhs_packed, lhs_plain) {
+                (Some(l), None) => l.expect(&self.lhs_layout(m, k)?, self.info.name)?,
+                (None, Some((l, stride))) => check_lhs(m, k, l, stride)?,
+                _ => unreachable!("one LHS"),
+            }
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            let (t, _, uker) = self.tiles()?;
+            let params = sys::kai_matmul_requantize32_params {
+                min_value: out.min as i32,
+                max_value: out.max as i32,
+                output_zero_point: out.zero_point,
+            };
+            let (min, max, zp) = (out.min as i32, out.max as i32, out.zero_point);
+            let (lp, stride) = match (lhs_packed, lhs_plain) {
+                (Some(l), _) => (SendPtr(l.data().as_ptr() as *mut u8), 0),
+                (_, Some((l, s))) => (SendPtr(l.as_ptr() as *mut u8), s),
+                _ => unreachable!("one LHS"),
+            };
+            let rp = SendPtr(rhs.data().as_ptr() as *mut u8);
+            let dp = SendPtr(dst.as_mut_ptr().cast::<u8>());
+            let plain = lhs_plain.is_some();
+            // SAFETY: pure queries on the kernel the CPU runs.
+            let strides =
+                uker.as_ref().map(|u| unsafe { (u.lhs_stride(m, k), u.rhs_stride(n, k), u.dst_stride(m, n)) });
+            let call = self.call;
+            let uker = uker.as_ref();
+            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
+                let (lp, rp, dp) = (lp, rp, dp);
+                // A plain LHS goes one row per call (the GEMV kernels take m = 1).
+                let calls: Vec<(usize, usize)> =
+                    if plain { rows.clone().map(|r| (r, 1)).collect() } else { vec![(rows.start, rows.len())] };
+                for (row, len) in calls {
+                    // SAFETY: both operands have exactly the layouts this
+                    // kernel computes for (m, n, k) (checked above), or the
+                    // plain rows lie inside the LHS slice (check_lhs), so
+                    // the offsets of a row start that is a multiple of m_step
+                    // and a column start that is a multiple of n_step
+                    // (plan_grid) lie inside them; dst holds m x n bytes and
+                    // tiles are disjoint; the parameters outlive the call;
+                    // the CPU supports the kernel (tiles()).
+                    unsafe {
+                        let d = dp.0.add(row * n + cols.start).cast::<c_void>();
+                        match (call, uker, strides) {
+                            (Call::Iface(x), _, _) => {
+                                let l = if plain {
+                                    lp.0.add(row * stride)
+                                } else {
+                                    lp.0.add(x.lhs_offset.expect("packed LHS offset")(row, k))
+                                };
+                                let r = rp.0.add((x.rhs_offset)(cols.start, k));
+                                (x.run)(len, cols.len(), k, l.cast(), r.cast(), d, n, 1, &params);
+                            }
+                            (Call::Uker(_), Some(u), Some((ls, rs, ds))) => {
+                                let mut args = sys::kai_matmul_uker_args {
+                                    flags: sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64,
+                                    ..Default::default()
+                                };
+                                args.shape.m = len;
+                                args.shape.n = cols.len();
+                                args.shape.k = k;
+                                args.operand.lhs.ptr =
+                                    if plain { lp.0.add(row * stride) } else { lp.0.add(u.lhs_offset(row, &ls)) }
+                                        .cast();
+                                args.operand.lhs.stride = ls;
+                                args.operand.rhs.ptr = rp.0.add(u.rhs_offset(cols.start, &rs)).cast();
+                                args.operand.rhs.stride = rs;
+                                args.operand.dst.ptr = d;
+                                args.operand.dst.stride = ds;
+                                args.operand.bias.scale_bias_global.ptr = (&zp as *const i32).cast();
+                                args.activation.clamp.min_ptr = (&min as *const i32).cast();
+                                args.activation.clamp.max_ptr = (&max as *const i32).cast();
+                                u.run(&args);
+                            }
+                            _ => unreachable!("a uker kernel has its table"),
+                        }
+                    }
+                }
+            });
+            Ok(())
+        }
+
+        /// Runs a kernel that reads a packed LHS.
+        pub(crate) fn run_packed(
+            &self,
+            lhs: &PackedLhs,
+            rhs: &PackedRhs,
+            out: &Qai8Output,
+            dst: &mut [i8],
+            par: Parallelism,
+        ) -> Result<()> {
+            self.run_any(lhs.layout().rows, Some(lhs), None, rhs, out, dst, par)
+        }
+
+        /// Runs a kernel that reads plain int8 rows (`lhs_stride` apart).
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) fn run_plain(
+            &self,
+            m: usize,
+            lhs: &[i8],
+            lhs_stride: usize,
+            rhs: &PackedRhs,
+            out: &Qai8Output,
+            dst: &mut [i8],
+            par: Parallelism,
+        ) -> Result<()> {
+            if self.lhs != Lhs::Unpacked {
+                return Err(crate::Error::WrongFamily {
+                    kernel: self.info.name,
+                    why: "this kernel reads a packed LHS".into(),
+                });
+            }
+            self.run_any(m, None, Some((lhs, lhs_stride)), rhs, out, dst, par)
+        }
+    }
+
+    /// The quantised values of weight row `row` of a packed RHS of these
+    /// families, as f32. The packed bytes keep the integer weights, the
+    /// zero-point-corrected bias and the weight scale already multiplied by
+    /// `lhs_scale / dst_scale`, so the weight scale alone is not recoverable
+    /// exactly: multiply by it to dequantise.
+    pub(crate) fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
+        let l = *rhs.layout();
+        let int4 = match l.format {
+            FORMAT_QSI8CXP2VLX4SB | FORMAT_QSI8CXP4VSX4 => false,
+            FORMAT_QSI4CXP8VSX4 => true,
+            other => return Err(crate::Error::InvalidArgument(format!("{other} is not a qai8-family packed RHS"))),
+        };
+        if row >= l.rows {
+            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+        }
+        error::at_least(out.len(), l.k, "row output")?;
+        let nr = l.r;
+        let data_bytes = if int4 { nr * l.k.next_multiple_of(32) / 2 } else { nr * l.k.next_multiple_of(KR) };
+        let stride = nr * 8 + data_bytes;
+        // Per block: nr int32 biases, the data, nr f32 scales.
+        let data = &rhs.as_bytes()[(row / nr) * stride + nr * 4..][..data_bytes];
+        let r = row % nr;
+        for (kk, o) in out.iter_mut().enumerate().take(l.k) {
+            *o = if int4 {
+                // Groups of 4 values: 2 bytes per column, low nibble first.
+                let byte = data[(kk / 4) * nr * 2 + r * 2 + (kk % 4) / 2];
+                let nib = if kk % 2 == 0 { byte << 4 } else { byte & 0xF0 };
+                ((nib as i8) >> 4) as f32
+            } else {
+                data[(kk / KR) * nr * KR + r * KR + kk % KR] as i8 as f32
+            };
+        }
+        Ok(())
+    }
+
+    /// The methods the four families' `Kernel` types forward to an [`Entry`].
+    macro_rules! qai8_kernel_common {
+        ($entries:path, $weights:ident) => {
+            /// Every kernel of the family in this build.
+            pub fn all() -> impl Iterator<Item = Kernel> {
+                $entries().iter().map(Kernel)
+            }
+
+            /// The kernel with this upstream name.
+            pub fn by_name(name: &str) -> Option<Kernel> {
+                $entries().iter().find(|e| e.info.name == name).map(Kernel)
+            }
+
+            /// The best kernel that can run with `f` for `m` output rows.
+            pub fn select(m: usize, f: &crate::cpu::Features) -> Option<Kernel> {
+                let best = crate::registry::select_from($entries().iter().map(|e| &e.info), m, f)?;
+                Self::by_name(best.name)
+            }
+
+            /// Registry information.
+            pub fn info(&self) -> &'static crate::registry::KernelInfo {
+                &self.0.info
+            }
+
+            /// The packed-RHS layout this kernel reads for `n x k` weights.
+            pub fn rhs_layout(&self, n: usize, k: usize) -> Result<crate::packed::PackedLayout> {
+                self.0.rhs_layout(n, k)
+            }
+
+            /// Packs the weights with the quantisation `q` baked in (the LHS
+            /// zero point into the bias, `lhs_scale / dst_scale` into the
+            /// scales): the packed RHS is only valid with that `q`.
+            pub fn pack_rhs(&self, w: &$weights<'_>, q: &crate::quant::Qai8Quant) -> Result<crate::packed::PackedRhs> {
+                self.0.pack_rhs(w.into(), q)
+            }
+        };
+    }
+    pub(crate) use qai8_kernel_common;
+
+    /// `run` and `matmul` of the families whose kernels read plain int8 rows.
+    macro_rules! qai8_plain_run {
+        () => {
+            /// `dst = requantize(lhs · wᵀ)`: `lhs` is `m x k`, rows
+            /// `lhs_stride` values apart; `dst` is `m x n`, rows `n` apart.
+            #[allow(clippy::too_many_arguments)]
+            pub fn run(
+                &self,
+                m: usize,
+                lhs: &[i8],
+                lhs_stride: usize,
+                rhs: &crate::packed::PackedRhs,
+                out: &crate::quant::Qai8Output,
+                dst: &mut [i8],
+                par: crate::par::Parallelism,
+            ) -> Result<()> {
+                self.0.run_plain(m, lhs, lhs_stride, rhs, out, dst, par)
+            }
+
+            /// [`run`](Self::run) on a dense `m x k` LHS.
+            pub fn matmul(
+                &self,
+                m: usize,
+                lhs: &[i8],
+                rhs: &crate::packed::PackedRhs,
+                out: &crate::quant::Qai8Output,
+                dst: &mut [i8],
+                par: crate::par::Parallelism,
+            ) -> Result<()> {
+                let k = rhs.layout().k;
+                self.0.run_plain(m, lhs, k, rhs, out, dst, par)
+            }
+        };
+    }
+    pub(crate) use qai8_plain_run;
+
+    /// LHS packing, `run` and `matmul` of the families whose kernels read a
+    /// packed LHS.
+    macro_rules! qai8_packed_run {
+        () => {
+            /// The packed-LHS layout this kernel reads for an `m x k` input.
+            pub fn lhs_layout(&self, m: usize, k: usize) -> Result<crate::packed::PackedLayout> {
+                self.0.lhs_layout(m, k)
+            }
+
+            /// Packs an `m x k` int8 LHS, rows `lhs_stride` values apart.
+            pub fn pack_lhs(
+                &self,
+                m: usize,
+                k: usize,
+                lhs: &[i8],
+                lhs_stride: usize,
+                par: crate::par::Parallelism,
+            ) -> Result<crate::packed::PackedLhs> {
+                let mut out = crate::packed::PackedLhs::empty();
+                self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+                Ok(out)
+            }
+
+            /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+            pub fn pack_lhs_into(
+                &self,
+                m: usize,
+                k: usize,
+                lhs: &[i8],
+                lhs_stride: usize,
+                par: crate::par::Parallelism,
+                out: &mut crate::packed::PackedLhs,
+            ) -> Result<()> {
+                self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
+            }
+
+            /// `dst = requantize(lhs · wᵀ)`: `dst` is `m x n`, rows `n` apart.
+            pub fn run(
+                &self,
+                lhs: &crate::packed::PackedLhs,
+                rhs: &crate::packed::PackedRhs,
+                out: &crate::quant::Qai8Output,
+                dst: &mut [i8],
+                par: crate::par::Parallelism,
+            ) -> Result<()> {
+                self.0.run_packed(lhs, rhs, out, dst, par)
+            }
+
+            /// Packs the dense `m x k` LHS and runs: the one-call form.
+            pub fn matmul(
+                &self,
+                m: usize,
+                lhs: &[i8],
+                rhs: &crate::packed::PackedRhs,
+                out: &crate::quant::Qai8Output,
+                dst: &mut [i8],
+                par: crate::par::Parallelism,
+            ) -> Result<()> {
+                let k = rhs.layout().k;
+                let packed = self.pack_lhs(m, k, lhs, k, par)?;
+                self.run(&packed, rhs, out, dst, par)
+            }
+        };
+    }
+    pub(crate) use qai8_packed_run;
+}
+
+/// Conformance and error tests shared by the four families.
+#[cfg(all(test, target_arch = "aarch64"))]
+pub(crate) mod tests {
+    use super::*;
+    use crate::formats::{Int4Encoding, Order};
+    use crate::packed::PackedLhs;
+    use crate::par::Parallelism;
+    use crate::testing::{self, Rng, THREADS, tail_shapes};
+
+    /// Runs the conformance test of `family` over `entries` (`int4`: the
+    /// weights are int4).
+    pub(crate) fn conformance(family: &str, entries: &'static [Entry], int4: bool) {
+        testing::conformance(family, |info| {
+            let e = entries.iter().find(|e| e.info.name == info.name).unwrap();
+            let (t, _, _) = e.tiles().map_err(|x| (0, x.to_string()))?;
+            let mut rng = Rng::new(0x18);
+            let mut shapes = tail_shapes(t.mr, t.m_step, t.nr, t.n_step, &[1, 7, 64]);
+            shapes.push((t.mr + 1, 3, 200));
+            let mut count = 0;
+            for (ci, &(m, n, k)) in shapes.iter().enumerate() {
+                let order = if ci % 2 == 0 { Order::NxK } else { Order::KxN };
+                let enc = if ci % 3 == 0 { Int4Encoding::Offset8 } else { Int4Encoding::Signed };
+                let lhs: Vec<i8> = rng.bytes(m * k).into_iter().map(|b| b as i8).collect();
+                let bias: Vec<i32> = (0..n).map(|_| (rng.next_u64() as i32) >> 16).collect();
+                let scales: Vec<f32> = (0..n).map(|_| 0.01 + 0.01 * (rng.f32() + 1.0)).collect();
+                let bias = if ci % 4 == 3 { None } else { Some(&bias[..]) };
+                let data8: Vec<i8> = rng.bytes(n * k).into_iter().map(|b| b as i8).collect();
+                let len4 = if order == Order::NxK { n * k.div_ceil(2) } else { k * n.div_ceil(2) };
+                let data4 = rng.bytes(len4);
+                let w8 = StaticInt8Weights { n, k, order, data: &data8, scales: &scales, bias };
+                let w4 = StaticInt4Weights { n, k, order, encoding: enc, data: &data4, scales: &scales, bias };
+                let w: Weights<'_, '_> = if int4 { (&w4).into() } else { (&w8).into() };
+                // The output scale maps the largest |acc * scale| to 150:
+                // results spread over the int8 range, the extremes saturate.
+                let lhs_scale = 0.02 + 0.01 * rng.f32();
+                let q1 = Qai8Quant { lhs_scale, lhs_zero_point: (rng.next_u64() % 256) as i32 - 128, dst_scale: 1.0 };
+                let (b1, _) = channel_params(w, &q1).map_err(|x| (count, x.to_string()))?;
+                let mut peak = 1e-3f32;
+                for i in 0..m {
+                    for j in 0..n {
+                        let acc: i64 =
+                            (0..k).map(|p| lhs[i * k + p] as i64 * w.value(j, p) as i64).sum::<i64>() + b1[j] as i64;
+                        peak = peak.max(acc.abs() as f32 * scales[j]);
+                    }
+                }
+                let q = Qai8Quant { dst_scale: lhs_scale * peak / 150.0, ..q1 };
+                let out = if ci % 5 == 4 {
+                    Qai8Output { zero_point: -7, min: -90, max: 60 }
+                } else {
+                    Qai8Output::unclamped((rng.next_u64() % 41) as i32 - 20)
+                };
+                let mut want = vec![0i8; m * n];
+                reference_impl(m, &lhs, w, &q, &out, &mut want).map_err(|x| (count, x.to_string()))?;
+                let packed = e.pack_rhs(w, &q).map_err(|x| (count, x.to_string()))?;
+                let mut first: Option<Vec<i8>> = None;
+                for threads in THREADS {
+                    let par = Parallelism::Rayon(threads);
+                    let mut dst = vec![0x55i8; m * n];
+                    let r = if e.lhs == Lhs::Unpacked {
+                        e.run_plain(m, &lhs, k, &packed, &out, &mut dst, par)
+                    } else {
+                        let mut scratch = PackedLhs::empty();
+                        e.pack_lhs_into(m, k, &lhs, k, par, &mut scratch)
+                            .and_then(|_| e.run_packed(&scratch, &packed, &out, &mut dst, par))
+                    };
+                    r.map_err(|x| (count, x.to_string()))?;
+                    if let Some(i) = (0..want.len()).find(|&i| dst[i] != want[i]) {
+                        return Err((count, format!("m={m} n={n} k={k}: element {i}: {} != {}", dst[i], want[i])));
+                    }
+                    match &first {
+                        None => first = Some(dst),
+                        Some(f) if *f != dst => {
+                            return Err((count, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
+                        }
+                        _ => {}
+                    }
+                }
+                let mut row = vec![0f32; k];
+                for r in [0, n / 2, n - 1] {
+                    unpack_rhs_row(&packed, r, &mut row).map_err(|x| (count, x.to_string()))?;
+                    if let Some(p) = (0..k).find(|&p| row[p] != w.value(r, p) as f32) {
+                        return Err((count, format!("unpack_rhs_row({r}) n={n} k={k} differs at {p}")));
+                    }
+                }
+                count += 1;
+            }
+            Ok((count, 0.0))
+        });
+    }
+}

@@ -1,0 +1,500 @@
+//! What `matmul_i32_u8p_u8p` and `matmul_clamp_f32_u8p_u8p` share: both
+//! multiply `u8` by `u8` into an int32 accumulator seeded with a per-row and a
+//! per-column int32 bias, from the same packed LHS and RHS; the f32 family
+//! then scales, adds a per-column f32 bias and clamps.
+//!
+//! Packing (both families): LHS `kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme`,
+//! RHS `kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme` (N x K) or
+//! `kai_matmul_pack_rhs_kxn_x8p4vsx4_x8_sme` (K x N), both giving the same
+//! packed format, tagged `u8p4vsx4` here (upstream's `x8p4vsx4` with its
+//! element type: blocks of `4 * vscale` rows, groups of 4 K values, K padded
+//! to a multiple of 4 with zeros).
+
+use super::matmul_i32_u8p_u8p::AccBias;
+use crate::error::{self, Result};
+use crate::formats::U8Weights;
+
+/// Checks an `m x k` LHS with rows `stride` bytes apart.
+pub(crate) fn check_lhs(m: usize, k: usize, lhs: &[u8], stride: usize) -> Result<()> {
+    error::nonzero(m, "m")?;
+    error::nonzero(k, "k")?;
+    if stride < k {
+        return Err(crate::Error::InvalidArgument(format!("lhs_stride {stride} < k {k}")));
+    }
+    let need = error::mul(m - 1, stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
+    error::at_least(lhs.len(), need, "lhs")
+}
+
+/// Checks the bias lengths for an `m x n` output.
+pub(crate) fn check_bias(bias: &AccBias<'_>, m: usize, n: usize) -> Result<()> {
+    if let Some(b) = bias.per_row {
+        error::at_least(b.len(), m, "per-row bias")?;
+    }
+    if let Some(b) = bias.per_col {
+        error::at_least(b.len(), n, "per-column bias")?;
+    }
+    Ok(())
+}
+
+/// The integer part of both references: calls `out(i, j, acc)` with
+/// `acc = per_row[i] + per_col[j] + sum_k lhs[i][k] * w[j][k]`, wrapping
+/// like the kernels' int32 accumulators.
+pub(crate) fn accumulate(
+    m: usize,
+    lhs: &[u8],
+    w: &U8Weights<'_>,
+    bias: &AccBias<'_>,
+    mut out: impl FnMut(usize, usize, i32),
+) -> Result<()> {
+    w.validate()?;
+    let (n, k) = (w.n, w.k);
+    check_lhs(m, k, lhs, k)?;
+    check_bias(bias, m, n)?;
+    let wt: Vec<u8> = (0..n * k).map(|i| w.value_unchecked(i / k, i % k)).collect();
+    for i in 0..m {
+        let row = &lhs[i * k..(i + 1) * k];
+        let b = bias.per_row.map_or(0, |b| b[i]);
+        for j in 0..n {
+            let dot = row
+                .iter()
+                .zip(&wt[j * k..(j + 1) * k])
+                .fold(0i32, |acc, (&x, &y)| acc.wrapping_add(x as i32 * y as i32));
+            out(i, j, dot.wrapping_add(b).wrapping_add(bias.per_col.map_or(0, |b| b[j])));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) use imp::*;
+
+#[cfg(target_arch = "aarch64")]
+mod imp {
+    use super::*;
+    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::cpu::Features;
+    use crate::families::engine::{self, Tiles};
+    use crate::families::uker::{PackLhs, PackRhs, Uker, UkerCtor};
+    use crate::formats::Order;
+    use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use kleidiai_sys as sys;
+
+    pub(crate) const FORMAT: &str = "u8p4vsx4";
+    const LHS_PACKER: &str = "kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme";
+    const RHS_PACKERS: &[&str] =
+        &["kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme", "kai_matmul_pack_rhs_kxn_x8p4vsx4_x8_sme"];
+    /// K values per group in both packed operands.
+    const KR: usize = 4;
+
+    /// One kernel: registry entry and table constructor.
+    pub(crate) struct Entry {
+        pub(crate) info: KernelInfo,
+        ctor: UkerCtor,
+    }
+
+    /// Entries for a family's `API_KERNELS`.
+    pub(crate) fn build_entries(family: &'static str, api: &[(&'static sys::Ukernel, UkerCtor)]) -> Vec<Entry> {
+        api.iter()
+            .map(|&(u, ctor)| Entry {
+                info: KernelInfo {
+                    name: u.name,
+                    family,
+                    features: u.features,
+                    vector_length: VectorLength::Any,
+                    tile: tile_kind_for(u.name),
+                    lhs_packer: Some(LHS_PACKER),
+                    rhs_packers: RHS_PACKERS,
+                    rank: rank_for(u.name, u.features),
+                },
+                ctor,
+            })
+            .collect()
+    }
+
+    /// What follows the int32 accumulation.
+    #[derive(Clone, Copy)]
+    pub(crate) enum Stage<'a> {
+        /// The accumulator is the output.
+        I32,
+        /// `clamp(acc * scale + bias[j])`, one fused multiply-add.
+        F32 { scale: f32, bias: Option<&'a [f32]>, clamp: Clamp },
+    }
+
+    impl Entry {
+        /// Tiles, features, and the kernel's table.
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Features, Uker)> {
+            let f = engine::ensure_supported(&self.info)?;
+            // SAFETY: the CPU runs the kernel (ensure_supported); its packers
+            // need SME only, which every kernel here requires too. The
+            // getters take no pointers.
+            unsafe {
+                let uker = Uker::new(self.ctor);
+                let (m_step, n_step) = uker.step();
+                let mr = PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme).step_m();
+                let nr = PackRhs::new(sys::kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme).step_n();
+                Ok((Tiles { m_step, n_step, mr, nr, kr: KR, sr: 1 }, f, uker))
+            }
+        }
+
+        fn layout(&self, rows: usize, k: usize, lhs: bool) -> Result<PackedLayout> {
+            error::nonzero(k, "k")?;
+            let (t, f, _) = self.tiles()?;
+            Ok(PackedLayout {
+                format: FORMAT,
+                rows,
+                k,
+                r: if lhs { t.mr } else { t.nr },
+                kr: KR,
+                sr: 1,
+                bl: 0,
+                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
+            })
+        }
+
+        pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
+            self.layout(n, k, false)
+        }
+
+        pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
+            self.layout(m, k, true)
+        }
+
+        pub(crate) fn pack_rhs(&self, w: &U8Weights<'_>) -> Result<PackedRhs> {
+            w.validate()?;
+            let layout = self.rhs_layout(w.n, w.k)?;
+            let (n, k) = (w.n, w.k);
+            error::mul(
+                n.div_ceil(layout.r),
+                error::mul(layout.r, k.next_multiple_of(KR), "packed rhs")?,
+                "packed rhs",
+            )?;
+            // SAFETY: the CPU runs SME (rhs_layout checked the kernel); the
+            // data holds n x k bytes in the order of the packer picked (its
+            // strides come from its own query); the buffer has the packer's
+            // size for (n, k).
+            unsafe {
+                let p = match w.order {
+                    Order::NxK => PackRhs::new(sys::kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme),
+                    Order::KxN => PackRhs::new(sys::kai_matmul_pack_rhs_kxn_x8p4vsx4_x8_sme),
+                };
+                let mut buf = AlignedBuf::zeroed(p.packed_size(n, k));
+                let mut args = sys::kai_matmul_pack_rhs_uker_args::default();
+                args.shape.n = n;
+                args.shape.k = k;
+                args.operand.rhs.ptr = w.data.as_ptr().cast();
+                args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
+                p.run(&mut args);
+                Ok(PackedRhs::new(layout, buf))
+            }
+        }
+
+        pub(crate) fn pack_lhs_into(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[u8],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            check_lhs(m, k, lhs, lhs_stride)?;
+            let layout = self.lhs_layout(m, k)?;
+            let mr = layout.r;
+            error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.next_multiple_of(KR), "packed lhs")?;
+            // SAFETY: the CPU runs SME (lhs_layout checked the kernel).
+            let p = unsafe { PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme) };
+            // SAFETY: size query.
+            let size = unsafe { p.packed_size(m, k) };
+            out.reset(layout, size);
+            let dst = SendPtr(out.data_mut().as_mut_ptr());
+            let src = SendPtr(lhs.as_ptr() as *mut u8);
+            engine::run_rows(par, &self.info, m, k, mr, |rows| {
+                let (src, dst) = (src, dst);
+                // SAFETY: rows.start is a multiple of mr (split_aligned), so
+                // its packed offset starts a whole row block no other range
+                // writes; the source rows lie inside `lhs` (check_lhs) and
+                // the destination inside the `size` bytes reserved.
+                unsafe {
+                    let off = p.packed_offset(rows.start, k);
+                    p.run(rows.len(), k, src.0.add(rows.start * lhs_stride), lhs_stride, dst.0.add(off));
+                }
+            });
+            Ok(())
+        }
+
+        /// Runs the kernel over the whole output; `dst` holds `m x n`
+        /// 4-byte values (checked by the caller).
+        pub(crate) fn run(
+            &self,
+            lhs: &PackedLhs,
+            rhs: &PackedRhs,
+            bias: &AccBias<'_>,
+            stage: Stage<'_>,
+            dst: SendPtr<u8>,
+            par: Parallelism,
+        ) -> Result<()> {
+            let (m, n, k) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k);
+            rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
+            lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
+            check_bias(bias, m, n)?;
+            // The kernels read both accumulator biases unconditionally.
+            let zeros_m;
+            let bias_m = match bias.per_row {
+                Some(b) => b,
+                None => {
+                    zeros_m = vec![0i32; m];
+                    &zeros_m[..]
+                }
+            };
+            let zeros_n;
+            let bias_n = match bias.per_col {
+                Some(b) => b,
+                None => {
+                    zeros_n = vec![0i32; n];
+                    &zeros_n[..]
+                }
+            };
+            let zeros_f;
+            let (scale, out_bias, clamp) = match stage {
+                Stage::I32 => (1.0, &[][..], Clamp::NONE),
+                Stage::F32 { scale, bias, clamp } => {
+                    clamp.check()?;
+                    let b = match bias {
+                        Some(b) => {
+                            error::at_least(b.len(), n, "output bias")?;
+                            b
+                        }
+                        None => {
+                            zeros_f = vec![0f32; n];
+                            &zeros_f[..]
+                        }
+                    };
+                    (scale, b, clamp)
+                }
+            };
+            let f32_out = matches!(stage, Stage::F32 { .. });
+            let (t, _, uker) = self.tiles()?;
+            // SAFETY: pure queries on the kernel the CPU runs.
+            let (lhs_stride, rhs_stride, dst_stride) =
+                unsafe { (uker.lhs_stride(m, k), uker.rhs_stride(n, k), uker.dst_stride(m, n)) };
+            let (lp, rp) = (SendPtr(lhs.data().as_ptr() as *mut u8), SendPtr(rhs.data().as_ptr() as *mut u8));
+            let uker = &uker;
+            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
+                let (lp, rp, dp) = (lp, rp, dst);
+                let mut args = sys::kai_matmul_uker_args::default();
+                args.shape.m = rows.len();
+                args.shape.n = cols.len();
+                args.shape.k = k;
+                args.operand.lhs.stride = lhs_stride;
+                args.operand.rhs.stride = rhs_stride;
+                args.operand.dst.stride = dst_stride;
+                args.operand.bias.acc_bias_m.ptr = bias_m[rows.start..].as_ptr().cast();
+                args.operand.bias.acc_bias_n.ptr = bias_n[cols.start..].as_ptr().cast();
+                if f32_out {
+                    args.flags = sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64;
+                    args.operand.scale.acc_scale_global.ptr = (&scale as *const f32).cast();
+                    args.operand.bias.scale_bias_n.ptr = out_bias[cols.start..].as_ptr().cast();
+                    args.activation.clamp.min_ptr = (&clamp.min as *const f32).cast();
+                    args.activation.clamp.max_ptr = (&clamp.max as *const f32).cast();
+                }
+                // SAFETY: both packed buffers have exactly the layouts this
+                // kernel computes for (m, n, k) (checked above), so the
+                // offsets of a row start that is a multiple of m_step and a
+                // column start that is a multiple of n_step (plan_grid) lie
+                // inside them and cover the tile; dst holds m x n 4-byte
+                // values (caller) and tiles are disjoint; the biases hold m
+                // and n values (check_bias / zeros); the scalars outlive the
+                // call; the CPU supports the kernel (tiles()).
+                unsafe {
+                    args.operand.lhs.ptr = lp.0.add(uker.lhs_offset(rows.start, &lhs_stride)).cast();
+                    args.operand.rhs.ptr = rp.0.add(uker.rhs_offset(cols.start, &rhs_stride)).cast();
+                    args.operand.dst.ptr = dp.0.add((rows.start * n + cols.start) * 4).cast();
+                    uker.run(&args);
+                }
+            });
+            Ok(())
+        }
+    }
+
+    /// Weight row `row` of a `u8p4vsx4` packed RHS, as f32.
+    pub(crate) fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
+        let l = *rhs.layout();
+        if l.format != FORMAT {
+            return Err(crate::Error::InvalidArgument(format!("{} is not an {FORMAT} packed RHS", l.format)));
+        }
+        if row >= l.rows {
+            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+        }
+        error::at_least(out.len(), l.k, "row output")?;
+        let nr = l.r;
+        let stride = nr * l.k.next_multiple_of(KR);
+        let block = &rhs.as_bytes()[(row / nr) * stride..(row / nr + 1) * stride];
+        let r = row % nr;
+        for (kk, o) in out.iter_mut().enumerate().take(l.k) {
+            *o = block[(kk / KR) * nr * KR + r * KR + kk % KR] as f32;
+        }
+        Ok(())
+    }
+
+    /// The methods both families' `Kernel` types forward to an [`Entry`].
+    macro_rules! u8_kernel_common {
+        ($entries:path) => {
+            /// Every kernel of the family in this build.
+            pub fn all() -> impl Iterator<Item = Kernel> {
+                $entries().iter().map(Kernel)
+            }
+
+            /// The kernel with this upstream name.
+            pub fn by_name(name: &str) -> Option<Kernel> {
+                $entries().iter().find(|e| e.info.name == name).map(Kernel)
+            }
+
+            /// The best kernel that can run with `f` for `m` output rows.
+            pub fn select(m: usize, f: &crate::cpu::Features) -> Option<Kernel> {
+                let best = crate::registry::select_from($entries().iter().map(|e| &e.info), m, f)?;
+                Self::by_name(best.name)
+            }
+
+            /// Registry information.
+            pub fn info(&self) -> &'static crate::registry::KernelInfo {
+                &self.0.info
+            }
+
+            /// The packed-RHS layout this kernel reads for `n x k` weights.
+            pub fn rhs_layout(&self, n: usize, k: usize) -> Result<crate::packed::PackedLayout> {
+                self.0.rhs_layout(n, k)
+            }
+
+            /// The packed-LHS layout this kernel reads for an `m x k` input.
+            pub fn lhs_layout(&self, m: usize, k: usize) -> Result<crate::packed::PackedLayout> {
+                self.0.lhs_layout(m, k)
+            }
+
+            /// Packs N x K or K x N weights (one packed format for both).
+            pub fn pack_rhs(&self, w: &U8Weights<'_>) -> Result<crate::packed::PackedRhs> {
+                self.0.pack_rhs(w)
+            }
+
+            /// Packs an `m x k` LHS, rows `lhs_stride` bytes apart.
+            pub fn pack_lhs(
+                &self,
+                m: usize,
+                k: usize,
+                lhs: &[u8],
+                lhs_stride: usize,
+                par: crate::par::Parallelism,
+            ) -> Result<crate::packed::PackedLhs> {
+                let mut out = crate::packed::PackedLhs::empty();
+                self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+                Ok(out)
+            }
+
+            /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+            pub fn pack_lhs_into(
+                &self,
+                m: usize,
+                k: usize,
+                lhs: &[u8],
+                lhs_stride: usize,
+                par: crate::par::Parallelism,
+                out: &mut crate::packed::PackedLhs,
+            ) -> Result<()> {
+                self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
+            }
+        };
+    }
+    pub(crate) use u8_kernel_common;
+}
+
+/// Conformance and error tests shared by both families.
+#[cfg(all(test, target_arch = "aarch64"))]
+pub(crate) mod tests {
+    use crate::formats::Order;
+    use crate::packed::{PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::KernelInfo;
+    use crate::testing::{Rng, THREADS, tail_shapes};
+
+    /// One case's inputs, random.
+    pub(crate) struct Case {
+        pub m: usize,
+        pub n: usize,
+        pub k: usize,
+        pub order: Order,
+        pub lhs: Vec<u8>,
+        pub rhs: Vec<u8>,
+        pub bias_m: Option<Vec<i32>>,
+        pub bias_n: Option<Vec<i32>>,
+        pub index: usize,
+    }
+
+    /// Tail-hitting cases for a kernel with the given packing blocks and
+    /// steps; K from 1 to several groups of 4, odd K included.
+    pub(crate) fn cases(mr: usize, m_step: usize, nr: usize, n_step: usize) -> Vec<Case> {
+        let mut rng = Rng::new(0x08);
+        let mut shapes = tail_shapes(mr, m_step, nr, n_step, &[1, 7, 64]);
+        // Large values and a long K: the accumulator wraps past i32.
+        shapes.push((2, 3, 40_000));
+        shapes
+            .into_iter()
+            .enumerate()
+            .map(|(index, (m, n, k))| {
+                let big = k > 1000;
+                let mut bytes = |len| if big { vec![255u8; len] } else { rng.bytes(len) };
+                let (lhs, rhs) = (bytes(m * k), bytes(n * k));
+                let bias = |rng: &mut Rng, len: usize| {
+                    (0..len).map(|_| (rng.next_u64() as i32) >> if big { 0 } else { 8 }).collect::<Vec<i32>>()
+                };
+                Case {
+                    m,
+                    n,
+                    k,
+                    order: if index % 2 == 0 { Order::NxK } else { Order::KxN },
+                    lhs,
+                    rhs,
+                    bias_m: (index % 3 != 1).then(|| bias(&mut rng, m)),
+                    bias_n: (index % 4 != 2).then(|| bias(&mut rng, n)),
+                    index,
+                }
+            })
+            .collect()
+    }
+
+    /// Runs `go(case, threads)` for every thread count and checks the
+    /// results are bit-identical (as `u32` words).
+    pub(crate) fn each_thread_count(
+        case: &Case,
+        mut go: impl FnMut(Parallelism, &mut PackedLhs) -> Result<Vec<u32>, String>,
+    ) -> Result<Vec<u32>, String> {
+        let mut first: Option<Vec<u32>> = None;
+        for threads in THREADS {
+            let mut scratch = PackedLhs::empty();
+            let got = go(Parallelism::Rayon(threads), &mut scratch)?;
+            match &first {
+                None => first = Some(got),
+                Some(f) if *f != got => {
+                    return Err(format!("m={} n={} k={}: {threads} threads differ from 1", case.m, case.n, case.k));
+                }
+                _ => {}
+            }
+        }
+        Ok(first.expect("one thread count"))
+    }
+
+    /// Unpacked rows equal the weights.
+    pub(crate) fn check_unpack(info: &KernelInfo, case: &Case, packed: &PackedRhs) -> Result<(), String> {
+        let w = crate::formats::U8Weights { n: case.n, k: case.k, order: case.order, data: &case.rhs };
+        let mut row = vec![0f32; case.k];
+        for r in [0, case.n / 2, case.n - 1] {
+            super::unpack_rhs_row(packed, r, &mut row).map_err(|e| e.to_string())?;
+            for (kk, v) in row.iter().enumerate() {
+                if *v != w.value_unchecked(r, kk) as f32 {
+                    return Err(format!("{}: unpack_rhs_row({r}) differs at k={kk}", info.name));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,229 @@
+//! Thin wrappers over upstream's table-driven micro-kernel APIs
+//! (`kai_matmul_uker_api`, `kai_matmul_pack_lhs_uker_api`,
+//! `kai_matmul_pack_rhs_uker_api`): the kernels and packers with no header
+//! of their own. Every table is obtained (and every entry called) only
+//! after the caller has checked the CPU runs it: its functions execute SME
+//! instructions, the getters included.
+//!
+//! All methods are `unsafe`: the caller guarantees the CPU supports the
+//! kernel or packer (`engine::ensure_supported`) and, for the runs, that
+//! the buffers match the shapes.
+
+use kleidiai_sys as sys;
+
+/// Constructor of a kernel's table.
+pub(crate) type UkerCtor = unsafe extern "C" fn() -> sys::kai_matmul_uker_api;
+
+/// A matmul kernel's table.
+pub(crate) struct Uker(sys::kai_matmul_uker_api, sys::kai_matmul_uker_config);
+
+impl Uker {
+    /// # Safety
+    /// The CPU supports the kernel.
+    pub(crate) unsafe fn new(ctor: UkerCtor) -> Uker {
+        // SAFETY: the constructor only fills a table; the caller checked
+        // the CPU (the table's code is compiled for the kernel's tier).
+        Uker(unsafe { ctor() }, sys::kai_matmul_uker_config::default())
+    }
+
+    /// `(m_step, n_step)`.
+    ///
+    /// # Safety
+    /// As [`Uker::new`].
+    pub(crate) unsafe fn step(&self) -> (usize, usize) {
+        // SAFETY: upstream fills every entry; the CPU supports the kernel.
+        let s = unsafe { self.0.get_step.expect("get_step")(&self.1) };
+        (s.m, s.n)
+    }
+
+    /// # Safety
+    /// As [`Uker::new`].
+    pub(crate) unsafe fn lhs_stride(&self, m: usize, k: usize) -> sys::kai_matmul_uker_lhs_stride_args {
+        // SAFETY: as `step`; a pure query.
+        unsafe { self.0.get_lhs_stride.expect("get_lhs_stride")(&self.1, &sys::kai_matmul_uker_lhs_dim_args { m, k }) }
+    }
+
+    /// # Safety
+    /// As [`Uker::new`]; `m_idx` a multiple of the kernel's M step.
+    pub(crate) unsafe fn lhs_offset(&self, m_idx: usize, stride: &sys::kai_matmul_uker_lhs_stride_args) -> usize {
+        let index = sys::kai_matmul_uker_lhs_dim_args { m: m_idx, k: 0 };
+        // SAFETY: as `step`; the caller meets the index precondition.
+        unsafe { self.0.get_lhs_offset.expect("get_lhs_offset")(&self.1, &index, stride) }
+    }
+
+    /// # Safety
+    /// As [`Uker::new`].
+    pub(crate) unsafe fn rhs_stride(&self, n: usize, k: usize) -> sys::kai_matmul_uker_rhs_stride_args {
+        // SAFETY: as `step`; a pure query.
+        unsafe { self.0.get_rhs_stride.expect("get_rhs_stride")(&self.1, &sys::kai_matmul_uker_rhs_dim_args { n, k }) }
+    }
+
+    /// # Safety
+    /// As [`Uker::new`]; `n_idx` a multiple of the kernel's N step.
+    pub(crate) unsafe fn rhs_offset(&self, n_idx: usize, stride: &sys::kai_matmul_uker_rhs_stride_args) -> usize {
+        let index = sys::kai_matmul_uker_rhs_dim_args { n: n_idx, k: 0 };
+        // SAFETY: as `step`; the caller meets the index precondition.
+        unsafe { self.0.get_rhs_offset.expect("get_rhs_offset")(&self.1, &index, stride) }
+    }
+
+    /// # Safety
+    /// As [`Uker::new`].
+    pub(crate) unsafe fn dst_stride(&self, m: usize, n: usize) -> sys::kai_matmul_uker_dst_stride_args {
+        // SAFETY: as `step`; a pure query.
+        unsafe { self.0.get_dst_stride.expect("get_dst_stride")(&self.1, &sys::kai_matmul_uker_dst_dim_args { m, n }) }
+    }
+
+    /// # Safety
+    /// As [`Uker::new`]; every pointer in `args` covers what the kernel
+    /// reads or writes for `args.shape`.
+    pub(crate) unsafe fn run(&self, args: &sys::kai_matmul_uker_args) {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.0.run.expect("run")(&self.1, args) }
+    }
+}
+
+/// An LHS packer's table.
+pub(crate) struct PackLhs(sys::kai_matmul_pack_lhs_uker_api, sys::kai_matmul_pack_lhs_uker_config);
+
+impl PackLhs {
+    /// # Safety
+    /// The CPU supports the packer.
+    pub(crate) unsafe fn new(ctor: unsafe extern "C" fn() -> sys::kai_matmul_pack_lhs_uker_api) -> PackLhs {
+        // SAFETY: see `Uker::new`.
+        PackLhs(unsafe { ctor() }, sys::kai_matmul_pack_lhs_uker_config::default())
+    }
+
+    /// Rows per packed block (`mr`).
+    ///
+    /// # Safety
+    /// As [`PackLhs::new`].
+    pub(crate) unsafe fn step_m(&self) -> usize {
+        // SAFETY: upstream fills every entry; the CPU supports the packer.
+        unsafe { self.0.get_step.expect("get_step")(&self.1).m }
+    }
+
+    /// # Safety
+    /// As [`PackLhs::new`].
+    pub(crate) unsafe fn packed_stride(
+        &self,
+        m: usize,
+        k: usize,
+    ) -> sys::kai_matmul_pack_lhs_uker_lhs_packed_stride_args {
+        let shape = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k };
+        // SAFETY: as `step_m`; a pure query.
+        unsafe { self.0.get_lhs_packed_stride.expect("get_lhs_packed_stride")(&self.1, &shape) }
+    }
+
+    /// # Safety
+    /// As [`PackLhs::new`].
+    pub(crate) unsafe fn packed_size(&self, m: usize, k: usize) -> usize {
+        let shape = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k };
+        // SAFETY: as `step_m`; pure queries.
+        unsafe {
+            let stride = self.packed_stride(m, k);
+            self.0.get_lhs_packed_size.expect("get_lhs_packed_size")(&self.1, &shape, &stride)
+        }
+    }
+
+    /// # Safety
+    /// As [`PackLhs::new`]; `m_idx` a multiple of [`PackLhs::step_m`].
+    pub(crate) unsafe fn packed_offset(&self, m_idx: usize, k: usize) -> usize {
+        let index = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m: m_idx, k: 0 };
+        // SAFETY: as `step_m`; the caller meets the index precondition.
+        unsafe {
+            let stride = self.packed_stride(1, k);
+            self.0.get_lhs_packed_offset.expect("get_lhs_packed_offset")(&self.1, &index, &stride)
+        }
+    }
+
+    /// Packs `m` rows of `k` bytes, `stride` bytes apart, to `out`.
+    ///
+    /// # Safety
+    /// As [`PackLhs::new`]; `lhs` holds the rows, `out` the packed size of
+    /// `m x k`.
+    pub(crate) unsafe fn run(&self, m: usize, k: usize, lhs: *const u8, stride: usize, out: *mut u8) {
+        let mut args = sys::kai_matmul_pack_lhs_uker_args::default();
+        args.shape.m = m;
+        args.shape.k = k;
+        args.operand.lhs.ptr = lhs.cast();
+        args.operand.lhs.stride.m = stride;
+        args.operand.lhs_packed.ptr = out.cast();
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            args.operand.lhs_packed.stride = self.packed_stride(m, k);
+            self.0.run.expect("run")(&self.1, &args);
+        }
+    }
+}
+
+/// An RHS packer's table.
+pub(crate) struct PackRhs(sys::kai_matmul_pack_rhs_uker_api, sys::kai_matmul_pack_rhs_uker_config);
+
+impl PackRhs {
+    /// # Safety
+    /// The CPU supports the packer.
+    pub(crate) unsafe fn new(ctor: unsafe extern "C" fn() -> sys::kai_matmul_pack_rhs_uker_api) -> PackRhs {
+        // SAFETY: see `Uker::new`.
+        PackRhs(unsafe { ctor() }, sys::kai_matmul_pack_rhs_uker_config::default())
+    }
+
+    /// Columns per packed block (`nr`).
+    ///
+    /// # Safety
+    /// As [`PackRhs::new`].
+    pub(crate) unsafe fn step_n(&self) -> usize {
+        // SAFETY: upstream fills every entry; the CPU supports the packer.
+        unsafe { self.0.get_step.expect("get_step")(&self.1).n }
+    }
+
+    /// # Safety
+    /// As [`PackRhs::new`].
+    pub(crate) unsafe fn rhs_stride(&self, n: usize, k: usize) -> sys::kai_matmul_pack_rhs_uker_rhs_stride_args {
+        // SAFETY: as `step_n`; a pure query.
+        unsafe {
+            self.0.get_rhs_stride.expect("get_rhs_stride")(
+                &self.1,
+                &sys::kai_matmul_pack_rhs_uker_rhs_dim_args { n, k },
+            )
+        }
+    }
+
+    /// # Safety
+    /// As [`PackRhs::new`].
+    pub(crate) unsafe fn packed_stride(
+        &self,
+        n: usize,
+        k: usize,
+    ) -> sys::kai_matmul_pack_rhs_uker_rhs_packed_stride_args {
+        let shape = sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k };
+        // SAFETY: as `step_n`; a pure query.
+        unsafe { self.0.get_rhs_packed_stride.expect("get_rhs_packed_stride")(&self.1, &shape) }
+    }
+
+    /// # Safety
+    /// As [`PackRhs::new`].
+    pub(crate) unsafe fn packed_size(&self, n: usize, k: usize) -> usize {
+        let shape = sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k };
+        // SAFETY: as `step_n`; pure queries.
+        unsafe {
+            let stride = self.packed_stride(n, k);
+            self.0.get_rhs_packed_size.expect("get_rhs_packed_size")(&self.1, &shape, &stride)
+        }
+    }
+
+    /// Runs the packer on `args` (shape and operands filled by the caller,
+    /// strides filled here).
+    ///
+    /// # Safety
+    /// As [`PackRhs::new`]; the operands cover `args.shape`, the output the
+    /// packed size.
+    pub(crate) unsafe fn run(&self, args: &mut sys::kai_matmul_pack_rhs_uker_args) {
+        let (n, k) = (args.shape.n, args.shape.k);
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            args.operand.rhs.stride = self.rhs_stride(n, k);
+            args.operand.rhs_packed.stride = self.packed_stride(n, k);
+            self.0.run.expect("run")(&self.1, args);
+        }
+    }
+}
