@@ -1,4 +1,49 @@
-//! Safe interface to Arm KleidiAI's matmul micro-kernels.
+//! Safe Rust interface to [Arm KleidiAI](https://github.com/ARM-software/kleidiai)'s
+//! matmul micro-kernels (NEON dot-product and i8mm, SVE, SME, SME2), with the
+//! best kernel chosen at run time, threads on rayon, and every precondition
+//! checked before any foreign call.
+//!
+//! # Layers
+//!
+//! - [`weights::PackedWeights`]: pack weights once for the best kernels of this
+//!   CPU, multiply many times, save/load packed weights. Start here.
+//! - [`ggml`]: ggml-compatible blocks, tensors and operations.
+//! - [`families`]: one module per upstream kernel family: its kernels, packing,
+//!   portable reference and tests. Use these to drive one particular kernel.
+//! - [`registry`]: every compiled kernel as data; selection; the report of what
+//!   is built, runnable and selected. [`cpu`]: feature detection and proof
+//!   tokens. [`par`]: partitioning and [`Parallelism`].
+//!
+//! # Example
+//!
+//! ```
+//! use kleidiai::formats::{Int4Encoding, Int4PerChannel, Order};
+//! use kleidiai::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
+//! use kleidiai::{Clamp, Parallelism};
+//!
+//! // 4 output channels, 32 inputs, int4 weights (all 1) with scale 0.25.
+//! let (n, k) = (4, 32);
+//! let data = vec![0x11u8; n * k / 2];
+//! let w = Int4PerChannel { n, k, order: Order::NxK, encoding: Int4Encoding::Signed,
+//!                          data: &data, scales: &[0.25; 4], bias: None };
+//! let packed = PackedWeights::pack(&WeightsRef::Int4PerChannel(w), &PackOptions::default())?;
+//!
+//! let x = vec![0.5f32; k]; // one row: GEMV
+//! let mut y = vec![0f32; n];
+//! packed.matmul(1, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE,
+//!               Parallelism::Rayon(0), &mut Scratch::default())?;
+//! assert!((y[0] - 4.0).abs() < 0.05); // 32 * 0.5 * 0.25
+//! # Ok::<(), kleidiai::Error>(())
+//! ```
+//!
+//! On x86 (or any target without KleidiAI) the same code runs the portable
+//! reference implementation.
+//!
+//! # Environment
+//!
+//! - `KLEIDIAI_DISABLE=sme2,sme,...` (or [`cpu::disable`]) switches tiers off.
+//! - `KLEIDIAI_SME_THREADS=N` (or [`par::set_sme_thread_cap`]) lets N threads run
+//!   SME kernels at once (default 1: SME units are shared per cluster).
 #![deny(missing_docs)]
 // Off aarch64 the FFI glue is compiled out; the helpers it uses stay.
 #![cfg_attr(not(target_arch = "aarch64"), allow(dead_code, unused_imports))]
