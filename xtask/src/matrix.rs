@@ -185,6 +185,50 @@ fn run_model(
         }
         res.add(name, counts, failed, rec);
     }
+    // Doctests: compiled for the target by rustdoc and run through the
+    // same runner (qemu with this CPU model).
+    let report = report_dir.join("doctests.jsonl");
+    let mut cmd = cargo();
+    cmd.args(["test", "--release", "--doc", "-p", "kleidiai", "-p", "kleidiai-sys"])
+        .env("KLEIDIAI_TEST_REPORT", &report)
+        .env("KLEIDIAI_TEST_CPU", cpu);
+    if let Some(env) = runner {
+        cmd.args(["--target", TARGET])
+            .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER", root().join("scripts/qemu-run"))
+            .env("KLEIDIAI_QEMU", &env.qemu)
+            .env("KLEIDIAI_SYSROOT", &env.sysroot)
+            .env("QEMU_CPU", cpu);
+    }
+    let (out, secs) = timed_output(&mut cmd)?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (counts, failed) = report::parse_libtest(&stdout);
+    let ok = out.status.success() && counts.result_lines > 0;
+    println!(
+        "    {:<34} {:>4} passed {:>3} failed {:>3} ignored  {secs:6.1}s{}",
+        "doctests",
+        counts.passed,
+        counts.failed,
+        counts.ignored,
+        if ok { "" } else { "  <-- FAILED" }
+    );
+    if !ok {
+        for l in stdout
+            .lines()
+            .chain(String::from_utf8_lossy(&out.stderr).lines())
+            .rev()
+            .take(40)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            println!("      | {l}");
+        }
+        if counts.result_lines == 0 {
+            res.failed += 1;
+            res.failures.push(format!("doctests: cargo exited with {}", out.status));
+        }
+    }
+    res.add("doctests", counts, failed, report::read_report(&report)?);
     res.seconds = t.elapsed().as_secs_f64();
     Ok(res)
 }
