@@ -4,7 +4,12 @@
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod engine;
+mod float_common;
 
+pub mod matmul_clamp_f16_f16_f16p;
+pub mod matmul_clamp_f16_f16p_f16p;
+pub mod matmul_clamp_f32_f32_f32p;
+pub mod matmul_clamp_f32_f32p_f32p;
 pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
 
 /// Every upstream compute family of KleidiAI v1.30.0 (directory names).
@@ -48,6 +53,10 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     let mut v = Vec::new();
     #[cfg(target_arch = "aarch64")]
     {
+        v.extend(matmul_clamp_f16_f16_f16p::infos());
+        v.extend(matmul_clamp_f16_f16p_f16p::infos());
+        v.extend(matmul_clamp_f32_f32_f32p::infos());
+        v.extend(matmul_clamp_f32_f32p_f32p::infos());
         v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
     }
     v
