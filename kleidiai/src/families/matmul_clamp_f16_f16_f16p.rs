@@ -34,8 +34,10 @@
 //!   at most `u |s_p|` (`u = 2^-11`), so the running-error bound is
 //!   `u Σ_p |s_p| / (1 - k u)` with `s_p` the exact partial sums from the
 //!   bias, plus `k 2^-25` for f16 underflow, plus half an ulp for the
-//!   reference's own rounding. This is a worst case for f16 accumulation,
-//!   not a loosened f32 bound: for `k = 64` it allows a few hundredths.
+//!   reference's own rounding. This is the worst case of f16 accumulation,
+//!   not a loosened f32 bound: for `k = 40` and inputs in [-1, 1] it is
+//!   typically 0.02 (observed: up to 0.012), while the f32-accumulating
+//!   kernels stay within one f16 ulp.
 
 use crate::error::Result;
 use crate::formats::FloatWeights;
