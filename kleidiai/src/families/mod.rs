@@ -7,7 +7,11 @@ pub(crate) mod engine;
 #[cfg(target_arch = "aarch64")]
 mod uker;
 
+pub mod matmul_clamp_f16_f16_f16p;
+pub mod matmul_clamp_f16_f16p_f16p;
 pub mod matmul_clamp_f16_qsi8d32p_qai4c32p;
+pub mod matmul_clamp_f32_f32_f32p;
+pub mod matmul_clamp_f32_f32p_f32p;
 pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
 pub mod matmul_clamp_f32_qsi8d32p_qai4c32p;
 pub mod matmul_clamp_f32_u8p_u8p;
@@ -16,6 +20,8 @@ pub mod matmul_clamp_qai8_qai8_qsi8cxp;
 pub mod matmul_clamp_qai8_qai8p_qsi4cxp;
 pub mod matmul_clamp_qai8_qai8p_qsi8cxp;
 pub mod matmul_i32_u8p_u8p;
+
+mod float_common;
 mod qai8;
 mod qsi8d32p_qai4c32p;
 mod u8p_u8p;
@@ -61,7 +67,11 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     let mut v = Vec::new();
     #[cfg(target_arch = "aarch64")]
     {
+        v.extend(matmul_clamp_f16_f16_f16p::infos());
+        v.extend(matmul_clamp_f16_f16p_f16p::infos());
         v.extend(matmul_clamp_f16_qsi8d32p_qai4c32p::infos());
+        v.extend(matmul_clamp_f32_f32_f32p::infos());
+        v.extend(matmul_clamp_f32_f32p_f32p::infos());
         v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
         v.extend(matmul_clamp_f32_qsi8d32p_qai4c32p::infos());
         v.extend(matmul_clamp_f32_u8p_u8p::infos());

@@ -1,11 +1,13 @@
 //! Unpacked weight formats the families take as input, with their checks.
 //! One file per format kind.
 
+mod float;
 mod int4;
 mod int4_asym_block;
 mod static_int;
 mod uint8;
 
+pub use float::{FloatElement, FloatWeights};
 pub use int4::{Int4Encoding, Int4PerChannel, Order};
 pub use int4_asym_block::{Int4AsymBlock, NibbleOrder};
 pub use static_int::{StaticInt4Weights, StaticInt8Weights};

@@ -1,0 +1,1213 @@
+//! What the four float families share (`matmul_clamp_f32_f32_f32p`,
+//! `matmul_clamp_f32_f32p_f32p`, `matmul_clamp_f16_f16_f16p`,
+//! `matmul_clamp_f16_f16p_f16p`): the reference math, the packed RHS and LHS
+//! formats with their upstream packers, and the kernel glue, written once
+//! over the element type (`f32` or `f16`).
+//!
+//! Every packed RHS format of these families has the same shape: blocks of
+//! `nr` output channels, each block holding `nr` bias values and then
+//! `ceil(k / kr)` groups of `nr x kr` weights (channel-major inside a group,
+//! zero padding past `k`), all in the element type. Formats only differ in
+//! `nr`, `kr`, the element size and which packers produce them; a format is
+//! named after its upstream packer, so two families whose kernels read the
+//! same bytes share the format (the SME GEMV and MOPA kernels do: one packed
+//! RHS serves both, as ggml pairs them).
+
+use crate::error::{self, Result};
+use crate::formats::{FloatElement, FloatWeights};
+use crate::packed::Clamp;
+
+/// `dst = clamp(lhs · wᵀ + bias)` computed exactly enough (f64 accumulation
+/// of exact products) and rounded once to the element type.
+pub(crate) fn reference<T: FloatElement>(
+    m: usize,
+    lhs: &[T],
+    w: &FloatWeights<'_, T>,
+    clamp: Clamp,
+    dst: &mut [T],
+) -> Result<()> {
+    w.validate()?;
+    clamp.check()?;
+    error::nonzero(m, "m")?;
+    let (n, k) = (w.n, w.k);
+    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
+    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let wt: Vec<f64> = w.data_in(crate::formats::Order::NxK).iter().map(|x| x.to_f64()).collect();
+    for i in 0..m {
+        let row: Vec<f64> = lhs[i * k..(i + 1) * k].iter().map(|x| x.to_f64()).collect();
+        for j in 0..n {
+            let mut acc = w.bias.map_or(0.0, |b| b[j].to_f64());
+            for (x, y) in row.iter().zip(&wt[j * k..(j + 1) * k]) {
+                acc += x * y;
+            }
+            // Clamping before the single rounding equals clamping the rounded
+            // value to the rounded bounds (rounding is monotonic), which is
+            // what the f16 kernels do.
+            dst[i * n + j] = T::from_f64(acc.max(clamp.min as f64).min(clamp.max as f64));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) use glue::*;
+
+#[cfg(target_arch = "aarch64")]
+mod glue {
+    use super::*;
+    use crate::Error;
+    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::cpu::Features;
+    use crate::families::engine::{self, Tiles};
+    use crate::formats::Order;
+    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::{KernelInfo, TileKind, VectorLength, rank_for, tile_kind_for};
+    use core::ffi::c_void;
+    use kleidiai_sys as sys;
+
+    pub(crate) type Getter = unsafe extern "C" fn() -> usize;
+    pub(crate) type OffsetFn = unsafe extern "C" fn(usize, usize) -> usize;
+    /// `run_matmul` of the families with an unpacked LHS.
+    pub(crate) type DirectRunFn = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        *const c_void,
+        usize,
+        *const c_void,
+        *mut c_void,
+        usize,
+        usize,
+        f32,
+        f32,
+    );
+    /// `run_matmul` of the families with a packed LHS.
+    pub(crate) type PackedRunFn =
+        unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize, usize, f32, f32);
+    pub(crate) type UkerApiFn = unsafe extern "C" fn() -> sys::kai_matmul_uker_api;
+    type RhsPackFn = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        *const c_void,
+        *const c_void,
+        *const c_void,
+        *mut c_void,
+        usize,
+        *const c_void,
+    );
+    type RhsSizeFn = unsafe extern "C" fn(usize, usize) -> usize;
+    type RhsApiFn = unsafe extern "C" fn() -> sys::kai_matmul_pack_rhs_uker_api;
+    type LhsPackFn = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, *const c_void, usize, *mut c_void);
+    type LhsQueryFn = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
+    type LhsApiFn = unsafe extern "C" fn() -> sys::kai_matmul_pack_lhs_uker_api;
+
+    /// One upstream RHS packing routine.
+    #[derive(Clone, Copy)]
+    pub(crate) enum RhsPacker {
+        /// Named functions (`kai_run_rhs_pack_*`, its size query and n step).
+        Fn { run: RhsPackFn, size: RhsSizeFn, n_step: Getter },
+        /// A `kai_matmul_pack_rhs_uker_api` table.
+        Api(RhsApiFn),
+    }
+
+    /// A packed RHS format (see the module docs for the byte layout).
+    pub(crate) struct RhsFormat {
+        /// Format id of the [`PackedLayout`].
+        pub name: &'static str,
+        /// Bytes per element (weights and bias).
+        pub elem_bytes: usize,
+        /// K values per group.
+        pub kr: usize,
+        /// Upstream packer for N x K weights.
+        pub nxk: Option<RhsPacker>,
+        /// Upstream packer for K x N weights.
+        pub kxn: Option<RhsPacker>,
+        /// Upstream packer names, N x K first.
+        pub packer_names: &'static [&'static str],
+    }
+
+    /// A named-function packer: run, size query, n step.
+    macro_rules! fn_packer {
+        ($run:path, $size:path, $step:path) => {
+            RhsPacker::Fn { run: $run, size: $size, n_step: $step }
+        };
+    }
+
+    /// f32, nr 16, kr 1 (NEON `6x16` kernels).
+    pub(crate) static X32P16X1B: RhsFormat = RhsFormat {
+        name: "x32p16x1b",
+        elem_bytes: 4,
+        kr: 1,
+        nxk: Some(fn_packer!(
+            sys::kai_run_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon,
+            sys::kai_get_rhs_packed_size_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon,
+            sys::kai_get_n_step_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon
+        )),
+        kxn: Some(fn_packer!(
+            sys::kai_run_rhs_pack_kxn_x32p16x1b_x32_x32_neon,
+            sys::kai_get_rhs_packed_size_rhs_pack_kxn_x32p16x1b_x32_x32_neon,
+            sys::kai_get_n_step_rhs_pack_kxn_x32p16x1b_x32_x32_neon
+        )),
+        packer_names: &["kai_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon", "kai_rhs_pack_kxn_x32p16x1b_x32_x32_neon"],
+    };
+
+    /// f32, nr 8, kr 1 (NEON `6x8x4` kernel; K x N packer only).
+    pub(crate) static F32P8X1BIASF32: RhsFormat = RhsFormat {
+        name: "f32p8x1biasf32",
+        elem_bytes: 4,
+        kr: 1,
+        nxk: None,
+        kxn: Some(fn_packer!(
+            sys::kai_run_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon,
+            sys::kai_get_rhs_packed_size_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon,
+            sys::kai_get_n_step_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon
+        )),
+        packer_names: &["kai_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon"],
+    };
+
+    /// f32, nr 4 SVE vectors, kr 1 (SVE `6x4vl` kernel; K x N packer only).
+    pub(crate) static X32P4VLX1B: RhsFormat = RhsFormat {
+        name: "x32p4vlx1b",
+        elem_bytes: 4,
+        kr: 1,
+        nxk: None,
+        kxn: Some(fn_packer!(
+            sys::kai_run_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve,
+            sys::kai_get_rhs_packed_size_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve,
+            sys::kai_get_n_step_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve
+        )),
+        packer_names: &["kai_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve"],
+    };
+
+    /// f32, nr 2 SME vectors, kr 1 (SME GEMV `2vlx1b` kernels and the
+    /// `f32p2vlx1` MOPA kernels).
+    pub(crate) static F32P2VLX1BIASF32: RhsFormat = RhsFormat {
+        name: "f32p2vlx1biasf32",
+        elem_bytes: 4,
+        kr: 1,
+        nxk: Some(fn_packer!(
+            sys::kai_run_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme,
+            sys::kai_get_rhs_packed_size_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme,
+            sys::kai_get_n_step_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme
+        )),
+        kxn: Some(fn_packer!(
+            sys::kai_run_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme,
+            sys::kai_get_rhs_packed_size_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme,
+            sys::kai_get_n_step_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme
+        )),
+        packer_names: &[
+            "kai_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme",
+            "kai_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme",
+        ],
+    };
+
+    /// f32, nr 16 SME vectors, kr 1 (SME2 GEMV `16vlx1b`; K x N packer only).
+    pub(crate) static F32P16VLX1B: RhsFormat = RhsFormat {
+        name: "f32p16vlx1b",
+        elem_bytes: 4,
+        kr: 1,
+        nxk: None,
+        kxn: Some(fn_packer!(
+            sys::kai_run_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme,
+            sys::kai_get_rhs_packed_size_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme,
+            sys::kai_get_n_step_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme
+        )),
+        packer_names: &["kai_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme"],
+    };
+
+    /// f32, nr 4 vscale (one SME vector), kr 1 (the `kai_matmul_uker_api`
+    /// SME2 kernels `1x32vs` GEMV and `8vsx8vs` MOPA).
+    pub(crate) static X32P4VSX1BX32: RhsFormat = RhsFormat {
+        name: "x32p4vsx1bx32",
+        elem_bytes: 4,
+        kr: 1,
+        nxk: Some(RhsPacker::Api(sys::kai_matmul_pack_rhs_nxk_x32p4vsx1bx32_x32_x32_sme)),
+        kxn: Some(RhsPacker::Api(sys::kai_matmul_pack_rhs_kxn_x32p4vsx1bx32_x32_x32_sme)),
+        packer_names: &[
+            "kai_matmul_pack_rhs_nxk_x32p4vsx1bx32_x32_x32_sme",
+            "kai_matmul_pack_rhs_kxn_x32p4vsx1bx32_x32_x32_sme",
+        ],
+    };
+
+    /// f16, nr 32, kr 1 (NEON FP16 `6x32` kernels).
+    pub(crate) static X16P32X1B: RhsFormat = RhsFormat {
+        name: "x16p32x1b",
+        elem_bytes: 2,
+        kr: 1,
+        nxk: Some(fn_packer!(
+            sys::kai_run_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon,
+            sys::kai_get_rhs_packed_size_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon,
+            sys::kai_get_n_step_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon
+        )),
+        kxn: Some(fn_packer!(
+            sys::kai_run_rhs_pack_kxn_x16p32x1b_x16_x16_neon,
+            sys::kai_get_rhs_packed_size_rhs_pack_kxn_x16p32x1b_x16_x16_neon,
+            sys::kai_get_n_step_rhs_pack_kxn_x16p32x1b_x16_x16_neon
+        )),
+        packer_names: &["kai_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon", "kai_rhs_pack_kxn_x16p32x1b_x16_x16_neon"],
+    };
+
+    /// f16, nr 16, kr 1 (NEON FP16 `6x16x8` kernel; K x N packer only).
+    pub(crate) static F16P16X1BIASF16: RhsFormat = RhsFormat {
+        name: "f16p16x1biasf16",
+        elem_bytes: 2,
+        kr: 1,
+        nxk: None,
+        kxn: Some(fn_packer!(
+            sys::kai_run_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon,
+            sys::kai_get_rhs_packed_size_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon,
+            sys::kai_get_n_step_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon
+        )),
+        packer_names: &["kai_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon"],
+    };
+
+    /// f16, nr 2 SME vectors of f32 (one of f16), kr 2 (SME GEMV `2vlx2b`
+    /// kernels and the `f16p2vlx2` MOPA kernels).
+    pub(crate) static X16P2VLX2B: RhsFormat = RhsFormat {
+        name: "x16p2vlx2b",
+        elem_bytes: 2,
+        kr: 2,
+        nxk: Some(fn_packer!(
+            sys::kai_run_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme,
+            sys::kai_get_rhs_packed_size_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme,
+            sys::kai_get_n_step_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme
+        )),
+        kxn: Some(fn_packer!(
+            sys::kai_run_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme,
+            sys::kai_get_rhs_packed_size_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme,
+            sys::kai_get_n_step_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme
+        )),
+        packer_names: &["kai_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme", "kai_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme"],
+    };
+
+    /// f16, nr 16 vscale (SVE), kr 2 (the SVE2.1 `6x16vs` kernel; K x N
+    /// packer only).
+    pub(crate) static X16P16VSX2BX16: RhsFormat = RhsFormat {
+        name: "x16p16vsx2bx16",
+        elem_bytes: 2,
+        kr: 2,
+        nxk: None,
+        kxn: Some(RhsPacker::Api(sys::kai_rhs_pack_kxn_x16p16vsx2bx16_x16_x16_sve)),
+        packer_names: &["kai_rhs_pack_kxn_x16p16vsx2bx16_x16_x16_sve"],
+    };
+
+    /// One upstream LHS packing routine.
+    #[derive(Clone, Copy)]
+    pub(crate) enum LhsPacker {
+        /// Named functions: run, size query, packed offset query.
+        Fn { run: LhsPackFn, size: LhsQueryFn, offset: LhsQueryFn },
+        /// A `kai_matmul_pack_lhs_uker_api` table.
+        Api(LhsApiFn),
+    }
+
+    /// A packed LHS format: blocks of `mr` rows, `ceil(k / kr)` groups of
+    /// `mr x kr` values each.
+    pub(crate) struct LhsFormat {
+        pub name: &'static str,
+        pub packer_name: &'static str,
+        pub packer: LhsPacker,
+    }
+
+    /// f32, mr 2 SME vectors, kr 1.
+    pub(crate) static F32P2VLX1: LhsFormat = LhsFormat {
+        name: "f32p2vlx1",
+        packer_name: "kai_lhs_pack_f32p2vlx1_f32_sme",
+        packer: LhsPacker::Fn {
+            run: sys::kai_run_lhs_pack_f32p2vlx1_f32_sme,
+            size: sys::kai_get_lhs_packed_size_lhs_pack_f32p2vlx1_f32_sme,
+            offset: sys::kai_get_lhs_packed_offset_lhs_pack_f32p2vlx1_f32_sme,
+        },
+    };
+
+    /// f32, mr 4 vscale (one SME vector), kr 1.
+    pub(crate) static X32P4VSX1: LhsFormat = LhsFormat {
+        name: "x32p4vsx1",
+        packer_name: "kai_matmul_pack_lhs_mxk_x32p4vsx1_x32_sme",
+        packer: LhsPacker::Api(sys::kai_matmul_pack_lhs_mxk_x32p4vsx1_x32_sme),
+    };
+
+    /// f16, mr 2 SME vectors of f32, kr 2.
+    pub(crate) static X16P2VLX2: LhsFormat = LhsFormat {
+        name: "x16p2vlx2",
+        packer_name: "kai_lhs_pack_x16p2vlx2_x16_sme",
+        packer: LhsPacker::Fn {
+            run: sys::kai_run_lhs_pack_x16p2vlx2_x16_sme,
+            size: sys::kai_get_lhs_packed_size_lhs_pack_x16p2vlx2_x16_sme,
+            offset: sys::kai_get_lhs_packed_offset_lhs_pack_x16p2vlx2_x16_sme,
+        },
+    };
+
+    /// Every RHS format, for [`unpack_rhs_row`].
+    static RHS_FORMATS: [&RhsFormat; 10] = [
+        &X32P16X1B,
+        &F32P8X1BIASF32,
+        &X32P4VLX1B,
+        &F32P2VLX1BIASF32,
+        &F32P16VLX1B,
+        &X32P4VSX1BX32,
+        &X16P32X1B,
+        &F16P16X1BIASF16,
+        &X16P2VLX2B,
+        &X16P16VSX2BX16,
+    ];
+
+    /// How a kernel is called.
+    #[derive(Clone, Copy)]
+    pub(crate) enum Imp {
+        /// Interface functions, unpacked LHS.
+        Direct {
+            m_step: Getter,
+            n_step: Getter,
+            nr: Getter,
+            kr: Getter,
+            sr: Getter,
+            rhs_offset: OffsetFn,
+            run: DirectRunFn,
+        },
+        /// `kai_matmul_uker_api`, unpacked LHS.
+        DirectApi(UkerApiFn),
+        /// Interface functions, packed LHS.
+        Packed {
+            m_step: Getter,
+            n_step: Getter,
+            mr: Getter,
+            nr: Getter,
+            kr: Getter,
+            sr: Getter,
+            lhs_offset: OffsetFn,
+            rhs_offset: OffsetFn,
+            run: PackedRunFn,
+        },
+        /// `kai_matmul_uker_api`, packed LHS.
+        PackedApi(UkerApiFn),
+    }
+
+    /// One kernel of a float family with the formats it reads.
+    pub(crate) struct FloatKernel {
+        pub info: KernelInfo,
+        pub imp: Imp,
+        pub rhs: &'static RhsFormat,
+        pub lhs: Option<&'static LhsFormat>,
+    }
+
+    impl FloatKernel {
+        pub(crate) fn new(
+            u: &'static sys::Ukernel,
+            family: &'static str,
+            imp: Imp,
+            rhs: &'static RhsFormat,
+            lhs: Option<&'static LhsFormat>,
+        ) -> FloatKernel {
+            FloatKernel {
+                info: KernelInfo {
+                    name: u.name,
+                    family,
+                    features: u.features,
+                    vector_length: VectorLength::Any,
+                    tile: tile_kind_for(u.name),
+                    lhs_packer: lhs.map(|l| l.packer_name),
+                    rhs_packers: rhs.packer_names,
+                    rank: rank_for(u.name, u.features),
+                },
+                imp,
+                rhs,
+                lhs,
+            }
+        }
+
+        fn elem_bytes(&self) -> usize {
+            self.rhs.elem_bytes
+        }
+
+        /// Blocking parameters (for the direct families `mr` is `m_step`).
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
+            let f = engine::ensure_supported(&self.info)?;
+            // SAFETY: the CPU has every feature the kernel (and so its
+            // getters, SME ones included) needs: ensure_supported above. The
+            // API tables only return function pointers that upstream fills.
+            let t = unsafe {
+                match self.imp {
+                    Imp::Direct { m_step, n_step, nr, kr, sr, .. } => {
+                        Tiles { m_step: m_step(), n_step: n_step(), mr: m_step(), nr: nr(), kr: kr(), sr: sr() }
+                    }
+                    Imp::Packed { m_step, n_step, mr, nr, kr, sr, .. } => {
+                        Tiles { m_step: m_step(), n_step: n_step(), mr: mr(), nr: nr(), kr: kr(), sr: sr() }
+                    }
+                    Imp::DirectApi(api) | Imp::PackedApi(api) => {
+                        let a = api();
+                        let step = a.get_step.expect("get_step")(&sys::kai_matmul_uker_config::default());
+                        let mr = match self.lhs.map(|l| l.packer) {
+                            Some(LhsPacker::Api(p)) => {
+                                let pa = p();
+                                pa.get_step.expect("lhs get_step")(&Default::default()).m
+                            }
+                            _ => step.m,
+                        };
+                        // The packed-LHS entry point (`8vsx8vs`) covers a
+                        // tile with six sub-kernels chosen by the tile's
+                        // extent in multiples of 1, 2 and 4 steps, and they
+                        // round differently. Cutting only at multiples of 4
+                        // steps gives every output element the same
+                        // sub-kernel for any thread count.
+                        let wide = if matches!(self.imp, Imp::PackedApi(_)) { 4 } else { 1 };
+                        Tiles { m_step: wide * step.m, n_step: wide * step.n, mr, nr: step.n, kr: self.rhs.kr, sr: 1 }
+                    }
+                }
+            };
+            // Invariants the offset getters assume of tile starts that are
+            // multiples of the steps.
+            if t.kr != self.rhs.kr
+                || t.nr == 0
+                || t.mr == 0
+                || t.m_step == 0
+                || t.n_step % t.nr != 0
+                || t.m_step % t.mr != 0
+            {
+                return Err(Error::InvalidArgument(format!("{}: unexpected blocking {t:?}", self.info.name)));
+            }
+            Ok((t, f))
+        }
+
+        /// The packed-RHS layout this kernel reads for `n x k` weights.
+        pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: self.rhs.name,
+                rows: n,
+                k,
+                r: t.nr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: 0,
+                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
+            })
+        }
+
+        /// The packed-LHS layout this kernel reads for an `m x k` input.
+        pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
+            let Some(fmt) = self.lhs else {
+                return Err(Error::WrongFamily { kernel: self.info.name, why: "reads an unpacked LHS".into() });
+            };
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: fmt.name,
+                rows: m,
+                k,
+                r: t.mr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: 0,
+                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
+            })
+        }
+
+        /// Packs `w` (with a zero bias when it has none).
+        pub(crate) fn pack_rhs<T: FloatElement>(&self, w: &FloatWeights<'_, T>) -> Result<PackedRhs> {
+            w.validate()?;
+            if T::BYTES != self.elem_bytes() {
+                return Err(Error::WrongFamily { kernel: self.info.name, why: "element type".into() });
+            }
+            let layout = self.rhs_layout(w.n, w.k)?;
+            let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
+            let eb = T::BYTES;
+            // The packed size, in checked arithmetic (upstream's queries
+            // would wrap): blocks of nr channels, each nr biases and
+            // ceil(k / kr) * kr values per channel.
+            let packed_size = error::mul(
+                error::mul(n.div_ceil(nr), nr, "packed rhs")?,
+                error::mul(k.div_ceil(kr), kr, "packed rhs")?
+                    .checked_add(1)
+                    .ok_or_else(|| Error::Overflow("packed rhs".into()))?,
+                "packed rhs",
+            )
+            .and_then(|x| error::mul(x, eb, "packed rhs"))?;
+            let zeros;
+            let bias = match w.bias {
+                Some(b) => b,
+                None => {
+                    zeros = vec![T::default(); n];
+                    &zeros
+                }
+            };
+            // The order the weights are handed to upstream in: theirs if a
+            // packer reads it, else a transposed copy for the other packer.
+            let (order, packer) = match (w.order, self.rhs.nxk, self.rhs.kxn) {
+                (Order::NxK, Some(p), _) => (Order::NxK, p),
+                (Order::KxN, _, Some(p)) => (Order::KxN, p),
+                (_, Some(p), None) => (Order::NxK, p),
+                (_, None, Some(p)) => (Order::KxN, p),
+                _ => return Err(Error::InvalidArgument(format!("{}: no RHS packer", self.info.name))),
+            };
+            let copy;
+            let data: &[T] = if order == w.order {
+                &w.data[..n * k]
+            } else {
+                copy = w.data_in(order);
+                &copy
+            };
+            let row_stride = if order == Order::NxK { k * eb } else { n * eb };
+            let mut buf;
+            match packer {
+                RhsPacker::Fn { run, size, n_step } => {
+                    // SAFETY: the kernel's features (which include the
+                    // packer's: NEON, SVE or SME) are present: rhs_layout ran
+                    // ensure_supported. n_step and size are queries.
+                    let (step, bytes) = unsafe { (n_step(), size(n, k)) };
+                    if step != nr || bytes != packed_size {
+                        return Err(Error::InvalidArgument(format!(
+                            "{}: packer n_step {step} / size {bytes}, kernel nr {nr} / size {packed_size}",
+                            self.info.name
+                        )));
+                    }
+                    buf = AlignedBuf::zeroed(bytes);
+                    // SAFETY: `data` holds n x k elements in `order` with
+                    // rows `row_stride` bytes apart, `bias` n elements, the
+                    // buffer the size the packer reports for (n, k); nr, kr
+                    // and sr are the kernel's, which the packer accepts
+                    // (nr checked just above); scale and params are null,
+                    // extra_bytes 0, one group, as upstream requires.
+                    unsafe {
+                        run(
+                            1,
+                            n,
+                            k,
+                            nr,
+                            kr,
+                            sr,
+                            row_stride,
+                            data.as_ptr().cast(),
+                            bias.as_ptr().cast(),
+                            core::ptr::null(),
+                            buf.as_mut_ptr().cast(),
+                            0,
+                            core::ptr::null(),
+                        );
+                    }
+                }
+                RhsPacker::Api(api) => {
+                    let cfg = sys::kai_matmul_pack_rhs_uker_config {
+                        format: sys::kai_matmul_pack_rhs_uker_format_config { nr, kr, sr, bl: 0 },
+                    };
+                    // SAFETY: features present (rhs_layout); these calls
+                    // are pure queries on (n, k).
+                    let (step, in_stride, packed_stride, bytes) = unsafe {
+                        let a = api();
+                        let step = a.get_step.expect("get_step")(&cfg);
+                        let in_stride = a.get_rhs_stride.expect("rhs stride")(
+                            &cfg,
+                            &sys::kai_matmul_pack_rhs_uker_rhs_dim_args { n, k },
+                        );
+                        let pshape = sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k };
+                        let ps = a.get_rhs_packed_stride.expect("packed stride")(&cfg, &pshape);
+                        let bytes = a.get_rhs_packed_size.expect("packed size")(&cfg, &pshape, &ps);
+                        (step, in_stride, ps, bytes)
+                    };
+                    let want_in = match order {
+                        Order::NxK => sys::kai_matmul_pack_rhs_uker_rhs_stride_args { n: k * eb, k: eb },
+                        Order::KxN => sys::kai_matmul_pack_rhs_uker_rhs_stride_args { n: eb, k: n * eb },
+                    };
+                    let want_packed = nr * (eb + k.div_ceil(kr) * kr * eb);
+                    if step.n != nr
+                        || (in_stride.n, in_stride.k) != (want_in.n, want_in.k)
+                        || packed_stride.n != want_packed
+                        || bytes != packed_size
+                    {
+                        return Err(Error::InvalidArgument(format!(
+                            "{}: packer disagrees on the layout (step {}, stride {})",
+                            self.info.name, step.n, packed_stride.n
+                        )));
+                    }
+                    self.check_api_rhs_stride(n, k, packed_stride.n)?;
+                    buf = AlignedBuf::zeroed(bytes);
+                    let mut args = sys::kai_matmul_pack_rhs_uker_args {
+                        shape: sys::kai_matmul_pack_rhs_uker_dim_args { n, k },
+                        ..Default::default()
+                    };
+                    args.operand.rhs.ptr = data.as_ptr().cast();
+                    args.operand.rhs.stride = in_stride;
+                    args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
+                    args.operand.rhs_packed.stride = packed_stride;
+                    args.operand.bias_n.ptr = bias.as_ptr().cast();
+                    // SAFETY: as for the named packers: the source holds
+                    // n x k elements with the strides the packer itself
+                    // reported, the bias n elements, the destination the
+                    // size it reported; features present.
+                    unsafe { api().run.expect("run")(&cfg, &args) };
+                }
+            }
+            Ok(PackedRhs::new(layout, buf))
+        }
+
+        /// For `kai_matmul_uker_api` kernels: the kernel reads packed RHS
+        /// blocks `stride` bytes apart.
+        fn check_api_rhs_stride(&self, n: usize, k: usize, stride: usize) -> Result<()> {
+            if let Imp::DirectApi(api) | Imp::PackedApi(api) = self.imp {
+                // SAFETY: features present (callers ran tiles()); a query.
+                let s = unsafe {
+                    api().get_rhs_stride.expect("rhs stride")(
+                        &Default::default(),
+                        &sys::kai_matmul_uker_rhs_dim_args { n, k },
+                    )
+                };
+                if s.n != stride {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}: kernel RHS stride {} != {stride}",
+                        self.info.name, s.n
+                    )));
+                }
+            }
+            Ok(())
+        }
+
+        /// Packs an `m x k` LHS (rows `lhs_stride` elements apart).
+        pub(crate) fn pack_lhs_into<T: FloatElement>(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[T],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            if T::BYTES != self.elem_bytes() {
+                return Err(Error::WrongFamily { kernel: self.info.name, why: "element type".into() });
+            }
+            check_matrix(m, k, lhs.len(), lhs_stride, "lhs")?;
+            let eb = T::BYTES;
+            let stride_bytes = error::mul(lhs_stride, eb, "lhs stride")?;
+            let layout = self.lhs_layout(m, k)?;
+            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            let fmt = self.lhs.expect("lhs_layout checked");
+            // Packed size, computed in checked arithmetic before asking.
+            let want = error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.div_ceil(kr) * kr, "packed lhs")
+                .and_then(|x| error::mul(x, eb, "packed lhs"))?;
+            let size_ok = |bytes: usize| -> Result<()> {
+                if bytes != want {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}: LHS packer size {bytes} != {want}",
+                        self.info.name
+                    )));
+                }
+                Ok(())
+            };
+            let src = SendPtr(lhs.as_ptr() as *mut T);
+            match fmt.packer {
+                LhsPacker::Fn { run, size, offset } => {
+                    // SAFETY: a size query; features present (lhs_layout).
+                    let bytes = unsafe { size(m, k, mr, kr, sr) };
+                    size_ok(bytes)?;
+                    out.reset(layout, bytes);
+                    let dst = SendPtr(out.data_mut().as_mut_ptr());
+                    engine::run_rows(par, &self.info, m, k, mr, |rows| {
+                        let (src, dst) = (src, dst);
+                        // SAFETY: `rows` starts at a multiple of mr
+                        // (split_aligned), so the packer's offset for it
+                        // starts a block no other range writes; pointers are
+                        // pre-offset, hence m_idx_start 0. Source rows lie in
+                        // `lhs` (check_matrix), the destination in the
+                        // `bytes` reserved; mr, kr, sr are the kernel's.
+                        unsafe {
+                            let off = offset(rows.start, k, mr, kr, sr);
+                            run(
+                                rows.len(),
+                                k,
+                                mr,
+                                kr,
+                                sr,
+                                0,
+                                src.0.add(rows.start * lhs_stride).cast(),
+                                stride_bytes,
+                                dst.0.add(off).cast(),
+                            );
+                        }
+                    });
+                }
+                LhsPacker::Api(api) => {
+                    let cfg = sys::kai_matmul_pack_lhs_uker_config {
+                        format: sys::kai_matmul_pack_lhs_uker_format_config { mr, kr, sr },
+                    };
+                    let shape = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k };
+                    // SAFETY: queries; features present (lhs_layout).
+                    let (pstride, bytes) = unsafe {
+                        let a = api();
+                        let ps = a.get_lhs_packed_stride.expect("packed stride")(&cfg, &shape);
+                        (ps, a.get_lhs_packed_size.expect("packed size")(&cfg, &shape, &ps))
+                    };
+                    if pstride.m != mr * k.div_ceil(kr) * kr * eb {
+                        return Err(Error::InvalidArgument(format!(
+                            "{}: LHS packer stride {}",
+                            self.info.name, pstride.m
+                        )));
+                    }
+                    self.check_api_lhs_stride(m, k, pstride.m)?;
+                    size_ok(bytes)?;
+                    out.reset(layout, bytes);
+                    let dst = SendPtr(out.data_mut().as_mut_ptr());
+                    engine::run_rows(par, &self.info, m, k, mr, |rows| {
+                        let (src, dst) = (src, dst);
+                        // SAFETY: as for the named packers: rows start at a
+                        // multiple of mr, the packer's own offset for that
+                        // row locates its blocks, the source rows lie in
+                        // `lhs`, features are present.
+                        unsafe {
+                            let a = api();
+                            let idx = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m: rows.start, k: 0 };
+                            let off = a.get_lhs_packed_offset.expect("packed offset")(&cfg, &idx, &pstride);
+                            let mut args = sys::kai_matmul_pack_lhs_uker_args {
+                                shape: sys::kai_matmul_pack_lhs_uker_dim_args { m: rows.len(), k },
+                                ..Default::default()
+                            };
+                            args.operand.lhs.ptr = src.0.add(rows.start * lhs_stride).cast();
+                            args.operand.lhs.stride = sys::kai_matmul_pack_lhs_uker_lhs_stride_args { m: stride_bytes };
+                            args.operand.lhs_packed.ptr = dst.0.add(off).cast();
+                            args.operand.lhs_packed.stride = pstride;
+                            a.run.expect("run")(&cfg, &args);
+                        }
+                    });
+                }
+            }
+            Ok(())
+        }
+
+        fn check_api_lhs_stride(&self, m: usize, k: usize, stride: usize) -> Result<()> {
+            if let Imp::PackedApi(api) = self.imp {
+                // SAFETY: a query; features present (callers ran tiles()).
+                let s = unsafe {
+                    api().get_lhs_stride.expect("lhs stride")(
+                        &Default::default(),
+                        &sys::kai_matmul_uker_lhs_dim_args { m, k },
+                    )
+                };
+                if s.m != stride {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}: kernel LHS stride {} != {stride}",
+                        self.info.name, s.m
+                    )));
+                }
+            }
+            Ok(())
+        }
+
+        /// `dst = clamp(lhs · wᵀ + bias)` for an unpacked `m x k` LHS.
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) fn run_direct<T: FloatElement>(
+            &self,
+            m: usize,
+            lhs: &[T],
+            lhs_stride: usize,
+            rhs: &PackedRhs,
+            dst: &mut [T],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            if T::BYTES != self.elem_bytes() || self.lhs.is_some() {
+                return Err(Error::WrongFamily { kernel: self.info.name, why: "element type or LHS kind".into() });
+            }
+            let (n, k) = (rhs.layout().rows, rhs.layout().k);
+            rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
+            check_matrix(m, k, lhs.len(), lhs_stride, "lhs")?;
+            check_k(k)?;
+            let eb = T::BYTES;
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            let (lhs_sb, dst_sb) = (error::mul(lhs_stride, eb, "lhs stride")?, error::mul(n, eb, "dst stride")?);
+            let (t, _) = self.tiles()?;
+            let one_row = self.info.tile == TileKind::Gemv;
+            let (lp, rp, dp) =
+                (SendPtr(lhs.as_ptr() as *mut T), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
+            match self.imp {
+                Imp::Direct { rhs_offset, run, .. } => {
+                    engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
+                        let (lp, rp, dp) = (lp, rp, dp);
+                        let calls = if one_row { rows.clone().map(|r| r..r + 1).collect() } else { vec![rows] };
+                        for r in calls {
+                            // SAFETY: the packed RHS has exactly this kernel's
+                            // layout for (n, k) (checked above), so the offset
+                            // of a column start that is a multiple of n_step
+                            // (plan_grid), itself a multiple of nr (tiles()),
+                            // lies inside it; LHS rows r lie in `lhs`
+                            // (check_matrix); dst holds m x n and tiles are
+                            // disjoint; GEMV kernels get one row per call as
+                            // they require; k fits their u32 (check_k); the
+                            // CPU supports the kernel (tiles()).
+                            unsafe {
+                                let ro = rhs_offset(cols.start, k);
+                                run(
+                                    r.len(),
+                                    cols.len(),
+                                    k,
+                                    lp.0.add(r.start * lhs_stride).cast(),
+                                    lhs_sb,
+                                    rp.0.add(ro).cast(),
+                                    dp.0.add(r.start * n + cols.start).cast(),
+                                    dst_sb,
+                                    eb,
+                                    clamp.min,
+                                    clamp.max,
+                                );
+                            }
+                        }
+                    });
+                }
+                Imp::DirectApi(api) => {
+                    let cfg = sys::kai_matmul_uker_config::default();
+                    // SAFETY: a query; features present (tiles()).
+                    let rhs_stride = unsafe {
+                        api().get_rhs_stride.expect("rhs stride")(&cfg, &sys::kai_matmul_uker_rhs_dim_args { n, k })
+                    };
+                    engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
+                        let (lp, rp, dp) = (lp, rp, dp);
+                        let calls = if one_row { rows.clone().map(|r| r..r + 1).collect() } else { vec![rows] };
+                        for r in calls {
+                            let mut args = sys::kai_matmul_uker_args {
+                                flags: sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64,
+                                shape: sys::kai_matmul_uker_dim_args { m: r.len(), n: cols.len(), k },
+                                ..Default::default()
+                            };
+                            args.activation.clamp.min_ptr = (&clamp.min as *const f32).cast();
+                            args.activation.clamp.max_ptr = (&clamp.max as *const f32).cast();
+                            // SAFETY: as for the interface kernels: offsets
+                            // of tile starts that are multiples of the
+                            // kernel's steps, buffers checked against the
+                            // layout and shape, clamp pointers to two live
+                            // f32s, only the clamp flag set.
+                            unsafe {
+                                let a = api();
+                                let idx = sys::kai_matmul_uker_rhs_dim_args { n: cols.start, k: 0 };
+                                let ro = a.get_rhs_offset.expect("rhs offset")(&cfg, &idx, &rhs_stride);
+                                args.operand.lhs.ptr = lp.0.add(r.start * lhs_stride).cast();
+                                args.operand.lhs.stride = sys::kai_matmul_uker_lhs_stride_args { m: lhs_sb };
+                                args.operand.rhs.ptr = rp.0.add(ro).cast();
+                                args.operand.rhs.stride = rhs_stride;
+                                args.operand.dst.ptr = dp.0.add(r.start * n + cols.start).cast();
+                                args.operand.dst.stride = sys::kai_matmul_uker_dst_stride_args { m: dst_sb };
+                                a.run.expect("run")(&cfg, &args);
+                            }
+                        }
+                    });
+                }
+                _ => return Err(Error::WrongFamily { kernel: self.info.name, why: "reads a packed LHS".into() }),
+            }
+            Ok(())
+        }
+
+        /// `dst = clamp(lhs · wᵀ + bias)` for a packed LHS.
+        pub(crate) fn run_packed<T: FloatElement>(
+            &self,
+            lhs: &PackedLhs,
+            rhs: &PackedRhs,
+            dst: &mut [T],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            if T::BYTES != self.elem_bytes() {
+                return Err(Error::WrongFamily { kernel: self.info.name, why: "element type".into() });
+            }
+            let (m, n, k) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k);
+            rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
+            lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
+            check_k(k)?;
+            let eb = T::BYTES;
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            let dst_sb = error::mul(n, eb, "dst stride")?;
+            let (t, _) = self.tiles()?;
+            let (lp, rp, dp) = (
+                SendPtr(lhs.data().as_ptr() as *mut u8),
+                SendPtr(rhs.data().as_ptr() as *mut u8),
+                SendPtr(dst.as_mut_ptr()),
+            );
+            match self.imp {
+                Imp::Packed { lhs_offset, rhs_offset, run, .. } => {
+                    engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
+                        let (lp, rp, dp) = (lp, rp, dp);
+                        // SAFETY: both packed buffers have exactly the
+                        // layouts this kernel computes for (m, n, k)
+                        // (checked above), so the offsets of a row start
+                        // that is a multiple of m_step and a column start
+                        // that is a multiple of n_step (plan_grid) lie inside
+                        // them; dst holds m x n and tiles are disjoint; the
+                        // CPU supports the kernel (tiles()).
+                        unsafe {
+                            let lo = lhs_offset(rows.start, k);
+                            let ro = rhs_offset(cols.start, k);
+                            run(
+                                rows.len(),
+                                cols.len(),
+                                k,
+                                lp.0.add(lo).cast(),
+                                rp.0.add(ro).cast(),
+                                dp.0.add(rows.start * n + cols.start).cast(),
+                                dst_sb,
+                                eb,
+                                clamp.min,
+                                clamp.max,
+                            );
+                        }
+                    });
+                }
+                Imp::PackedApi(api) => {
+                    let cfg = sys::kai_matmul_uker_config::default();
+                    // SAFETY: queries; features present (tiles()).
+                    let (lhs_stride, rhs_stride) = unsafe {
+                        let a = api();
+                        (
+                            a.get_lhs_stride.expect("lhs stride")(&cfg, &sys::kai_matmul_uker_lhs_dim_args { m, k }),
+                            a.get_rhs_stride.expect("rhs stride")(&cfg, &sys::kai_matmul_uker_rhs_dim_args { n, k }),
+                        )
+                    };
+                    engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
+                        let (lp, rp, dp) = (lp, rp, dp);
+                        let mut args = sys::kai_matmul_uker_args {
+                            flags: sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64,
+                            shape: sys::kai_matmul_uker_dim_args { m: rows.len(), n: cols.len(), k },
+                            ..Default::default()
+                        };
+                        args.activation.clamp.min_ptr = (&clamp.min as *const f32).cast();
+                        args.activation.clamp.max_ptr = (&clamp.max as *const f32).cast();
+                        // SAFETY: as for the interface kernels, with the
+                        // kernel's own offset queries for tile starts that
+                        // are multiples of its steps.
+                        unsafe {
+                            let a = api();
+                            let li = sys::kai_matmul_uker_lhs_dim_args { m: rows.start, k: 0 };
+                            let ri = sys::kai_matmul_uker_rhs_dim_args { n: cols.start, k: 0 };
+                            let lo = a.get_lhs_offset.expect("lhs offset")(&cfg, &li, &lhs_stride);
+                            let ro = a.get_rhs_offset.expect("rhs offset")(&cfg, &ri, &rhs_stride);
+                            args.operand.lhs.ptr = lp.0.add(lo).cast();
+                            args.operand.lhs.stride = lhs_stride;
+                            args.operand.rhs.ptr = rp.0.add(ro).cast();
+                            args.operand.rhs.stride = rhs_stride;
+                            args.operand.dst.ptr = dp.0.add(rows.start * n + cols.start).cast();
+                            args.operand.dst.stride = sys::kai_matmul_uker_dst_stride_args { m: dst_sb };
+                            a.run.expect("run")(&cfg, &args);
+                        }
+                    });
+                }
+                _ => return Err(Error::WrongFamily { kernel: self.info.name, why: "reads an unpacked LHS".into() }),
+            }
+            Ok(())
+        }
+    }
+
+    /// Checks an `m x k` matrix with rows `stride` elements apart fits in
+    /// `len` elements.
+    pub(crate) fn check_matrix(m: usize, k: usize, len: usize, stride: usize, what: &'static str) -> Result<()> {
+        error::nonzero(m, "m")?;
+        error::nonzero(k, "k")?;
+        if stride < k {
+            return Err(Error::InvalidArgument(format!("{what} stride {stride} < k {k}")));
+        }
+        let need = error::mul(m - 1, stride, what)?.checked_add(k).ok_or_else(|| Error::Overflow(what.into()))?;
+        error::at_least(len, need, what)
+    }
+
+    /// Several kernels keep `k` in a 32-bit `unsigned int`.
+    fn check_k(k: usize) -> Result<()> {
+        if k > u32::MAX as usize {
+            return Err(Error::InvalidArgument(format!("k = {k} exceeds the kernels' 32-bit limit")));
+        }
+        Ok(())
+    }
+
+    /// Weight row `row` of a packed RHS in one of `formats`, as f32 (bias
+    /// not included).
+    pub(crate) fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32], formats: &[&RhsFormat]) -> Result<()> {
+        let l = *rhs.layout();
+        let Some(fmt) = formats.iter().find(|f| f.name == l.format) else {
+            let whose =
+                if RHS_FORMATS.iter().any(|f| f.name == l.format) { "another float family" } else { "no float family" };
+            return Err(Error::InvalidArgument(format!("packed RHS format {} belongs to {whose}", l.format)));
+        };
+        if row >= l.rows {
+            return Err(Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+        }
+        error::at_least(out.len(), l.k, "row output")?;
+        let (nr, kr, eb) = (l.r, l.kr, fmt.elem_bytes);
+        if nr == 0 || kr == 0 {
+            return Err(Error::InvalidArgument(format!("bad layout {l}")));
+        }
+        let block = nr * (eb + l.k.div_ceil(kr) * kr * eb);
+        let base = (row / nr) * block + nr * eb;
+        let r = row % nr;
+        let bytes = rhs.as_bytes();
+        for (p, o) in out.iter_mut().enumerate().take(l.k) {
+            let at = base + ((p / kr) * nr * kr + r * kr + p % kr) * eb;
+            let b =
+                bytes.get(at..at + eb).ok_or_else(|| Error::InvalidArgument(format!("packed RHS too short: {l}")))?;
+            *o = if eb == 4 {
+                f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+            } else {
+                half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+            };
+        }
+        Ok(())
+    }
+}
+
+/// Test support shared by the four families' conformance tests.
+#[cfg(all(test, target_arch = "aarch64"))]
+pub(crate) mod test_support {
+    use super::*;
+    use crate::formats::Order;
+    use crate::packed::PackedRhs;
+    use crate::par::Parallelism;
+    use crate::testing::{Rng, THREADS, bit_identical, compare, tail_shapes};
+
+    /// How a kernel accumulates, which sets its error bound.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum Accum {
+        /// f32 accumulation, any order, fused or not.
+        F32,
+        /// f16 fused multiply-adds, in k order, starting from the bias
+        /// (NEON FP16 `fmla .8h`).
+        F16Sequential,
+    }
+
+    const U32: f64 = 1.0 / (1u64 << 24) as f64;
+    const U16: f64 = 1.0 / (1u64 << 11) as f64;
+
+    /// Spacing of f16 values at magnitude `x` (2^-24 below the normal range).
+    pub(crate) fn ulp16(x: f64) -> f64 {
+        let x = x.abs();
+        if x < 2f64.powi(-14) { 2f64.powi(-24) } else { 2f64.powi(x.log2().floor() as i32 - 10) }
+    }
+
+    /// The part of the bound on |kernel - reference| for one output that
+    /// comes from the kernel's accumulation (see the family docs): `a` is
+    /// the LHS row, `w` the weight row, `b` the bias, all as f64.
+    pub(crate) fn accumulation_bound(accum: Accum, a: &[f64], w: &[f64], b: f64) -> f64 {
+        let k = a.len() as f64;
+        match accum {
+            Accum::F32 => {
+                let terms: f64 = b.abs() + a.iter().zip(w).map(|(x, y)| (x * y).abs()).sum::<f64>();
+                (k + 2.0) * U32 * terms
+            }
+            Accum::F16Sequential => {
+                let mut s = b;
+                let mut partial = 0.0;
+                for (x, y) in a.iter().zip(w) {
+                    s += x * y;
+                    partial += s.abs();
+                }
+                let kk = k.max(1.0);
+                U16 * partial / (1.0 - kk * U16) + kk * 2f64.powi(-25)
+            }
+        }
+    }
+
+    /// The whole bound: `acc` from [`accumulation_bound`] plus the output
+    /// roundings of the kernel (`got`) and of the reference (`want`).
+    pub(crate) fn bound(accum: Accum, acc: f64, got: f64, want: f64, f16_out: bool) -> f64 {
+        match (accum, f16_out) {
+            // Both round an f32 / exact value once to f16.
+            (Accum::F32, true) => acc + 0.5 * (ulp16(want) + ulp16(got)),
+            (Accum::F32, false) => acc + U32 * want.abs(),
+            // The kernel's result is already f16; only the reference rounds.
+            (Accum::F16Sequential, _) => acc + 0.5 * ulp16(want),
+        }
+    }
+
+    type PackFn<'a, T> = &'a dyn Fn(&FloatWeights<'_, T>) -> crate::Result<PackedRhs>;
+    /// `(m, lhs, rhs, dst, clamp, par)`.
+    type RunFn<'a, T> = &'a dyn Fn(usize, &[T], &PackedRhs, &mut [T], Clamp, Parallelism) -> crate::Result<()>;
+    type UnpackFn<'a> = &'a dyn Fn(&PackedRhs, usize, &mut [f32]) -> crate::Result<()>;
+
+    /// One tested kernel, through its family's public API.
+    pub(crate) struct Api<'a, T> {
+        pub pack: PackFn<'a, T>,
+        pub run: RunFn<'a, T>,
+        pub unpack: UnpackFn<'a>,
+    }
+
+    /// Rows the kernel computes per block: the leading number of its tile
+    /// token (`6x16` -> 6), at least `m_step`.
+    fn test_mr(name: &str, m_step: usize) -> usize {
+        let tile = name
+            .split('_')
+            .rfind(|t| t.chars().next().is_some_and(|c| c.is_ascii_digit()) && t.contains('x'))
+            .unwrap_or("1x");
+        let digits: String = tile.chars().take_while(char::is_ascii_digit).collect();
+        let lead: usize = digits.parse().unwrap_or(1);
+        lead.max(m_step)
+    }
+
+    /// Multiply-accumulates per test case, at most (before thread counts).
+    const BUDGET: usize = 1 << 18;
+
+    /// Runs every tail shape for `k` in `ks` with both weight orders, bias
+    /// and no bias, clamped and not, every thread count; checks the error
+    /// bound, bit-identity across thread counts and the row unpack.
+    pub(crate) fn conformance<T: FloatElement>(
+        fk: &FloatKernel,
+        accum: Accum,
+        ks: &[usize],
+        api: Api<'_, T>,
+    ) -> Result<(usize, f64), (usize, String)> {
+        let (t, _) = fk.tiles().map_err(|e| (0, e.to_string()))?;
+        let mr = test_mr(fk.info.name, t.m_step);
+        let shapes = tail_shapes(mr, mr.max(t.m_step), t.nr, t.n_step, ks);
+        let mut rng = Rng::new(0xF1 + ks.len() as u64);
+        let (mut cases, mut worst) = (0, 0f64);
+        let f16_out = T::BYTES == 2;
+        let el = |rng: &mut Rng, len: usize| -> Vec<T> { (0..len).map(|_| T::from_f64(rng.f32() as f64)).collect() };
+        for (ci, &(m, n, k)) in shapes.iter().enumerate() {
+            // qemu emulates float slowly: cap the work of the largest shapes
+            // (SME at 512 bits) by shortening k, never below one.
+            let k = k.min((BUDGET / (m * n)).max(1));
+            let order = if ci % 2 == 0 { Order::NxK } else { Order::KxN };
+            let data = el(&mut rng, n * k);
+            let bias = el(&mut rng, n);
+            let w = FloatWeights { n, k, order, data: &data, bias: if ci % 3 == 2 { None } else { Some(&bias) } };
+            let lhs = el(&mut rng, m * k);
+            let clamp = if ci % 4 == 3 { Clamp { min: -0.25, max: 0.5 } } else { Clamp::NONE };
+            let ctx = |e: String| (cases, format!("m={m} n={n} k={k} {order:?}: {e}"));
+            let mut want = vec![T::default(); m * n];
+            reference(m, &lhs, &w, clamp, &mut want).map_err(|e| ctx(e.to_string()))?;
+            let packed = (api.pack)(&w).map_err(|e| ctx(e.to_string()))?;
+            let wd = w.to_f32_nxk().unwrap();
+            let a64: Vec<f64> = lhs.iter().map(|x| x.to_f64()).collect();
+            let w64: Vec<f64> = wd.iter().map(|x| *x as f64).collect();
+            let b64: Vec<f64> = (0..n).map(|j| w.bias.map_or(0.0, |b| b[j].to_f64())).collect();
+            let acc: Vec<f64> = (0..m * n)
+                .map(|i| {
+                    let (r, c) = (i / n, i % n);
+                    accumulation_bound(accum, &a64[r * k..(r + 1) * k], &w64[c * k..(c + 1) * k], b64[c])
+                })
+                .collect();
+            let want32: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
+            let mut first: Option<Vec<f32>> = None;
+            for threads in THREADS {
+                let par = Parallelism::Rayon(threads);
+                let mut dst = vec![T::from_f64(f64::NAN); m * n];
+                (api.run)(m, &lhs, &packed, &mut dst, clamp, par).map_err(|e| ctx(e.to_string()))?;
+                let got: Vec<f32> = dst.iter().map(|x| x.to_f32()).collect();
+                let err = compare(&got, &want32, |i, y| bound(accum, acc[i], got[i] as f64, y as f64, f16_out) as f32)
+                    .map_err(|e| ctx(format!("threads={threads}: {e}")))?;
+                worst = worst.max(err);
+                match &first {
+                    None => first = Some(got),
+                    Some(f) if !bit_identical(f, &got) => {
+                        return Err(ctx(format!("{threads} threads differ from 1")));
+                    }
+                    _ => {}
+                }
+            }
+            let mut row = vec![0f32; k];
+            for r in [0, n / 2, n - 1] {
+                (api.unpack)(&packed, r, &mut row).map_err(|e| ctx(e.to_string()))?;
+                if row[..] != wd[r * k..(r + 1) * k] {
+                    return Err(ctx(format!("unpack_rhs_row({r}) differs from the weights")));
+                }
+            }
+            cases += 1;
+        }
+        Ok((cases, worst))
+    }
+}
