@@ -181,8 +181,14 @@ fn interfaces(root: &Path, entries: &[Entry]) -> Result<String, String> {
                     } else {
                         format!("kai_{field}_{stem}")
                     };
+                    // Upstream's f16_f16_f16p interface names its field
+                    // get_lhs_packed_offset but types it (and names the
+                    // kernels' functions) get_lhs_offset: accept that alias.
+                    let alias = func.replacen("kai_get_lhs_packed_offset_", "kai_get_lhs_offset_", 1);
                     if header.contains(&format!("{func}(")) {
                         write!(out, " {field}: Some({func}),").unwrap();
+                    } else if field == "get_lhs_packed_offset" && header.contains(&format!("{alias}(")) {
+                        write!(out, " {field}: Some({alias}),").unwrap();
                     } else {
                         write!(out, " {field}: None,").unwrap();
                     }
