@@ -41,56 +41,150 @@ pub(crate) fn wrong_kind(info: &KernelInfo, what: &str) -> Error {
 #[cfg(target_arch = "aarch64")]
 mod families {
     use super::*;
-    use crate::families::matmul_clamp_f32_qai8dxp_qsi4cxp as f32_qai8dxp_qsi4cxp;
-    use crate::weights::ActivationMut;
+    use crate::families as fam;
+    use crate::formats::{FloatWeights, Order};
+    use crate::weights::{ActivationMut, DType, WeightKind};
 
-    impl Backend for f32_qai8dxp_qsi4cxp::Kernel {
-        fn info(&self) -> &'static KernelInfo {
-            f32_qai8dxp_qsi4cxp::Kernel::info(self)
-        }
-        fn boxed(&self) -> Box<dyn Backend> {
-            Box::new(*self)
-        }
-        fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
-            f32_qai8dxp_qsi4cxp::Kernel::rhs_layout(self, n, k)
-        }
-        fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
-            #[allow(unreachable_patterns)] // more weight kinds than this family takes
-            match w {
-                WeightsRef::Int4PerChannel(w) => self.pack_rhs(w),
-                other => Err(wrong_kind(self.info(), other.kind_name())),
+    /// Weights a family takes, from the high-level enum: `$pat => $expr`
+    /// arms giving the family's input, or the kind error.
+    macro_rules! weights_for {
+        ($self:ident, $w:ident, { $($pat:pat => $e:expr),+ $(,)? }) => {{
+            #[allow(unreachable_patterns)]
+            match $w {
+                $($pat => $e,)+
+                other => return Err(wrong_kind($self.info(), other.kind_name())),
             }
-        }
-        #[allow(clippy::too_many_arguments)]
-        fn run(
-            &self,
-            m: usize,
-            x: Activation<'_>,
-            rhs: &PackedRhs,
-            y: ActivationMut<'_>,
-            clamp: Clamp,
-            par: Parallelism,
-            scratch: &mut PackedLhs,
-        ) -> Result<()> {
-            let (Activation::F32(x), ActivationMut::F32(y)) = (x, y) else {
-                return Err(wrong_kind(self.info(), "non-f32 activations"));
-            };
-            let k = rhs.layout().k;
-            self.pack_lhs_into(m, k, x, k, par, scratch)?;
-            f32_qai8dxp_qsi4cxp::Kernel::run(self, scratch, rhs, y, clamp, par)
-        }
-        fn unpack_row(&self, rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
-            f32_qai8dxp_qsi4cxp::unpack_rhs_row(rhs, row, out)
+        }};
+    }
+
+    /// The Backend methods every family shares.
+    macro_rules! common {
+        ($module:ident) => {
+            fn info(&self) -> &'static KernelInfo {
+                fam::$module::Kernel::info(self)
+            }
+            fn boxed(&self) -> Box<dyn Backend> {
+                Box::new(*self)
+            }
+            fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
+                fam::$module::Kernel::rhs_layout(self, n, k)
+            }
+            fn unpack_row(&self, rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
+                fam::$module::unpack_rhs_row(rhs, row, out)
+            }
+        };
+    }
+
+    /// A family whose kernels read a packed LHS: pack into `scratch`, run.
+    macro_rules! packed_lhs {
+        ($module:ident, $act:ident, |$s:ident, $w:ident| $pack:block) => {
+            impl Backend for fam::$module::Kernel {
+                common!($module);
+                fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
+                    let ($s, $w) = (self, w);
+                    $pack
+                }
+                #[allow(clippy::too_many_arguments)]
+                fn run(
+                    &self,
+                    m: usize,
+                    x: Activation<'_>,
+                    rhs: &PackedRhs,
+                    y: ActivationMut<'_>,
+                    clamp: Clamp,
+                    par: Parallelism,
+                    scratch: &mut PackedLhs,
+                ) -> Result<()> {
+                    let (Activation::$act(x), ActivationMut::$act(y)) = (x, y) else {
+                        return Err(wrong_kind(self.info(), "these activation types"));
+                    };
+                    let k = rhs.layout().k;
+                    self.pack_lhs_into(m, k, x, k, par, scratch)?;
+                    fam::$module::Kernel::run(self, scratch, rhs, y, clamp, par)
+                }
+            }
+        };
+    }
+
+    /// A family whose kernels read the LHS directly.
+    macro_rules! direct_lhs {
+        ($module:ident, $act:ident, |$s:ident, $w:ident| $pack:block) => {
+            impl Backend for fam::$module::Kernel {
+                common!($module);
+                fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
+                    let ($s, $w) = (self, w);
+                    $pack
+                }
+                #[allow(clippy::too_many_arguments)]
+                fn run(
+                    &self,
+                    m: usize,
+                    x: Activation<'_>,
+                    rhs: &PackedRhs,
+                    y: ActivationMut<'_>,
+                    clamp: Clamp,
+                    par: Parallelism,
+                    _scratch: &mut PackedLhs,
+                ) -> Result<()> {
+                    let (Activation::$act(x), ActivationMut::$act(y)) = (x, y) else {
+                        return Err(wrong_kind(self.info(), "these activation types"));
+                    };
+                    let k = rhs.layout().k;
+                    fam::$module::Kernel::run(self, m, x, k, rhs, y, clamp, par)
+                }
+            }
+        };
+    }
+
+    /// f32 families take f32 weights, or f16 weights widened (exactly) to f32.
+    fn pack_as_f32(
+        w: &WeightsRef<'_>,
+        pack: impl FnOnce(&FloatWeights<'_, f32>) -> Result<PackedRhs>,
+    ) -> Result<PackedRhs> {
+        match w {
+            WeightsRef::F32(w) => pack(w),
+            other => {
+                let (n, k) = other.shape();
+                let (data, bias) = other.to_f32()?;
+                pack(&FloatWeights { n, k, order: Order::NxK, data: &data, bias: bias.as_deref() })
+            }
         }
     }
 
-    /// Every backend kernel serving weights of `kind` with `act` activations,
-    /// from every family that takes them.
-    pub(crate) fn candidates(kind: super::super::WeightKind, act: super::super::DType) -> Vec<Box<dyn Backend>> {
-        use super::super::{DType, WeightKind};
+    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32, |s, w| {
+        weights_for!(s, w, { WeightsRef::Int4PerChannel(w) => s.pack_rhs(w) })
+    });
+    packed_lhs!(matmul_clamp_f32_f32p_f32p, F32, |s, w| {
+        weights_for!(s, w, { x @ (WeightsRef::F32(_) | WeightsRef::F16(_)) => pack_as_f32(x, |w| s.pack_rhs(w)) })
+    });
+    direct_lhs!(matmul_clamp_f32_f32_f32p, F32, |s, w| {
+        weights_for!(s, w, { x @ (WeightsRef::F32(_) | WeightsRef::F16(_)) => pack_as_f32(x, |w| s.pack_rhs(w)) })
+    });
+    packed_lhs!(matmul_clamp_f16_f16p_f16p, F16, |s, w| {
+        weights_for!(s, w, { WeightsRef::F16(w) => s.pack_rhs(w) })
+    });
+    direct_lhs!(matmul_clamp_f16_f16_f16p, F16, |s, w| { weights_for!(s, w, { WeightsRef::F16(w) => s.pack_rhs(w) }) });
+
+    fn boxed<K: Backend + 'static>(it: impl Iterator<Item = K>) -> impl Iterator<Item = Box<dyn Backend>> {
+        it.map(|k| Box::new(k) as Box<dyn Backend>)
+    }
+
+    /// Every kernel serving weights of `kind` with `act` activations.
+    pub(crate) fn candidates(kind: WeightKind, act: DType) -> Vec<Box<dyn Backend>> {
         let mut v: Vec<Box<dyn Backend>> = Vec::new();
-        if let (WeightKind::Int4PerChannel, DType::F32) = (kind, act) {
-            v.extend(f32_qai8dxp_qsi4cxp::Kernel::all().map(|k| Box::new(k) as Box<dyn Backend>));
+        match (kind, act) {
+            (WeightKind::Int4PerChannel, DType::F32) => {
+                v.extend(boxed(fam::matmul_clamp_f32_qai8dxp_qsi4cxp::Kernel::all()))
+            }
+            (WeightKind::F32 | WeightKind::F16, DType::F32) => {
+                v.extend(boxed(fam::matmul_clamp_f32_f32p_f32p::Kernel::all()));
+                v.extend(boxed(fam::matmul_clamp_f32_f32_f32p::Kernel::all()));
+            }
+            (WeightKind::F16, DType::F16) => {
+                v.extend(boxed(fam::matmul_clamp_f16_f16p_f16p::Kernel::all()));
+                v.extend(boxed(fam::matmul_clamp_f16_f16_f16p::Kernel::all()));
+            }
+            _ => {}
         }
         v
     }

@@ -32,7 +32,7 @@ pub mod file;
 
 use crate::cpu::Features;
 use crate::error::{Error, Result};
-use crate::formats::{Int4Encoding, Int4PerChannel, Order};
+use crate::formats::{FloatWeights, Int4Encoding, Int4PerChannel, Order};
 use crate::packed::{Clamp, PackedLhs, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::{self, KernelInfo, TileKind};
@@ -114,18 +114,25 @@ impl ActivationMut<'_> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum WeightKind {
+    /// Dense f32.
+    F32,
+    /// Dense f16.
+    F16,
     /// Int4 values with one f32 scale per output channel.
     Int4PerChannel,
 }
 
 impl WeightKind {
+    const ALL: [WeightKind; 3] = [WeightKind::F32, WeightKind::F16, WeightKind::Int4PerChannel];
     fn id(self) -> u32 {
         match self {
-            WeightKind::Int4PerChannel => 1,
+            WeightKind::F32 => 1,
+            WeightKind::F16 => 2,
+            WeightKind::Int4PerChannel => 5,
         }
     }
     fn from_id(id: u32) -> Option<WeightKind> {
-        [WeightKind::Int4PerChannel].into_iter().find(|k| k.id() == id)
+        Self::ALL.into_iter().find(|k| k.id() == id)
     }
 }
 
@@ -133,6 +140,10 @@ impl WeightKind {
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub enum WeightsRef<'a> {
+    /// Dense f32 weights (and bias).
+    F32(FloatWeights<'a, f32>),
+    /// Dense f16 weights (and bias).
+    F16(FloatWeights<'a, f16>),
     /// Int4 per-channel weights.
     Int4PerChannel(Int4PerChannel<'a>),
 }
@@ -141,28 +152,55 @@ impl WeightsRef<'_> {
     /// The weight kind.
     pub fn kind(&self) -> WeightKind {
         match self {
+            WeightsRef::F32(_) => WeightKind::F32,
+            WeightsRef::F16(_) => WeightKind::F16,
             WeightsRef::Int4PerChannel(_) => WeightKind::Int4PerChannel,
         }
     }
     pub(crate) fn kind_name(&self) -> &'static str {
         match self {
+            WeightsRef::F32(_) => "f32 weights",
+            WeightsRef::F16(_) => "f16 weights",
             WeightsRef::Int4PerChannel(_) => "int4 per-channel weights",
         }
     }
     /// `(n, k)`.
     pub fn shape(&self) -> (usize, usize) {
         match self {
+            WeightsRef::F32(w) => (w.n, w.k),
+            WeightsRef::F16(w) => (w.n, w.k),
             WeightsRef::Int4PerChannel(w) => (w.n, w.k),
         }
     }
     fn validate(&self) -> Result<()> {
         match self {
+            WeightsRef::F32(w) => w.validate(),
+            WeightsRef::F16(w) => w.validate(),
             WeightsRef::Int4PerChannel(w) => w.validate(),
+        }
+    }
+    /// Dense f32 weights (N x K) and bias, for families that take f32.
+    pub(crate) fn to_f32(self) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+        match self {
+            WeightsRef::F32(w) => Ok((w.to_f32_nxk()?, w.bias.map(|b| b[..w.n].to_vec()))),
+            WeightsRef::F16(w) => {
+                Ok((w.to_f32_nxk()?, w.bias.map(|b| b[..w.n].iter().map(|x| f32::from(*x)).collect())))
+            }
+            other => Err(Error::InvalidArgument(format!("{} are not dense floats", other.kind_name()))),
         }
     }
     fn to_owned_weights(self) -> Result<OwnedWeights> {
         self.validate()?;
         Ok(match self {
+            WeightsRef::F32(w) => {
+                OwnedWeights::F32 { n: w.n, k: w.k, data: w.to_f32_nxk()?, bias: w.bias.map(|b| b[..w.n].to_vec()) }
+            }
+            WeightsRef::F16(w) => OwnedWeights::F16 {
+                n: w.n,
+                k: w.k,
+                data: (0..w.n * w.k).map(|i| w.value_unchecked(i / w.k, i % w.k)).collect(),
+                bias: w.bias.map(|b| b[..w.n].to_vec()),
+            },
             WeightsRef::Int4PerChannel(w) => OwnedWeights::Int4PerChannel {
                 n: w.n,
                 k: w.k,
@@ -179,6 +217,18 @@ impl WeightsRef<'_> {
 /// A private copy of unpacked weights, for the reference path.
 #[derive(Clone, Debug)]
 enum OwnedWeights {
+    F32 {
+        n: usize,
+        k: usize,
+        data: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    },
+    F16 {
+        n: usize,
+        k: usize,
+        data: Vec<f16>,
+        bias: Option<Vec<f16>>,
+    },
     Int4PerChannel {
         n: usize,
         k: usize,
@@ -191,14 +241,16 @@ enum OwnedWeights {
 }
 
 impl OwnedWeights {
-    fn reference(&self, m: usize, x: Activation<'_>, y: ActivationMut<'_>, clamp: Clamp) -> Result<()> {
-        match (self, x, y) {
-            (
-                OwnedWeights::Int4PerChannel { n, k, order, encoding, data, scales, bias },
-                Activation::F32(x),
-                ActivationMut::F32(y),
-            ) => {
-                let w = Int4PerChannel {
+    fn as_ref(&self) -> WeightsRef<'_> {
+        match self {
+            OwnedWeights::F32 { n, k, data, bias } => {
+                WeightsRef::F32(FloatWeights { n: *n, k: *k, order: Order::NxK, data, bias: bias.as_deref() })
+            }
+            OwnedWeights::F16 { n, k, data, bias } => {
+                WeightsRef::F16(FloatWeights { n: *n, k: *k, order: Order::NxK, data, bias: bias.as_deref() })
+            }
+            OwnedWeights::Int4PerChannel { n, k, order, encoding, data, scales, bias } => {
+                WeightsRef::Int4PerChannel(Int4PerChannel {
                     n: *n,
                     k: *k,
                     order: *order,
@@ -206,11 +258,36 @@ impl OwnedWeights {
                     data,
                     scales,
                     bias: bias.as_deref(),
-                };
-                crate::families::matmul_clamp_f32_qai8dxp_qsi4cxp::reference(m, x, &w, clamp, y)
+                })
             }
-            _ => Err(Error::InvalidArgument("int4 per-channel weights take f32 activations and outputs".into())),
         }
+    }
+}
+
+/// The family reference for `w` with these activations: the portable path.
+fn reference(w: WeightsRef<'_>, m: usize, x: Activation<'_>, y: ActivationMut<'_>, clamp: Clamp) -> Result<()> {
+    use crate::families as fam;
+    match (w, x, y) {
+        (WeightsRef::Int4PerChannel(w), Activation::F32(x), ActivationMut::F32(y)) => {
+            fam::matmul_clamp_f32_qai8dxp_qsi4cxp::reference(m, x, &w, clamp, y)
+        }
+        (WeightsRef::F32(w), Activation::F32(x), ActivationMut::F32(y)) => {
+            fam::matmul_clamp_f32_f32_f32p::reference(m, x, &w, clamp, y)
+        }
+        (WeightsRef::F16(w), Activation::F32(x), ActivationMut::F32(y)) => {
+            let (data, bias) = WeightsRef::F16(w).to_f32()?;
+            let w32 = FloatWeights { n: w.n, k: w.k, order: Order::NxK, data: &data, bias: bias.as_deref() };
+            fam::matmul_clamp_f32_f32_f32p::reference(m, x, &w32, clamp, y)
+        }
+        (WeightsRef::F16(w), Activation::F16(x), ActivationMut::F16(y)) => {
+            fam::matmul_clamp_f16_f16_f16p::reference(m, x, &w, clamp, y)
+        }
+        (w, x, y) => Err(Error::InvalidArgument(format!(
+            "no operation takes {} with {:?} activations and {:?} outputs",
+            w.kind_name(),
+            x.dtype(),
+            y.dtype()
+        ))),
     }
 }
 
@@ -270,7 +347,7 @@ fn best<'a>(cands: &'a [Box<dyn Backend>], tile: TileKind, f: &Features, sme: bo
 
 /// The backend of a registered kernel, by name, for any weight kind.
 fn backend_by_name(name: &str) -> Option<Box<dyn Backend>> {
-    for kind in [WeightKind::Int4PerChannel] {
+    for kind in WeightKind::ALL {
         for act in [DType::F32, DType::F16, DType::Bf16] {
             if let Some(b) = backend::candidates(kind, act).into_iter().find(|b| b.info().name == name) {
                 return Some(b);
@@ -380,7 +457,7 @@ impl PackedWeights {
             return b.run(m, x, &slot.rhs, y.reborrow(), clamp, par, lhs);
         }
         match &self.reference {
-            Some(r) => r.reference(m, x, y, clamp),
+            Some(r) => reference(r.as_ref(), m, x, y, clamp),
             None => Err(Error::Unsupported {
                 kernel: self.slots.first().map_or("(none)", |s| s.gemm.info().name),
                 why: "no packed layout runs with the current CPU features and no reference copy was kept \
@@ -400,12 +477,16 @@ impl PackedWeights {
         if let Some(s) = self.slots.first() {
             return s.gemm.unpack_row(&s.rhs, row, out);
         }
-        match &self.reference {
-            Some(OwnedWeights::Int4PerChannel { n, k, order, encoding, data, scales, bias: _ }) => {
-                let w = Int4PerChannel { n: *n, k: *k, order: *order, encoding: *encoding, data, scales, bias: None };
-                for (c, o) in out.iter_mut().enumerate().take(*k) {
-                    *o = w.value_unchecked(row, c) as f32 * scales[row];
+        match self.reference.as_ref().map(OwnedWeights::as_ref) {
+            Some(WeightsRef::Int4PerChannel(w)) => {
+                for (c, o) in out.iter_mut().enumerate().take(w.k) {
+                    *o = w.value_unchecked(row, c) as f32 * w.scales[row];
                 }
+                Ok(())
+            }
+            Some(w @ (WeightsRef::F32(_) | WeightsRef::F16(_))) => {
+                let (data, _) = w.to_f32()?;
+                out[..self.k].copy_from_slice(&data[row * self.k..(row + 1) * self.k]);
                 Ok(())
             }
             None => Err(Error::InvalidArgument("no packed layout and no reference copy".into())),
@@ -543,3 +624,6 @@ impl PackedWeights {
         Ok(PackedWeights { n, k, kind, activation, slots, reference: None })
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,239 @@
+//! Tests of the high-level path: every weight kind against its family
+//! reference (kernels on Arm, the reference itself elsewhere), thread-count
+//! determinism, save/load round trips, tampering, zero-copy loading, and the
+//! fallbacks when tiers are switched off.
+
+use super::*;
+use crate::testing::{Rng, bit_identical};
+
+struct Case {
+    weights: OwnedWeights,
+    act: DType,
+    /// Relative tolerance against the reference (per element, scaled by the
+    /// magnitude of the dot product): quantised paths compute the same
+    /// integers, float paths differ only in summation order.
+    tol: f32,
+}
+
+fn cases(rng: &mut Rng, n: usize, k: usize) -> Vec<Case> {
+    let f32s = |rng: &mut Rng, len: usize| rng.vec_f32(len);
+    let mut v = Vec::new();
+    let data = f32s(rng, n * k);
+    let bias = f32s(rng, n);
+    v.push(Case {
+        weights: OwnedWeights::F32 { n, k, data: data.clone(), bias: Some(bias.clone()) },
+        act: DType::F32,
+        tol: 1e-5,
+    });
+    let data16: Vec<f16> = data.iter().map(|x| f16::from_f32(*x)).collect();
+    let bias16: Vec<f16> = bias.iter().map(|x| f16::from_f32(*x)).collect();
+    v.push(Case {
+        weights: OwnedWeights::F16 { n, k, data: data16.clone(), bias: Some(bias16.clone()) },
+        act: DType::F32,
+        tol: 1e-5,
+    });
+    // f16 activations and outputs: f16 accumulation in the NEON kernels.
+    v.push(Case { weights: OwnedWeights::F16 { n, k, data: data16, bias: Some(bias16) }, act: DType::F16, tol: 2e-2 });
+    v.push(Case {
+        weights: OwnedWeights::Int4PerChannel {
+            n,
+            k,
+            order: Order::NxK,
+            encoding: Int4Encoding::Offset8,
+            data: rng.bytes(n * k.div_ceil(2)),
+            scales: (0..n).map(|_| 0.01 + 0.02 * (rng.f32() + 1.0)).collect(),
+            bias: Some(bias),
+        },
+        act: DType::F32,
+        tol: 1e-5,
+    });
+    v
+}
+
+fn act_vec(dt: DType, x: &[f32]) -> (Vec<f32>, Vec<f16>) {
+    match dt {
+        DType::F16 => (Vec::new(), x.iter().map(|v| f16::from_f32(*v)).collect()),
+        _ => (x.to_vec(), Vec::new()),
+    }
+}
+
+/// Runs `w` on `x` (m rows) and returns the output widened to f32.
+fn run(w: &PackedWeights, dt: DType, m: usize, x: &[f32], par: Parallelism) -> Result<Vec<f32>> {
+    let n = w.n();
+    let (x32, x16) = act_vec(dt, x);
+    let mut scratch = Scratch::default();
+    match dt {
+        DType::F16 => {
+            let mut y = vec![f16::ZERO; m * n];
+            w.matmul(m, Activation::F16(&x16), ActivationMut::F16(&mut y), Clamp::NONE, par, &mut scratch)?;
+            Ok(y.iter().map(|v| v.to_f32()).collect())
+        }
+        _ => {
+            let mut y = vec![0f32; m * n];
+            w.matmul(m, Activation::F32(&x32), ActivationMut::F32(&mut y), Clamp::NONE, par, &mut scratch)?;
+            Ok(y)
+        }
+    }
+}
+
+fn reference_out(c: &Case, m: usize, x: &[f32]) -> Vec<f32> {
+    let n = match &c.weights {
+        OwnedWeights::F32 { n, .. } | OwnedWeights::F16 { n, .. } | OwnedWeights::Int4PerChannel { n, .. } => *n,
+    };
+    let (x32, x16) = act_vec(c.act, x);
+    match c.act {
+        DType::F16 => {
+            let mut y = vec![f16::ZERO; m * n];
+            reference(c.weights.as_ref(), m, Activation::F16(&x16), ActivationMut::F16(&mut y), Clamp::NONE).unwrap();
+            y.iter().map(|v| v.to_f32()).collect()
+        }
+        _ => {
+            let mut y = vec![0f32; m * n];
+            reference(c.weights.as_ref(), m, Activation::F32(&x32), ActivationMut::F32(&mut y), Clamp::NONE).unwrap();
+            y
+        }
+    }
+}
+
+fn magnitude(c: &Case, m: usize, x: &[f32]) -> Vec<f32> {
+    // sum_k |x * w| per output, with w dequantised: the scale of rounding.
+    let w = c.weights.as_ref();
+    let (n, k) = w.shape();
+    let dense: Vec<f32> = match w {
+        WeightsRef::Int4PerChannel(w) => w.dequantize().unwrap(),
+        other => other.to_f32().unwrap().0,
+    };
+    let mut out = vec![0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            out[i * n + j] = (0..k).map(|p| (x[i * k + p] * dense[j * k + p]).abs()).sum::<f32>() + 1.0;
+        }
+    }
+    out
+}
+
+#[test]
+fn every_kind_matches_its_reference_and_is_deterministic() {
+    crate::testing::enable_threading_for_tests();
+    let mut rng = Rng::new(11);
+    let (n, k) = (37, 64);
+    for c in cases(&mut rng, n, k) {
+        let packed =
+            PackedWeights::pack(&c.weights.as_ref(), &PackOptions { activation: c.act, ..Default::default() }).unwrap();
+        for m in [1, 5, 33] {
+            let x = rng.vec_f32(m * k);
+            let want = reference_out(&c, m, &x);
+            let mag = magnitude(&c, m, &x);
+            let got1 = run(&packed, c.act, m, &x, Parallelism::Sequential).unwrap();
+            let got3 = run(&packed, c.act, m, &x, Parallelism::Rayon(3)).unwrap();
+            assert!(bit_identical(&got1, &got3), "{:?} m={m}: thread counts differ", c.weights.as_ref().kind());
+            for i in 0..got1.len() {
+                let tol = c.tol * mag[i];
+                assert!(
+                    (got1[i] - want[i]).abs() <= tol,
+                    "{:?}/{:?} m={m} [{i}]: {} vs {} (tol {tol}) via {:?}",
+                    c.weights.as_ref().kind(),
+                    c.act,
+                    got1[i],
+                    want[i],
+                    packed.kernel_for(m)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn save_load_round_trip_and_tampering() {
+    let mut rng = Rng::new(12);
+    let (n, k) = (19, 64);
+    for c in cases(&mut rng, n, k) {
+        let packed =
+            PackedWeights::pack(&c.weights.as_ref(), &PackOptions { activation: c.act, ..Default::default() }).unwrap();
+        let bytes = match packed.to_bytes() {
+            Ok(b) => b,
+            Err(e) => {
+                // Nothing packed (no kernel on this CPU): saving says so.
+                assert!(packed.layouts().is_empty(), "{e}");
+                continue;
+            }
+        };
+        let x = rng.vec_f32(3 * k);
+        let want = run(&packed, c.act, 3, &x, Parallelism::Sequential).unwrap();
+        let loaded = PackedWeights::from_bytes(&bytes).unwrap();
+        assert_eq!(loaded.layouts(), packed.layouts());
+        assert!(bit_identical(&run(&loaded, c.act, 3, &x, Parallelism::Sequential).unwrap(), &want));
+        // Zero-copy: an Arc'd buffer whose start is 64-byte aligned.
+        let mut aligned = crate::buffer::AlignedBuf::zeroed(bytes.len());
+        aligned.as_mut_slice().copy_from_slice(&bytes);
+        struct Shared(crate::buffer::AlignedBuf);
+        impl AsRef<[u8]> for Shared {
+            fn as_ref(&self) -> &[u8] {
+                self.0.as_slice()
+            }
+        }
+        let shared = PackedWeights::from_shared(Arc::new(Shared(aligned))).unwrap();
+        assert!(shared.slots.iter().all(|s| s.rhs.is_shared()));
+        assert!(bit_identical(&run(&shared, c.act, 3, &x, Parallelism::Sequential).unwrap(), &want));
+        // Every truncation and a flipped byte anywhere is rejected.
+        for len in [0, 8, 63, bytes.len() / 2, bytes.len() - 1] {
+            assert!(PackedWeights::from_bytes(&bytes[..len]).is_err());
+        }
+        for at in [0, 9, 17, 40, 70, bytes.len() - 1] {
+            let mut t = bytes.clone();
+            t[at] ^= 0x10;
+            assert!(PackedWeights::from_bytes(&t).is_err(), "flip at {at} accepted");
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let data = vec![0f32; 8 * 16];
+    let w = WeightsRef::F32(FloatWeights { n: 8, k: 16, order: Order::NxK, data: &data, bias: None });
+    let p = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
+    let mut s = Scratch::default();
+    let x = vec![0f32; 2 * 16];
+    let mut y = vec![0f32; 2 * 8];
+    let seq = Parallelism::Sequential;
+    assert!(p.matmul(0, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE, seq, &mut s).is_err());
+    assert!(p.matmul(3, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE, seq, &mut s).is_err(), "short x");
+    assert!(p.matmul(2, Activation::F32(&x), ActivationMut::F32(&mut y[..15]), Clamp::NONE, seq, &mut s).is_err());
+    let x16 = vec![f16::ZERO; 32];
+    assert!(p.matmul(2, Activation::F16(&x16), ActivationMut::F32(&mut y), Clamp::NONE, seq, &mut s).is_err());
+    let nan = Clamp { min: 1.0, max: 0.0 };
+    assert!(p.matmul(2, Activation::F32(&x), ActivationMut::F32(&mut y), nan, seq, &mut s).is_err());
+    let short = WeightsRef::F32(FloatWeights { n: 8, k: 16, order: Order::NxK, data: &data[..100], bias: None });
+    assert!(PackedWeights::pack(&short, &PackOptions::default()).is_err());
+    let mut row = vec![0f32; 16];
+    assert!(p.row(8, &mut row).is_err());
+    assert!(p.row(0, &mut row[..15]).is_err());
+    p.row(7, &mut row).unwrap();
+}
+
+#[test]
+fn restricted_features_fall_back() {
+    // Packed with every tier allowed, then asked to run with none: the
+    // reference copy (kept on request) answers, and identically to a pack
+    // made for no features at all.
+    let mut rng = Rng::new(13);
+    let (n, k) = (9, 32);
+    let data = rng.vec_f32(n * k);
+    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
+    let none =
+        PackedWeights::pack(&w, &PackOptions { features: Some(Features::none()), ..Default::default() }).unwrap();
+    assert!(none.layouts().is_empty() && none.kernel_for(4).is_none());
+    let x = rng.vec_f32(4 * k);
+    let y_ref = run(&none, DType::F32, 4, &x, Parallelism::Sequential).unwrap();
+    let mut want = vec![0f32; 4 * n];
+    crate::families::matmul_clamp_f32_f32_f32p::reference(
+        4,
+        &x,
+        &FloatWeights { n, k, order: Order::NxK, data: &data, bias: None },
+        Clamp::NONE,
+        &mut want,
+    )
+    .unwrap();
+    assert!(bit_identical(&y_ref, &want));
+    assert!(none.to_bytes().is_err(), "nothing packed, nothing to save");
+}
