@@ -494,6 +494,14 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     phases.push((format!("build ({TARGET})"), secs));
     println!("    {} test binaries", arm_exes.len());
 
+    {
+        phase("benches: compile only (criterion, for real Arm hardware)");
+        let mut c = cargo();
+        c.args(["bench", "--no-run", "-q", "--target", TARGET]);
+        let secs = run_status(&mut c)?;
+        phases.push(("benches (compile)".into(), secs));
+    }
+
     if opts.host {
         phase("host (x86_64): build and run");
         let (exes, build_secs) = build_tests(None)?;
