@@ -5,7 +5,11 @@
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod engine;
 
+pub mod matmul_clamp_bf16_qai8dxp_qsi4c32p;
+pub mod matmul_clamp_f32_f16p_qsi4c32p;
+pub mod matmul_clamp_f32_qai8dxp_qsi4c32p;
 pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
+pub mod matmul_clamp_f32_qsi8d32p_qsi4c32p;
 
 /// Every upstream compute family of KleidiAI v1.30.0 (directory names).
 pub const FAMILIES: &[&str] = &[
@@ -48,7 +52,11 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     let mut v = Vec::new();
     #[cfg(target_arch = "aarch64")]
     {
+        v.extend(matmul_clamp_bf16_qai8dxp_qsi4c32p::infos());
+        v.extend(matmul_clamp_f32_f16p_qsi4c32p::infos());
+        v.extend(matmul_clamp_f32_qai8dxp_qsi4c32p::infos());
         v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
+        v.extend(matmul_clamp_f32_qsi8d32p_qsi4c32p::infos());
     }
     v
 }
