@@ -967,6 +967,8 @@ pub(crate) mod tests {
         assert!(kern.matmul(1, &[0.0; 32], &packed, &mut dst, nan, seq).is_err(), "NaN clamp");
         assert!(kern.pack_rhs(Int4Blocks { data: &data[..15], ..w }).is_err(), "short data");
         assert!(kern.pack_rhs(Int4Blocks { k: 48, ..w }).is_err(), "k not whole blocks");
+        assert!(kern.pack_rhs(Int4Blocks { n: 0, ..w }).is_err(), "n = 0");
+        assert!(kern.pack_rhs(Int4Blocks { k: 0, ..w }).is_err(), "k = 0");
         assert!(kern.pack_rhs(Int4Blocks { bl: 16, k: 32, ..w }).is_err(), "bl not a multiple of 32");
         assert!(kern.pack_rhs(Int4Blocks { n: usize::MAX / 2, ..w }).is_err(), "overflow");
         assert!(kern.pack_rhs(Q4_0 { n: 2, k: 32, data: &[0; 35], bias: None }).is_err(), "short Q4_0");

@@ -896,6 +896,7 @@ pub(crate) mod tests {
         assert!(kern.pack_rhs(Q4_0 { bias: Some(&[0.0, 0.0]), ..w }).is_err(), "bias");
         assert!(kern.pack_rhs(Q4_0 { data: &q[..35], ..w }).is_err(), "short data");
         assert!(kern.pack_rhs(Q4_0 { k: 48, ..w }).is_err(), "k not whole blocks");
+        assert!(kern.pack_rhs(Q4_0 { n: 0, ..w }).is_err(), "n = 0");
         assert!(kern.pack_rhs(Q4_0 { n: usize::MAX / 4, ..w }).is_err(), "overflow");
         assert!(kern.pack_lhs(1, 32, 48, &[0.0; 32], 32, seq).is_err(), "bl not a multiple of 32");
         assert!(kern.pack_lhs(1, 64, 512, &[0.0; 64], 64, seq).is_err(), "k not a multiple of bl");
