@@ -6,7 +6,31 @@
 mod qai8_static;
 mod qai8dx;
 mod qsi8d32;
+mod qsi8d32_row;
 
 pub use qai8_static::{Qai8Output, Qai8Quant, requantize};
-pub use qai8dx::{Qai8dxRow, qai8dx_row};
+pub use qai8dx::{Qai8dxRow, qai8dx_row, qai8dx_row_with};
 pub use qsi8d32::{Qsi8d32Block, qsi8d32_block, qsi8d32_block_f16};
+pub use qsi8d32_row::{Qsi8d32Row, qsi8d32_row};
+
+/// How a packer rounds `x * scale` to an integer: upstream's scalar code
+/// calls `roundf` (half away from zero), its NEON code `vcvtnq` (half to
+/// even). The two differ only for exact ties.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Rounding {
+    /// `roundf`: halves away from zero.
+    #[default]
+    HalfAwayFromZero,
+    /// `vcvtnq_s32_f32`: halves to even.
+    HalfToEven,
+}
+
+impl Rounding {
+    /// `x` rounded to an integer (as f32).
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            Rounding::HalfAwayFromZero => x.round(),
+            Rounding::HalfToEven => x.round_ties_even(),
+        }
+    }
+}

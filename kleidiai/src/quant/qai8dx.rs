@@ -16,6 +16,13 @@ pub struct Qai8dxRow {
 /// widened to include 0, scale `255 / (max - min)`, values rounded half away
 /// from zero, zero point nudged to the nearest integer (ties to even).
 pub fn qai8dx_row(row: &[f32]) -> Qai8dxRow {
+    qai8dx_row_with(row, super::Rounding::HalfAwayFromZero)
+}
+
+/// As [`qai8dx_row`], rounding the scaled values with `rounding` (the NEON
+/// packers, e.g. `kai_lhs_quant_pack_qai8dxp_bf16_neon`, round halves to
+/// even).
+pub fn qai8dx_row_with(row: &[f32], rounding: super::Rounding) -> Qai8dxRow {
     let (mut max0, mut min0) = (-f32::MAX, f32::MAX);
     for &x in row {
         max0 = max0.max(x);
@@ -35,7 +42,7 @@ pub fn qai8dx_row(row: &[f32]) -> Qai8dxRow {
     let zero_point = zp.round_ties_even() as i32;
     let q = row
         .iter()
-        .map(|&x| ((x * scale).round() as i32 + zero_point).clamp(i8::MIN as i32, i8::MAX as i32) as i8)
+        .map(|&x| (rounding.round(x * scale) as i32 + zero_point).clamp(i8::MIN as i32, i8::MAX as i32) as i8)
         .collect();
     Qai8dxRow { q, zero_point, recip_scale }
 }

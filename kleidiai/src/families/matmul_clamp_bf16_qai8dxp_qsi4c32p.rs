@@ -1,0 +1,496 @@
+//! `matmul_clamp_bf16_qai8dxp_qsi4c32p`: `dst (bf16, m x n) = clamp(lhs
+//! (bf16, m x k) · wᵀ + bias)` with block-quantised int4 weights
+//! ([`BlockInt4`], bf16 block scales). The math is that of
+//! [`matmul_clamp_f32_qai8dxp_qsi4c32p`](super::matmul_clamp_f32_qai8dxp_qsi4c32p)
+//! with bf16 at both ends: the LHS rows are widened to f32 and quantised
+//! per row to int8 (`qai8dx`, rounding halves to even as the NEON packer
+//! does, [`crate::quant::qai8dx_row_with`]); the f32 result is clamped, then
+//! rounded to bf16 (nearest, ties to even).
+//!
+//! Kernels (2 upstream): NEON dotprod GEMV `1x4` (needs BF16 + dotprod) and
+//! NEON i8mm GEMM `16x4` (BF16 + i8mm). Packing: LHS
+//! `kai_lhs_quant_pack_qai8dxp_bf16_neon`; RHS format `qsi4c32p`, shared
+//! with the f32-output family (same packers:
+//! `kai_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon` for N x K input,
+//! `kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0` for K x N), so one packed weight
+//! serves kernels of both families.
+//!
+//! Tolerance of the conformance test: the f32 family's bound
+//! `1e-5 · (|want| + M) + 1e-6` before the final rounding, plus one bf16 ulp
+//! (`|want| / 128`): a kernel value a few f32 ulps from the reference's may
+//! round to the neighbouring bf16.
+
+use super::matmul_clamp_f32_qai8dxp_qsi4c32p::{check_weights, reference_core};
+use crate::error::{self, Result};
+use crate::formats::BlockInt4;
+use crate::packed::Clamp;
+use crate::quant::{Rounding, qai8dx_row_with};
+use half::bf16;
+
+/// Upstream family directory.
+pub const FAMILY: &str = "matmul_clamp_bf16_qai8dxp_qsi4c32p";
+
+/// The portable reference (test oracle and fallback): the family's math in
+/// scalar Rust, quantising the LHS exactly as
+/// `kai_lhs_quant_pack_qai8dxp_bf16_neon` does, bf16 scales as the RHS
+/// packers store them, and the output rounded to bf16.
+///
+/// ```
+/// use half::bf16;
+/// use kleidiai::families::matmul_clamp_bf16_qai8dxp_qsi4c32p::reference;
+/// use kleidiai::formats::{BlockScales, Int4Blocks, Int4Encoding, Order};
+/// use kleidiai::Clamp;
+/// let scales = [bf16::from_f32(0.25)];
+/// let w = Int4Blocks { n: 1, k: 32, bl: 32, order: Order::NxK, encoding: Int4Encoding::Signed,
+///                      data: &[0x22; 16], scales: BlockScales::Bf16(&scales), bias: None }; // all 2
+/// let mut y = [bf16::ZERO];
+/// reference(1, &[bf16::ONE; 32], w, Clamp::NONE, &mut y).unwrap();
+/// assert_eq!(y[0].to_f32(), 16.0);
+/// ```
+pub fn reference<'a>(
+    m: usize,
+    lhs: &[bf16],
+    w: impl Into<BlockInt4<'a>>,
+    clamp: Clamp,
+    dst: &mut [bf16],
+) -> Result<()> {
+    let w = w.into();
+    let (n, k, _) = check_weights(&w)?;
+    clamp.check()?;
+    error::nonzero(m, "m")?;
+    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
+    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    reference_core(
+        m,
+        &w,
+        clamp,
+        |i| {
+            let row: Vec<f32> = lhs[i * k..(i + 1) * k].iter().map(|x| x.to_f32()).collect();
+            qai8dx_row_with(&row, Rounding::HalfToEven)
+        },
+        |i, j, y| dst[i * n + j] = bf16::from_f32(y),
+    )
+}
+
+#[cfg(target_arch = "aarch64")]
+pub use imp::*;
+
+#[cfg(target_arch = "aarch64")]
+mod imp {
+    use super::*;
+    use crate::buffer::SendPtr;
+    use crate::cpu::Features;
+    use crate::families::engine::{self, Tiles};
+    use crate::families::matmul_clamp_f32_qai8dxp_qsi4c32p::{
+        FORMAT_QSI4C32P, LHS_FORMAT, check_bl, neon_rhs_packers, pack_qsi4c32p_rhs,
+    };
+    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use kleidiai_sys as sys;
+    use std::sync::OnceLock;
+    use sys::interfaces::matmul_clamp_bf16_qai8dxp_qsi4c32p::{Interface, KERNELS};
+
+    const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_bf16_neon";
+
+    struct Entry {
+        info: KernelInfo,
+        iface: &'static Interface,
+    }
+
+    fn entries() -> &'static [Entry] {
+        static E: OnceLock<Vec<Entry>> = OnceLock::new();
+        E.get_or_init(|| {
+            KERNELS
+                .iter()
+                .map(|(u, iface)| Entry {
+                    info: KernelInfo {
+                        name: u.name,
+                        family: FAMILY,
+                        features: u.features,
+                        vector_length: VectorLength::Any,
+                        tile: tile_kind_for(u.name),
+                        lhs_packer: Some(LHS_PACKER),
+                        rhs_packers: neon_rhs_packers(u.name),
+                        rank: rank_for(u.name, u.features),
+                    },
+                    iface,
+                })
+                .collect()
+        })
+    }
+
+    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
+        entries().iter().map(|e| &e.info).collect()
+    }
+
+    /// One kernel of the family, with its packing.
+    #[derive(Clone, Copy)]
+    pub struct Kernel(&'static Entry);
+
+    impl core::fmt::Debug for Kernel {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+        }
+    }
+
+    impl Kernel {
+        /// Every kernel of the family in this build.
+        pub fn all() -> impl Iterator<Item = Kernel> {
+            entries().iter().map(Kernel)
+        }
+
+        /// The kernel with this upstream name.
+        pub fn by_name(name: &str) -> Option<Kernel> {
+            entries().iter().find(|e| e.info.name == name).map(Kernel)
+        }
+
+        /// The best kernel that can run with `f` for `m` output rows.
+        pub fn select(m: usize, f: &Features) -> Option<Kernel> {
+            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
+            Self::by_name(best.name)
+        }
+
+        /// Registry information.
+        pub fn info(&self) -> &'static KernelInfo {
+            &self.0.info
+        }
+
+        fn tiles(&self) -> Result<(Tiles, Features)> {
+            let f = engine::ensure_supported(&self.0.info)?;
+            let i = self.0.iface;
+            // SAFETY: the CPU has every feature the kernel needs
+            // (ensure_supported); the generated table fills every getter.
+            let t = unsafe {
+                Tiles {
+                    m_step: i.get_m_step.expect("m_step")(),
+                    n_step: i.get_n_step.expect("n_step")(),
+                    mr: i.get_mr.expect("mr")(),
+                    nr: i.get_nr.expect("nr")(),
+                    kr: i.get_kr.expect("kr")(),
+                    sr: i.get_sr.expect("sr")(),
+                }
+            };
+            Ok((t, f))
+        }
+
+        /// The packed-RHS layout this kernel reads for `n x k` weights in
+        /// blocks of `bl` (format `qsi4c32p`, shared with the f32 family).
+        pub fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
+            let (t, _) = self.tiles()?;
+            Ok(PackedLayout { format: FORMAT_QSI4C32P, rows: n, k, r: t.nr, kr: t.kr, sr: t.sr, bl, vector_bytes: 0 })
+        }
+
+        /// The packed-LHS layout this kernel reads for an `m x k` input.
+        pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
+            let (t, _) = self.tiles()?;
+            Ok(PackedLayout { format: LHS_FORMAT, rows: m, k, r: t.mr, kr: t.kr, sr: t.sr, bl: 0, vector_bytes: 0 })
+        }
+
+        /// Packs the weights for this kernel (bf16 scales).
+        pub fn pack_rhs<'a>(&self, w: impl Into<BlockInt4<'a>>) -> Result<PackedRhs> {
+            let w = w.into();
+            let (n, k, bl) = check_weights(&w)?;
+            pack_qsi4c32p_rhs(self.rhs_layout(n, k, bl)?, &w)
+        }
+
+        /// Quantises and packs an `m x k` bf16 LHS (rows `lhs_stride`
+        /// elements apart; `k` for a dense matrix).
+        pub fn pack_lhs(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[bf16],
+            lhs_stride: usize,
+            par: Parallelism,
+        ) -> Result<PackedLhs> {
+            let mut out = PackedLhs::empty();
+            self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+            Ok(out)
+        }
+
+        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+        pub fn pack_lhs_into(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[bf16],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            error::nonzero(m, "m")?;
+            error::nonzero(k, "k")?;
+            if lhs_stride < k {
+                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+            }
+            let need = error::mul(m - 1, lhs_stride, "lhs")?
+                .checked_add(k)
+                .ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
+            error::at_least(lhs.len(), need, "lhs")?;
+            let stride_bytes = error::mul(lhs_stride, 2, "lhs stride")?;
+            let layout = self.lhs_layout(m, k)?;
+            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            if sr == 0 || kr % sr != 0 || kr / sr != 8 {
+                return Err(crate::Error::InvalidArgument(format!("{LHS_PACKER} needs kr / sr = 8, got {kr} / {sr}")));
+            }
+            // SAFETY: size query, pure arithmetic.
+            let size = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon(m, k, mr, kr, sr) };
+            out.reset(layout, size);
+            let dst = SendPtr(out.data_mut().as_mut_ptr());
+            let src = SendPtr(lhs.as_ptr() as *mut bf16);
+            engine::run_rows(par, &self.0.info, m, k, mr, |rows| {
+                let (src, dst) = (src, dst);
+                // SAFETY: `rows` starts at a multiple of mr (split_aligned):
+                // the packer's offset for rows.start begins a row block no
+                // other range writes; the source pointer is pre-offset, hence
+                // m_idx_start 0; source rows lie inside `lhs` (checked), the
+                // destination inside the `size` bytes reserved; kr / sr = 8
+                // as the packer asserts. It is NEON code, always available.
+                unsafe {
+                    let off =
+                        sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_bf16_neon(rows.start, k, mr, kr, sr);
+                    sys::kai_run_lhs_quant_pack_qai8dxp_bf16_neon(
+                        rows.len(),
+                        k,
+                        mr,
+                        kr,
+                        sr,
+                        0,
+                        src.0.add(rows.start * lhs_stride).cast(),
+                        stride_bytes,
+                        dst.0.add(off).cast(),
+                    );
+                }
+            });
+            Ok(())
+        }
+
+        /// `dst = clamp(lhs · wᵀ + bias)` in bf16: `dst` is `m x n`, rows `n`
+        /// apart.
+        pub fn run(
+            &self,
+            lhs: &PackedLhs,
+            rhs: &PackedRhs,
+            dst: &mut [bf16],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            let l = *rhs.layout();
+            let (m, n, k, bl) = (lhs.layout().rows, l.rows, l.k, l.bl);
+            rhs.expect(&self.rhs_layout(n, k, bl)?, self.0.info.name)?;
+            lhs.expect(&self.lhs_layout(m, k)?, self.0.info.name)?;
+            error::nonzero(m, "m")?;
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            let (t, _) = self.tiles()?;
+            check_bl(k, bl, t.kr)?;
+            let i = self.0.iface;
+            let (get_lhs, get_rhs, run) = (
+                i.get_lhs_packed_offset.expect("lhs offset"),
+                i.get_rhs_packed_offset.expect("rhs offset"),
+                i.run_matmul.expect("run"),
+            );
+            let (lp, rp, dp) = (
+                SendPtr(lhs.data().as_ptr() as *mut u8),
+                SendPtr(rhs.data().as_ptr() as *mut u8),
+                SendPtr(dst.as_mut_ptr()),
+            );
+            engine::run_grid(par, &self.0.info, m, n, k, &t, |rows, cols| {
+                let (lp, rp, dp) = (lp, rp, dp);
+                // SAFETY: both packed buffers have exactly the layouts this
+                // kernel computes for (m, n, k, bl) (checked above), so the
+                // offsets of a row start that is a multiple of m_step and a
+                // column start that is a multiple of n_step (plan_grid) lie
+                // inside them; dst holds m x n bf16 and tiles are disjoint;
+                // k and bl meet the kernel's rules (check_bl); the CPU
+                // supports the kernel (tiles()).
+                unsafe {
+                    let lo = get_lhs(rows.start, k);
+                    let ro = get_rhs(cols.start, k, bl);
+                    run(
+                        rows.len(),
+                        cols.len(),
+                        k,
+                        bl,
+                        lp.0.add(lo).cast(),
+                        rp.0.add(ro).cast(),
+                        dp.0.add(rows.start * n + cols.start).cast(),
+                        n * 2,
+                        2,
+                        clamp.min,
+                        clamp.max,
+                    );
+                }
+            });
+            Ok(())
+        }
+
+        /// Packs the dense `m x k` LHS and runs: the one-call form.
+        pub fn matmul(
+            &self,
+            m: usize,
+            lhs: &[bf16],
+            rhs: &PackedRhs,
+            dst: &mut [bf16],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            let k = rhs.layout().k;
+            let packed = self.pack_lhs(m, k, lhs, k, par)?;
+            self.run(&packed, rhs, dst, clamp, par)
+        }
+    }
+
+    /// Weight row `row` of a packed RHS of this family (format
+    /// `qsi4c32p`), as f32 (`value * bf16 scale`; bias not included).
+    pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
+        super::super::matmul_clamp_f32_qai8dxp_qsi4c32p::unpack_rhs_row(rhs, row, out)
+    }
+}
+
+#[cfg(all(test, target_arch = "aarch64"))]
+mod tests {
+    use super::*;
+    use crate::families::matmul_clamp_f32_qai8dxp_qsi4c32p::SCALE_TYPE;
+    use crate::families::matmul_clamp_f32_qai8dxp_qsi4c32p::tests::{BL_K, TestWeights, magnitudes};
+    use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order};
+    use crate::packed::PackedLhs;
+    use crate::par::Parallelism;
+    use crate::testing::{self, Rng, THREADS, compare, tail_shapes};
+
+    fn to_f32(v: &[bf16]) -> Vec<f32> {
+        v.iter().map(|x| x.to_f32()).collect()
+    }
+
+    #[test]
+    fn conformance() {
+        testing::conformance(FAMILY, |info| {
+            let kernel = Kernel::by_name(info.name).unwrap();
+            let lay = kernel.rhs_layout(1, 32, 32).map_err(|e| (0, e.to_string()))?;
+            let lhs_lay = kernel.lhs_layout(1, 32).map_err(|e| (0, e.to_string()))?;
+            let (mr, nr) = (lhs_lay.r, lay.r);
+            let mut rng = Rng::new(0xbf16);
+            let mut cases = 0;
+            let mut worst = 0f64;
+            for (bl, k) in BL_K {
+                for (ci, &(m, n, k)) in tail_shapes(mr, mr, nr, nr, &[k]).iter().enumerate() {
+                    let tw = TestWeights::new(&mut rng, n, k, bl);
+                    let w = tw.view(ci + bl, true, ci % 4 != 3);
+                    let lhs: Vec<bf16> = rng.vec_f32(m * k).into_iter().map(bf16::from_f32).collect();
+                    let lhs32 = to_f32(&lhs);
+                    let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
+                    let mut want = vec![bf16::ZERO; m * n];
+                    reference(m, &lhs, w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
+                    let want = to_f32(&want);
+                    let wd = w.dequantize_as(SCALE_TYPE).unwrap();
+                    let mags = magnitudes(m, n, k, &lhs32, &wd, |x| {
+                        let q = crate::quant::qai8dx_row_with(x, crate::quant::Rounding::HalfToEven);
+                        (q.zero_point as f32).abs() * q.recip_scale
+                    });
+                    let packed = kernel.pack_rhs(w).map_err(|e| (cases, e.to_string()))?;
+                    let mut first: Option<Vec<u16>> = None;
+                    for threads in THREADS {
+                        let par = Parallelism::Rayon(threads);
+                        let mut dst = vec![bf16::NAN; m * n];
+                        let mut scratch = PackedLhs::empty();
+                        kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
+                        kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
+                        let err =
+                            compare(&to_f32(&dst), &want, |i, y| 1e-5 * (y.abs() + mags[i]) + 1e-6 + y.abs() / 128.0)
+                                .map_err(|e| (cases, format!("m={m} n={n} k={k} bl={bl} threads={threads}: {e}")))?;
+                        worst = worst.max(err);
+                        let bits: Vec<u16> = dst.iter().map(|x| x.to_bits()).collect();
+                        match &first {
+                            None => first = Some(bits),
+                            Some(f) if *f != bits => {
+                                return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
+                            }
+                            _ => {}
+                        }
+                    }
+                    let mut row = vec![0f32; k];
+                    for r in [0, n / 2, n - 1] {
+                        unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
+                        if row[..] != wd[r * k..(r + 1) * k] {
+                            return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} bl={bl} differs")));
+                        }
+                    }
+                    cases += 1;
+                }
+            }
+            Ok((cases, worst))
+        });
+    }
+
+    /// A weight packed for the f32-output family serves this family's
+    /// kernel of the same layout, and the other way round.
+    #[test]
+    fn packed_weights_shared_with_the_f32_family() {
+        use crate::families::matmul_clamp_f32_qai8dxp_qsi4c32p::Kernel as F32Kernel;
+        let f = crate::cpu::Features::current();
+        let Some(kb) = Kernel::select(1, &f) else {
+            return;
+        };
+        let mut rng = Rng::new(11);
+        let tw = TestWeights::new(&mut rng, 8, 64, 32);
+        let w = tw.view(0, false, true);
+        let mine = kb.pack_rhs(w).unwrap();
+        let lhs = vec![bf16::ONE; 64];
+        let mut shared = 0;
+        for other in F32Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
+            if other.rhs_layout(8, 64, 32).unwrap() != *mine.layout() {
+                continue;
+            }
+            let theirs = other.pack_rhs(w).unwrap();
+            let (mut a, mut b) = (vec![bf16::ZERO; 8], vec![bf16::ZERO; 8]);
+            kb.matmul(1, &lhs, &mine, &mut a, Clamp::NONE, Parallelism::Sequential).unwrap();
+            kb.matmul(1, &lhs, &theirs, &mut b, Clamp::NONE, Parallelism::Sequential).unwrap();
+            assert_eq!(a, b);
+            shared += 1;
+        }
+        assert!(shared > 0 || f.bf16().is_none());
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let f = crate::cpu::Features::current();
+        let Some(kern) = Kernel::select(4, &f) else {
+            return;
+        };
+        let s = [bf16::ONE; 2];
+        let data = vec![0u8; 32];
+        let w = Int4Blocks {
+            n: 2,
+            k: 32,
+            bl: 32,
+            order: Order::NxK,
+            encoding: Int4Encoding::Signed,
+            data: &data,
+            scales: BlockScales::Bf16(&s),
+            bias: None,
+        };
+        let packed = kern.pack_rhs(w).unwrap();
+        let mut dst = vec![bf16::ZERO; 2];
+        let seq = Parallelism::Sequential;
+        let x = [bf16::ONE; 32];
+        assert!(kern.matmul(1, &x[..31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
+        assert!(kern.matmul(1, &x, &packed, &mut dst[..1], Clamp::NONE, seq).is_err(), "short dst");
+        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
+        assert!(kern.pack_lhs(2, 32, &x, 16, seq).is_err(), "stride < k");
+        assert!(kern.pack_rhs(Int4Blocks { k: 40, ..w }).is_err(), "k not whole blocks");
+        assert!(kern.pack_rhs(Int4Blocks { n: usize::MAX / 2, ..w }).is_err(), "overflow");
+        // A packed RHS with another bl is refused.
+        let s4 = [bf16::ONE; 4];
+        let d2 = vec![0u8; 64];
+        let p64 = kern.pack_rhs(Int4Blocks { k: 64, bl: 64, data: &d2, scales: BlockScales::Bf16(&s4), ..w }).unwrap();
+        let lhs = kern.pack_lhs(1, 64, &[bf16::ONE; 64], 64, seq).unwrap();
+        let p32 = kern.pack_rhs(Int4Blocks { k: 64, data: &d2, scales: BlockScales::Bf16(&s4), ..w }).unwrap();
+        kern.run(&lhs, &p32, &mut dst, Clamp::NONE, seq).unwrap();
+        kern.run(&lhs, &p64, &mut dst, Clamp::NONE, seq).unwrap();
+        assert!(matches!(
+            kern.run(&lhs, &packed, &mut dst, Clamp::NONE, seq),
+            Err(crate::Error::LayoutMismatch { .. })
+        ));
+    }
+}

@@ -1,0 +1,978 @@
+//! `matmul_clamp_f32_qai8dxp_qsi4c32p`: `dst (f32, m x n) = clamp(lhs (f32,
+//! m x k) · wᵀ + bias)` with block-quantised int4 weights ([`BlockInt4`]:
+//! blocks of `bl` values along K, `bl` a multiple of 32 dividing `k`, one
+//! bf16 scale per block). The LHS is quantised per row to int8 on the fly
+//! (`qai8dx`, [`crate::quant::qai8dx_row`]):
+//! `y = r · Σ_b d_b Σ_{k∈b} (q_k − z) w_k + bias` with `r` the row's
+//! reciprocal scale, `z` its zero point and `d_b` the bf16 block scales.
+//! Block dot products are exact int32; the rest is f32.
+//!
+//! Kernels (13 upstream): NEON dotprod GEMV (`1x4`, `1x8`, `1x4x32`,
+//! `1x8x32`) and GEMM (`16x4`, `4x8`), NEON i8mm GEMM (`16x4x32`, `8x4x32`,
+//! `4x8`, `4x8x32`), SME2 MOPA GEMM and SME2 SDOT GEMV. Packing (pairings of
+//! upstream's `matmul_clamp_qai8dxp_qsi4c32p_test.cpp`): LHS
+//! `kai_lhs_quant_pack_qai8dxp_f32` for all; RHS format `qsi4c32p` for the
+//! NEON kernels, packed from N x K by `kai_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon`
+//! (`kr / sr = 4`) or `..._nrx8_...` (`kr / sr = 8`; the scalar
+//! `kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0` would serve any other `kr / sr`), and
+//! from K x N by `kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0`; RHS format
+//! `qsi4c32ps1s0` for the SME2 kernels, packed by
+//! `kai_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon` or (K x N input, on
+//! CPUs with FP16 and BF16) `kai_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon`.
+//! Every packer stores bf16 scales: f16 scales (ggml `Q4_0` input) are
+//! rounded to bf16 first, and [`reference`] does the same.
+//!
+//! Tolerance of the conformance test: the reference quantises the LHS with
+//! the packer's exact arithmetic, so every int32 block dot product is the
+//! kernel's; it then evaluates the scaling exactly (f64) and rounds once.
+//! The kernel's f32 evaluation (block scale products, the per-channel sum
+//! that removes the LHS zero point, the final scaling) differs by a few
+//! roundings of terms bounded by `M = Σ_k (|x_k| + |z|·r) |w_k|`, hence
+//! `|err| <= 1e-5 · (|want| + M) + 1e-6` (about 170 f32 ulps of `M`).
+
+use crate::error::{self, Result};
+use crate::formats::{BlockInt4, ScaleType};
+use crate::packed::Clamp;
+use crate::quant::{Qai8dxRow, qai8dx_row};
+
+/// Upstream family directory.
+pub const FAMILY: &str = "matmul_clamp_f32_qai8dxp_qsi4c32p";
+
+/// The scale type every packer of this family stores.
+pub const SCALE_TYPE: ScaleType = ScaleType::Bf16;
+
+/// Checks the shapes shared by the qai8dxp x qsi4c32p families' reference
+/// and kernels; returns `(n, k, bl)`.
+pub(crate) fn check_weights(w: &BlockInt4<'_>) -> Result<(usize, usize, usize)> {
+    w.validate()?;
+    Ok((w.n(), w.k(), w.bl()))
+}
+
+/// The math of the qai8dxp x qsi4c32p families for rows quantised by
+/// `quantise(i)`; `out(i, j, y)` receives each clamped f32 result.
+pub(crate) fn reference_core(
+    m: usize,
+    w: &BlockInt4<'_>,
+    clamp: Clamp,
+    quantise: impl Fn(usize) -> Qai8dxRow,
+    mut out: impl FnMut(usize, usize, f32),
+) -> Result<()> {
+    let (n, k, bl) = check_weights(w)?;
+    let blocks = k / bl;
+    let scales: Vec<f64> = w.scale_bits(SCALE_TYPE)?.iter().map(|b| SCALE_TYPE.value_of(*b) as f64).collect();
+    let wq: Vec<i32> = (0..n * k).map(|i| w.value(i / k, i % k) as i32).collect();
+    for i in 0..m {
+        let row = quantise(i);
+        for j in 0..n {
+            let mut acc = 0f64;
+            for b in 0..blocks {
+                let mut dot = 0i32;
+                for p in b * bl..(b + 1) * bl {
+                    dot += (row.q[p] as i32 - row.zero_point) * wq[j * k + p];
+                }
+                acc += dot as f64 * scales[j * blocks + b];
+            }
+            let mut y = acc * row.recip_scale as f64;
+            if let Some(bias) = w.bias() {
+                y += bias[j] as f64;
+            }
+            out(i, j, (y as f32).max(clamp.min).min(clamp.max));
+        }
+    }
+    Ok(())
+}
+
+/// The portable reference (test oracle and fallback): the family's math in
+/// scalar Rust, with the LHS quantised exactly as the kernels' packer does
+/// and the scales rounded to bf16 as the RHS packers store them.
+///
+/// ```
+/// use half::bf16;
+/// use kleidiai::families::matmul_clamp_f32_qai8dxp_qsi4c32p::reference;
+/// use kleidiai::formats::{BlockScales, Int4Blocks, Int4Encoding, Order};
+/// use kleidiai::Clamp;
+/// let scales = [bf16::from_f32(0.5)];
+/// let w = Int4Blocks { n: 1, k: 32, bl: 32, order: Order::NxK, encoding: Int4Encoding::Signed,
+///                      data: &[0x11; 16], scales: BlockScales::Bf16(&scales), bias: None }; // all 1
+/// let mut y = [0f32];
+/// reference(1, &[1.0; 32], w, Clamp::NONE, &mut y).unwrap();
+/// assert!((y[0] - 16.0).abs() < 1e-4);
+/// ```
+pub fn reference<'a>(m: usize, lhs: &[f32], w: impl Into<BlockInt4<'a>>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
+    let w = w.into();
+    let (n, k, _) = check_weights(&w)?;
+    clamp.check()?;
+    error::nonzero(m, "m")?;
+    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
+    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    reference_core(m, &w, clamp, |i| qai8dx_row(&lhs[i * k..(i + 1) * k]), |i, j, y| dst[i * n + j] = y)
+}
+
+#[cfg(target_arch = "aarch64")]
+pub use imp::*;
+
+#[cfg(target_arch = "aarch64")]
+mod imp {
+    use super::*;
+    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::cpu::{CpuFeature, Features};
+    use crate::families::engine::{self, Tiles};
+    use crate::formats::Order;
+    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use kleidiai_sys as sys;
+    use std::sync::OnceLock;
+    use sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4c32p::{Interface, KERNELS};
+
+    /// Packed RHS of the NEON kernels (bf16 scales, channel sums, bias).
+    pub(crate) const FORMAT_QSI4C32P: &str = "qsi4c32p";
+    /// Packed RHS of the SME2 kernels (same regions, values in K order).
+    pub(crate) const FORMAT_QSI4C32PS1S0: &str = "qsi4c32ps1s0";
+    pub(crate) const LHS_FORMAT: &str = "qai8dxp";
+    const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_f32";
+
+    const RHS_NRX4: &[&str] =
+        &["kai_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon", "kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0"];
+    const RHS_NRX8: &[&str] =
+        &["kai_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon", "kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0"];
+    const RHS_PS1S0: &[&str] =
+        &["kai_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon", "kai_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon"];
+
+    /// The NEON RHS packers for a kernel name (`..._qsi4c32p4x8_...`: the
+    /// digit after the `x` is `kr / sr`).
+    pub(crate) fn neon_rhs_packers(name: &str) -> &'static [&'static str] {
+        let tok = name.split('_').find(|t| t.starts_with("qsi4c32p")).unwrap_or("");
+        if tok.ends_with('8') { RHS_NRX8 } else { RHS_NRX4 }
+    }
+
+    struct Entry {
+        info: KernelInfo,
+        iface: &'static Interface,
+        format: &'static str,
+    }
+
+    fn entries() -> &'static [Entry] {
+        static E: OnceLock<Vec<Entry>> = OnceLock::new();
+        E.get_or_init(|| {
+            KERNELS
+                .iter()
+                .map(|(u, iface)| {
+                    let sme2 = u.features.contains(&CpuFeature::Sme2);
+                    Entry {
+                        info: KernelInfo {
+                            name: u.name,
+                            family: FAMILY,
+                            features: u.features,
+                            vector_length: VectorLength::Any,
+                            tile: tile_kind_for(u.name),
+                            lhs_packer: Some(LHS_PACKER),
+                            rhs_packers: if sme2 { RHS_PS1S0 } else { neon_rhs_packers(u.name) },
+                            rank: rank_for(u.name, u.features),
+                        },
+                        iface,
+                        format: if sme2 { FORMAT_QSI4C32PS1S0 } else { FORMAT_QSI4C32P },
+                    }
+                })
+                .collect()
+        })
+    }
+
+    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
+        entries().iter().map(|e| &e.info).collect()
+    }
+
+    /// Checks the block length against the packers' and kernels' rules
+    /// (`bl` a positive multiple of 32 dividing `k`, and of `kr`).
+    pub(crate) fn check_bl(k: usize, bl: usize, kr: usize) -> Result<()> {
+        error::nonzero(k, "k")?;
+        error::nonzero(bl, "bl")?;
+        error::multiple_of(bl, 32, "bl", "qsi4c32 block length")?;
+        error::multiple_of(k, bl, "k", "qsi4c32: whole blocks")?;
+        error::multiple_of(bl, kr, "bl", "qsi4c32 packing: bl must be a multiple of kr")
+    }
+
+    /// Packs `w` into the `qsi4c32p` / `qsi4c32ps1s0` layout `layout`
+    /// (bf16 scales, sums and bias), choosing upstream's packer by format,
+    /// input order, `kr / sr` and the CPU. Shared with the bf16-output family.
+    pub(crate) fn pack_qsi4c32p_rhs(layout: PackedLayout, w: &BlockInt4<'_>) -> Result<PackedRhs> {
+        let (n, k, bl) = check_weights(w)?;
+        let (nr, kr, sr) = (layout.r, layout.kr, layout.sr);
+        check_bl(k, bl, kr)?;
+        error::multiple_of(nr, 4, "nr", "qsi4c32 packing")?;
+        error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
+        let f = Features::current();
+        let kxn = match w {
+            BlockInt4::Blocks(b) => b.order == Order::KxN,
+            BlockInt4::Q4_0(_) => false,
+        };
+        let ps1s0 = layout.format == FORMAT_QSI4C32PS1S0;
+        // The K x N s1s0 packer is built for FP16 + BF16: use it only where it
+        // may run; otherwise transpose in Rust and use the N x K one.
+        let kxn = kxn && (!ps1s0 || f.has_all(&[CpuFeature::Fp16, CpuFeature::Bf16]));
+        if ps1s0 && kr / sr != 4 {
+            return Err(crate::Error::InvalidArgument(format!(
+                "qsi4c32ps1s0 packing needs kr / sr = 4, got {kr} / {sr}"
+            )));
+        }
+        let order = if kxn { Order::KxN } else { Order::NxK };
+        let values = w.qsu4_s1s0(order)?;
+        let scales = w.scale_bits(SCALE_TYPE)?;
+        let rhs_stride = if kxn { n.div_ceil(2) } else { k / 2 };
+        let scale_stride = (k / bl) * 2;
+        let bias = w.bias().map_or(core::ptr::null(), <[f32]>::as_ptr);
+        let dt = sys::kai_datatype_kai_dt_bf16;
+        let p_nxk =
+            sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
+        let p_kxn =
+            sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
+        let (vp, sp) = (values.as_ptr(), scales.as_ptr().cast::<core::ffi::c_void>());
+        let mut buf;
+        // SAFETY (every arm): `values` holds the whole matrix in `order` with
+        // rows `rhs_stride` bytes apart (qsu4_s1s0), `scales` n rows of k / bl
+        // bf16 (`scale_stride` bytes), `bias` n floats or null; k % bl == 0,
+        // bl % 32 == 0, bl % kr == 0, kr % sr == 0, nr % 4 == 0 (checked
+        // above), zero points 1 / 8 and scale type bf16 as the packers
+        // require, num_groups 1, extra_bytes 0; the destination has the size
+        // the packer's own query returns. The NEON packers need nothing
+        // beyond NEON except the K x N s1s0 one (FP16 + BF16, checked).
+        unsafe {
+            if ps1s0 && kxn {
+                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
+                    n, k, nr, kr, sr, bl, dt,
+                ));
+                sys::kai_run_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
+                    1,
+                    n,
+                    k,
+                    nr,
+                    kr,
+                    sr,
+                    bl,
+                    vp,
+                    rhs_stride,
+                    bias,
+                    sp,
+                    scale_stride,
+                    buf.as_mut_ptr().cast(),
+                    0,
+                    &p_kxn,
+                );
+            } else if ps1s0 {
+                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
+                    n, k, nr, kr, sr, bl, dt,
+                ));
+                sys::kai_run_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
+                    1,
+                    n,
+                    k,
+                    nr,
+                    kr,
+                    sr,
+                    bl,
+                    vp,
+                    rhs_stride,
+                    bias,
+                    sp,
+                    scale_stride,
+                    buf.as_mut_ptr().cast(),
+                    0,
+                    &p_nxk,
+                );
+            } else if kxn {
+                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0(
+                    n, k, nr, kr, sr, bl, dt,
+                ));
+                sys::kai_run_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0(
+                    1,
+                    n,
+                    k,
+                    nr,
+                    kr,
+                    sr,
+                    bl,
+                    vp,
+                    rhs_stride,
+                    bias,
+                    sp,
+                    scale_stride,
+                    buf.as_mut_ptr().cast(),
+                    0,
+                    &p_kxn,
+                );
+            } else if kr / sr == 4 {
+                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon(
+                    n, k, nr, kr, sr, bl, dt,
+                ));
+                sys::kai_run_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon(
+                    1,
+                    n,
+                    k,
+                    nr,
+                    kr,
+                    sr,
+                    bl,
+                    vp,
+                    rhs_stride,
+                    bias,
+                    sp,
+                    scale_stride,
+                    buf.as_mut_ptr().cast(),
+                    0,
+                    &p_nxk,
+                );
+            } else if kr / sr == 8 {
+                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon(
+                    n, k, nr, kr, sr, bl, dt,
+                ));
+                sys::kai_run_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon(
+                    1,
+                    n,
+                    k,
+                    nr,
+                    kr,
+                    sr,
+                    bl,
+                    vp,
+                    rhs_stride,
+                    bias,
+                    sp,
+                    scale_stride,
+                    buf.as_mut_ptr().cast(),
+                    0,
+                    &p_nxk,
+                );
+            } else {
+                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(
+                    n, k, nr, kr, sr, bl, dt,
+                ));
+                sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(
+                    1,
+                    n,
+                    k,
+                    nr,
+                    kr,
+                    sr,
+                    bl,
+                    vp,
+                    rhs_stride,
+                    bias,
+                    sp,
+                    scale_stride,
+                    buf.as_mut_ptr().cast(),
+                    0,
+                    &p_nxk,
+                );
+            }
+        }
+        Ok(PackedRhs::new(layout, buf))
+    }
+
+    /// One kernel of the family, with its packing.
+    #[derive(Clone, Copy)]
+    pub struct Kernel(&'static Entry);
+
+    impl core::fmt::Debug for Kernel {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+        }
+    }
+
+    impl Kernel {
+        /// Every kernel of the family in this build.
+        pub fn all() -> impl Iterator<Item = Kernel> {
+            entries().iter().map(Kernel)
+        }
+
+        /// The kernel with this upstream name.
+        pub fn by_name(name: &str) -> Option<Kernel> {
+            entries().iter().find(|e| e.info.name == name).map(Kernel)
+        }
+
+        /// The best kernel that can run with `f` for `m` output rows.
+        pub fn select(m: usize, f: &Features) -> Option<Kernel> {
+            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
+            Self::by_name(best.name)
+        }
+
+        /// Registry information.
+        pub fn info(&self) -> &'static KernelInfo {
+            &self.0.info
+        }
+
+        fn tiles(&self) -> Result<(Tiles, Features)> {
+            let f = engine::ensure_supported(&self.0.info)?;
+            let i = self.0.iface;
+            // SAFETY: the CPU has every feature the kernel needs
+            // (ensure_supported), so even SME getters may run; the generated
+            // table fills every getter of this interface.
+            let t = unsafe {
+                Tiles {
+                    m_step: i.get_m_step.expect("m_step")(),
+                    n_step: i.get_n_step.expect("n_step")(),
+                    mr: i.get_mr.expect("mr")(),
+                    nr: i.get_nr.expect("nr")(),
+                    kr: i.get_kr.expect("kr")(),
+                    sr: i.get_sr.expect("sr")(),
+                }
+            };
+            Ok((t, f))
+        }
+
+        /// The packed-RHS layout this kernel reads for `n x k` weights in
+        /// blocks of `bl`.
+        pub fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: self.0.format,
+                rows: n,
+                k,
+                r: t.nr,
+                kr: t.kr,
+                sr: t.sr,
+                bl,
+                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
+            })
+        }
+
+        /// The packed-LHS layout this kernel reads for an `m x k` input.
+        pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: LHS_FORMAT,
+                rows: m,
+                k,
+                r: t.mr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: 0,
+                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
+            })
+        }
+
+        /// Packs the weights for this kernel (and every kernel with the
+        /// same [`rhs_layout`](Self::rhs_layout)). Scales are stored as bf16.
+        pub fn pack_rhs<'a>(&self, w: impl Into<BlockInt4<'a>>) -> Result<PackedRhs> {
+            let w = w.into();
+            let (n, k, bl) = check_weights(&w)?;
+            pack_qsi4c32p_rhs(self.rhs_layout(n, k, bl)?, &w)
+        }
+
+        /// Quantises and packs an `m x k` f32 LHS (rows `lhs_stride`
+        /// elements apart; `k` for a dense matrix).
+        pub fn pack_lhs(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[f32],
+            lhs_stride: usize,
+            par: Parallelism,
+        ) -> Result<PackedLhs> {
+            let mut out = PackedLhs::empty();
+            self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+            Ok(out)
+        }
+
+        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+        pub fn pack_lhs_into(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[f32],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            let layout = self.lhs_layout(m, k)?;
+            pack_qai8dxp_f32(&self.0.info, layout, lhs, lhs_stride, par, out)
+        }
+
+        /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
+        pub fn run(
+            &self,
+            lhs: &PackedLhs,
+            rhs: &PackedRhs,
+            dst: &mut [f32],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            let l = *rhs.layout();
+            let (m, n, k, bl) = (lhs.layout().rows, l.rows, l.k, l.bl);
+            rhs.expect(&self.rhs_layout(n, k, bl)?, self.0.info.name)?;
+            lhs.expect(&self.lhs_layout(m, k)?, self.0.info.name)?;
+            error::nonzero(m, "m")?;
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            let (t, _) = self.tiles()?;
+            check_bl(k, bl, t.kr)?;
+            let i = self.0.iface;
+            let (get_lhs, get_rhs, run) = (
+                i.get_lhs_packed_offset.expect("lhs offset"),
+                i.get_rhs_packed_offset.expect("rhs offset"),
+                i.run_matmul.expect("run"),
+            );
+            let (lp, rp, dp) = (
+                SendPtr(lhs.data().as_ptr() as *mut u8),
+                SendPtr(rhs.data().as_ptr() as *mut u8),
+                SendPtr(dst.as_mut_ptr()),
+            );
+            // The GEMV kernels (mr 1) assume one row per call.
+            let rows_per_call = if t.mr == 1 { 1 } else { usize::MAX };
+            engine::run_grid(par, &self.0.info, m, n, k, &t, |rows, cols| {
+                let (lp, rp, dp) = (lp, rp, dp);
+                let mut r0 = rows.start;
+                while r0 < rows.end {
+                    let r1 = rows.end.min(r0.saturating_add(rows_per_call));
+                    // SAFETY: both packed buffers have exactly the layouts
+                    // this kernel computes for (m, n, k, bl) (checked above),
+                    // so the offsets of a row start that is a multiple of
+                    // m_step (or any row for mr 1) and a column start that is
+                    // a multiple of n_step (plan_grid) lie inside them; dst
+                    // holds m x n f32 and tiles are disjoint; k and bl meet
+                    // the kernel's rules (check_bl); the CPU supports the
+                    // kernel (tiles()).
+                    unsafe {
+                        let lo = get_lhs(r0, k);
+                        let ro = get_rhs(cols.start, k, bl);
+                        run(
+                            r1 - r0,
+                            cols.len(),
+                            k,
+                            bl,
+                            lp.0.add(lo).cast(),
+                            rp.0.add(ro).cast(),
+                            dp.0.add(r0 * n + cols.start),
+                            n * 4,
+                            4,
+                            clamp.min,
+                            clamp.max,
+                        );
+                    }
+                    r0 = r1;
+                }
+            });
+            Ok(())
+        }
+
+        /// Packs the dense `m x k` LHS and runs: the one-call form.
+        pub fn matmul(
+            &self,
+            m: usize,
+            lhs: &[f32],
+            rhs: &PackedRhs,
+            dst: &mut [f32],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            let k = rhs.layout().k;
+            let packed = self.pack_lhs(m, k, lhs, k, par)?;
+            self.run(&packed, rhs, dst, clamp, par)
+        }
+    }
+
+    /// Quantises and packs an f32 LHS with `kai_lhs_quant_pack_qai8dxp_f32`
+    /// into `layout` (rows `m`, `k`, `mr`, `kr`, `sr` taken from it).
+    pub(crate) fn pack_qai8dxp_f32(
+        info: &KernelInfo,
+        layout: PackedLayout,
+        lhs: &[f32],
+        lhs_stride: usize,
+        par: Parallelism,
+        out: &mut PackedLhs,
+    ) -> Result<()> {
+        let (m, k, mr, kr, sr) = (layout.rows, layout.k, layout.r, layout.kr, layout.sr);
+        error::nonzero(m, "m")?;
+        error::nonzero(k, "k")?;
+        error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
+        if lhs_stride < k {
+            return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+        }
+        let need =
+            error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
+        error::at_least(lhs.len(), need, "lhs")?;
+        let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
+        // SAFETY: size query, pure arithmetic (kr % sr == 0 checked).
+        let size = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr) };
+        out.reset(layout, size);
+        let dst = SendPtr(out.data_mut().as_mut_ptr());
+        let src = SendPtr(lhs.as_ptr() as *mut f32);
+        engine::run_rows(par, info, m, k, mr, |rows| {
+            let (src, dst) = (src, dst);
+            // SAFETY: `rows` starts at a multiple of mr (split_aligned), so
+            // the packer's offset for rows.start is the start of a whole row
+            // block no other range writes; the pointer is pre-offset, hence
+            // m_idx_start 0. Source rows lie inside `lhs` (checked above),
+            // the destination inside the `size` bytes reserved. The packer is
+            // plain C.
+            unsafe {
+                let off = sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(rows.start, k, mr, kr, sr);
+                sys::kai_run_lhs_quant_pack_qai8dxp_f32(
+                    rows.len(),
+                    k,
+                    mr,
+                    kr,
+                    sr,
+                    0,
+                    src.0.add(rows.start * lhs_stride),
+                    stride_bytes,
+                    dst.0.add(off).cast(),
+                );
+            }
+        });
+        Ok(())
+    }
+
+    /// Weight row `row` of a packed RHS in format `qsi4c32p` or
+    /// `qsi4c32ps1s0`, as f32 (`value * bf16 scale`; bias not included):
+    /// what ggml's `get_rows` needs.
+    pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
+        let l = *rhs.layout();
+        if l.format != FORMAT_QSI4C32P && l.format != FORMAT_QSI4C32PS1S0 {
+            return Err(crate::Error::InvalidArgument(format!("{} is not a qsi4c32p format", l.format)));
+        }
+        if row >= l.rows {
+            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+        }
+        error::at_least(out.len(), l.k, "row output")?;
+        let (nr, bl, blocks) = (l.r, l.bl, l.k / l.bl);
+        let block_bytes = nr * (bl / 2 + 2);
+        let stride = blocks * block_bytes + nr * 8;
+        let group = &rhs.as_bytes()[(row / nr) * stride..(row / nr + 1) * stride];
+        let r = row % nr;
+        let blen = l.kr / l.sr;
+        let nib = |byte: u8, hi: bool| -> i8 { ((if hi { byte & 0xF0 } else { byte << 4 }) as i8) >> 4 };
+        for (kk, o) in out.iter_mut().enumerate().take(l.k) {
+            let (b, kb) = (kk / bl, kk % bl);
+            let base = b * block_bytes;
+            let at = base + nr * bl / 2 + 2 * r;
+            let scale = SCALE_TYPE.value_of(u16::from_le_bytes([group[at], group[at + 1]]));
+            let (byte, hi) = if l.format == FORMAT_QSI4C32P {
+                // 32-value sub-blocks; byte j of a sub-block holds j and j + 16.
+                let (sub, j) = (kb / 32, kb % 32);
+                let j16 = j % 16;
+                (base + sub * 16 * nr + (j16 / blen) * nr * blen + r * blen + j16 % blen, j >= 16)
+            } else {
+                // Values in K order, 4 per u16, u16s of the nr rows interleaved.
+                (base + ((kb / 4) * nr + r) * 2 + (kb % 4) / 2, kb % 2 == 1)
+            };
+            *o = nib(group[byte], hi) as f32 * scale;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(all(test, target_arch = "aarch64"))]
+pub(crate) mod tests {
+    use super::*;
+    use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order, Q4_0};
+    use crate::packed::PackedLhs;
+    use crate::par::Parallelism;
+    use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+    use half::{bf16, f16};
+
+    /// Random weights: nibbles, f16 and bf16 scales (same values), bias,
+    /// and the same matrix in ggml Q4_0 bytes (bl 32 only).
+    pub(crate) struct TestWeights {
+        pub n: usize,
+        pub k: usize,
+        pub bl: usize,
+        pub nxk: Vec<u8>,
+        pub kxn: Vec<u8>,
+        pub f16: Vec<f16>,
+        pub bf16: Vec<bf16>,
+        pub bias: Vec<f32>,
+        pub q4_0: Vec<u8>,
+        /// `nxk` and `kxn` with the offset-8 encoding.
+        pub nxk_off8: Vec<u8>,
+        pub kxn_off8: Vec<u8>,
+    }
+
+    impl TestWeights {
+        pub fn new(rng: &mut Rng, n: usize, k: usize, bl: usize) -> TestWeights {
+            let v: Vec<i8> = (0..n * k).map(|_| rng.below(16) as i8 - 8).collect();
+            let e = Int4Encoding::Signed;
+            let mut nxk = vec![0u8; n * k / 2];
+            for i in 0..n * k {
+                nxk[i / 2] |= e.encode(v[i]) << (4 * (i % 2));
+            }
+            let rb = n.div_ceil(2);
+            let mut kxn = vec![0u8; k * rb];
+            for i in 0..n {
+                for p in 0..k {
+                    kxn[p * rb + i / 2] |= e.encode(v[i * k + p]) << (4 * (i % 2));
+                }
+            }
+            // Scales exact in both f16 and bf16 (8 significant bits, normal range).
+            let s: Vec<f32> = (0..n * k / bl).map(|_| (16 + rng.below(240)) as f32 / 4096.0).collect();
+            let mut q4_0 = Vec::new();
+            if bl == 32 {
+                for i in 0..n {
+                    for b in 0..k / 32 {
+                        q4_0.extend_from_slice(&f16::from_f32(s[i * k / 32 + b]).to_bits().to_le_bytes());
+                        for j in 0..16 {
+                            let (lo, hi) = (v[i * k + b * 32 + j], v[i * k + b * 32 + j + 16]);
+                            q4_0.push((lo + 8) as u8 | ((hi + 8) as u8) << 4);
+                        }
+                    }
+                }
+            }
+            TestWeights {
+                n,
+                k,
+                bl,
+                f16: s.iter().map(|x| f16::from_f32(*x)).collect(),
+                bf16: s.iter().map(|x| bf16::from_f32(*x)).collect(),
+                bias: rng.vec_f32(n),
+                q4_0,
+                nxk_off8: nxk.iter().map(|b| b ^ 0x88).collect(),
+                kxn_off8: kxn.iter().map(|b| b ^ 0x88).collect(),
+                nxk,
+                kxn,
+            }
+        }
+
+        /// Case `ci`'s view: cycles through N x K, K x N (if `kxn_ok`) and
+        /// Q4_0 input, f16 and bf16 scales, both nibble encodings, with and
+        /// without bias.
+        pub fn view(&self, ci: usize, kxn_ok: bool, bias: bool) -> BlockInt4<'_> {
+            let bias = if bias { Some(&self.bias[..]) } else { None };
+            if ci % 3 == 2 && self.bl == 32 {
+                return Q4_0 { n: self.n, k: self.k, data: &self.q4_0, bias }.into();
+            }
+            let kxn = kxn_ok && ci % 3 == 1;
+            let off8 = (ci / 3) % 2 == 1;
+            Int4Blocks {
+                n: self.n,
+                k: self.k,
+                bl: self.bl,
+                order: if kxn { Order::KxN } else { Order::NxK },
+                encoding: if off8 { Int4Encoding::Offset8 } else { Int4Encoding::Signed },
+                data: match (kxn, off8) {
+                    (false, false) => &self.nxk,
+                    (true, false) => &self.kxn,
+                    (false, true) => &self.nxk_off8,
+                    (true, true) => &self.kxn_off8,
+                },
+                scales: if ci % 2 == 0 { BlockScales::Bf16(&self.bf16) } else { BlockScales::F16(&self.f16) },
+                bias,
+            }
+            .into()
+        }
+    }
+
+    /// `M[i][j] = Σ_k (|x_ik| + z_i) |w_jk|` for an `m x k` LHS and
+    /// `n x k` weights, with `z_i = zp_term(row i)`.
+    pub(crate) fn magnitudes(
+        m: usize,
+        n: usize,
+        k: usize,
+        lhs: &[f32],
+        w: &[f32],
+        zp_term: impl Fn(&[f32]) -> f32,
+    ) -> Vec<f32> {
+        let mut out = Vec::with_capacity(m * n);
+        for x in lhs.chunks(k).take(m) {
+            let z = zp_term(x);
+            for wr in w.chunks(k).take(n) {
+                out.push(x.iter().zip(wr).map(|(x, w)| (x.abs() + z) * w.abs()).sum());
+            }
+        }
+        out
+    }
+
+    /// (bl, k) pairs: one block, several blocks, a longer block.
+    pub(crate) const BL_K: [(usize, usize); 3] = [(32, 32), (32, 96), (64, 128)];
+
+    #[test]
+    fn conformance() {
+        testing::conformance(FAMILY, |info| {
+            let kernel = Kernel::by_name(info.name).unwrap();
+            let lay = kernel.rhs_layout(1, 32, 32).map_err(|e| (0, e.to_string()))?;
+            let lhs_lay = kernel.lhs_layout(1, 32).map_err(|e| (0, e.to_string()))?;
+            let (mr, nr) = (lhs_lay.r, lay.r);
+            let mut rng = Rng::new(0x4c32);
+            let mut cases = 0;
+            let mut worst = 0f64;
+            for (bl, k) in BL_K {
+                // m_step and n_step of this family are multiples of mr and nr.
+                let shapes = tail_shapes(mr, mr, nr, nr, &[k]);
+                for (ci, &(m, n, k)) in shapes.iter().enumerate() {
+                    let tw = TestWeights::new(&mut rng, n, k, bl);
+                    let w = tw.view(ci + bl, true, ci % 4 != 3);
+                    let lhs = rng.vec_f32(m * k);
+                    let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
+                    let mut want = vec![0f32; m * n];
+                    reference(m, &lhs, w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
+                    let wd = w.dequantize_as(SCALE_TYPE).unwrap();
+                    let mags = magnitudes(m, n, k, &lhs, &wd, |x| {
+                        let q = qai8dx_row(x);
+                        (q.zero_point as f32).abs() * q.recip_scale
+                    });
+                    let packed = kernel.pack_rhs(w).map_err(|e| (cases, e.to_string()))?;
+                    let mut first: Option<Vec<f32>> = None;
+                    for threads in THREADS {
+                        let par = Parallelism::Rayon(threads);
+                        let mut dst = vec![f32::NAN; m * n];
+                        let mut scratch = PackedLhs::empty();
+                        kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
+                        kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
+                        let err = compare(&dst, &want, |i, y| 1e-5 * (y.abs() + mags[i]) + 1e-6)
+                            .map_err(|e| (cases, format!("m={m} n={n} k={k} bl={bl} threads={threads}: {e}")))?;
+                        worst = worst.max(err);
+                        match &first {
+                            None => first = Some(dst),
+                            Some(f) if !bit_identical(f, &dst) => {
+                                return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
+                            }
+                            _ => {}
+                        }
+                    }
+                    let mut row = vec![0f32; k];
+                    for r in [0, n / 2, n - 1] {
+                        unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
+                        if row[..] != wd[r * k..(r + 1) * k] {
+                            return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} bl={bl} differs")));
+                        }
+                    }
+                    cases += 1;
+                }
+            }
+            Ok((cases, worst))
+        });
+    }
+
+    /// The scalar N x K packer and the NEON ones write the same values,
+    /// scales and bias (the float channel sums may differ in rounding).
+    #[test]
+    fn neon_and_scalar_packers_agree() {
+        let mut rng = Rng::new(7);
+        let (n, k, bl) = (9, 128, 64);
+        let tw = TestWeights::new(&mut rng, n, k, bl);
+        let w = tw.view(0, false, true);
+        for (nr, kr, sr) in [(4, 8, 2), (8, 16, 2)] {
+            let layout =
+                crate::packed::PackedLayout { format: FORMAT_QSI4C32P, rows: n, k, r: nr, kr, sr, bl, vector_bytes: 0 };
+            let neon = pack_qsi4c32p_rhs(layout, &w).unwrap();
+            let scalar = scalar_nxk(layout, &w);
+            let (a, b) = (neon.as_bytes(), &scalar[..]);
+            assert_eq!(a.len(), b.len());
+            let stride = (k / bl) * nr * (bl / 2 + 2) + nr * 8;
+            let sums = (k / bl) * nr * (bl / 2 + 2);
+            for g in 0..a.len() / stride {
+                let (x, y) = (&a[g * stride..(g + 1) * stride], &b[g * stride..(g + 1) * stride]);
+                assert_eq!(x[..sums], y[..sums], "values/scales, group {g}, nr {nr}");
+                assert_eq!(x[sums + nr * 4..], y[sums + nr * 4..], "bias, group {g}");
+                for c in 0..nr {
+                    let f = |s: &[u8]| f32::from_le_bytes(s[sums + 4 * c..sums + 4 * c + 4].try_into().unwrap());
+                    assert!((f(x) - f(y)).abs() <= 1e-5 * (1.0 + f(y).abs()), "sum {c}: {} vs {}", f(x), f(y));
+                }
+            }
+            let mut row = vec![0f32; k];
+            let wd = w.dequantize_as(SCALE_TYPE).unwrap();
+            for r in 0..n {
+                unpack_rhs_row(&neon, r, &mut row).unwrap();
+                assert_eq!(row[..], wd[r * k..(r + 1) * k]);
+            }
+        }
+    }
+
+    fn scalar_nxk(layout: crate::packed::PackedLayout, w: &BlockInt4<'_>) -> Vec<u8> {
+        use kleidiai_sys as sys;
+        let (n, k, bl, nr, kr, sr) = (w.n(), w.k(), w.bl(), layout.r, layout.kr, layout.sr);
+        let values = w.qsu4_s1s0(Order::NxK).unwrap();
+        let scales = w.scale_bits(SCALE_TYPE).unwrap();
+        let dt = sys::kai_datatype_kai_dt_bf16;
+        let p =
+            sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
+        // SAFETY: as in pack_qsi4c32p_rhs (same checks hold for these shapes).
+        unsafe {
+            let size = sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(n, k, nr, kr, sr, bl, dt);
+            let mut buf = vec![0u8; size];
+            sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(
+                1,
+                n,
+                k,
+                nr,
+                kr,
+                sr,
+                bl,
+                values.as_ptr(),
+                k / 2,
+                w.bias().unwrap().as_ptr(),
+                scales.as_ptr().cast(),
+                (k / bl) * 2,
+                buf.as_mut_ptr().cast(),
+                0,
+                &p,
+            );
+            buf
+        }
+    }
+
+    #[test]
+    fn mixing_layouts_is_an_error() {
+        let f = crate::cpu::Features::current();
+        let Some(k1) = Kernel::select(4, &f) else {
+            return;
+        };
+        let mut rng = Rng::new(3);
+        let (n, k) = (8, 64);
+        let tw = TestWeights::new(&mut rng, n, k, 32);
+        let w = tw.view(0, false, false);
+        let packed = k1.pack_rhs(w).unwrap();
+        let lhs = vec![0.5f32; 2 * k];
+        for other in Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
+            let mut dst = vec![0f32; 2 * n];
+            let r = other.matmul(2, &lhs, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential);
+            if other.rhs_layout(n, k, 32).unwrap() == *packed.layout() {
+                r.unwrap();
+            } else {
+                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{:?}: {r:?}", other);
+            }
+        }
+        // Another bl, or an LHS of another k, is rejected too.
+        let tw64 = TestWeights::new(&mut rng, n, k, 64);
+        let p64 = k1.pack_rhs(tw64.view(0, false, false)).unwrap();
+        assert_ne!(p64.layout(), packed.layout());
+        let lhs_p = k1.pack_lhs(2, k + 32, &vec![0.0; 2 * (k + 32)], k + 32, Parallelism::Sequential).unwrap();
+        let mut dst = vec![0f32; 2 * n];
+        assert!(k1.run(&lhs_p, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential).is_err());
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let f = crate::cpu::Features::current();
+        let Some(kern) = Kernel::select(1, &f) else {
+            return;
+        };
+        let s = [bf16::ONE; 2];
+        let data = vec![0u8; 32];
+        let w = Int4Blocks {
+            n: 2,
+            k: 32,
+            bl: 32,
+            order: Order::NxK,
+            encoding: Int4Encoding::Signed,
+            data: &data,
+            scales: BlockScales::Bf16(&s),
+            bias: None,
+        };
+        let packed = kern.pack_rhs(w).unwrap();
+        let mut dst = vec![0f32; 2];
+        let seq = Parallelism::Sequential;
+        assert!(kern.matmul(1, &[0.0; 31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
+        assert!(kern.matmul(1, &[0.0; 32], &packed, &mut dst[..1], Clamp::NONE, seq).is_err(), "short dst");
+        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
+        let nan = Clamp { min: f32::NAN, max: 1.0 };
+        assert!(kern.matmul(1, &[0.0; 32], &packed, &mut dst, nan, seq).is_err(), "NaN clamp");
+        assert!(kern.pack_rhs(Int4Blocks { data: &data[..15], ..w }).is_err(), "short data");
+        assert!(kern.pack_rhs(Int4Blocks { k: 48, ..w }).is_err(), "k not whole blocks");
+        assert!(kern.pack_rhs(Int4Blocks { n: 0, ..w }).is_err(), "n = 0");
+        assert!(kern.pack_rhs(Int4Blocks { k: 0, ..w }).is_err(), "k = 0");
+        assert!(kern.pack_rhs(Int4Blocks { bl: 16, k: 32, ..w }).is_err(), "bl not a multiple of 32");
+        assert!(kern.pack_rhs(Int4Blocks { n: usize::MAX / 2, ..w }).is_err(), "overflow");
+        assert!(kern.pack_rhs(Q4_0 { n: 2, k: 32, data: &[0; 35], bias: None }).is_err(), "short Q4_0");
+        assert!(kern.pack_lhs(usize::MAX, 32, &[0.0; 32], 32, seq).is_err(), "overflowing m");
+        assert!(reference(1, &[0.0; 32], w, Clamp::NONE, &mut []).is_err(), "reference: short dst");
+    }
+}
