@@ -5,7 +5,13 @@
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod engine;
 
+pub mod matmul_clamp_bf16_qai8dxp_qsi4cxp;
+pub mod matmul_clamp_f16_qai8dxp_qsi4cxp;
+pub mod matmul_clamp_f16_qai8dxp_qsi8cxp;
 pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
+pub mod matmul_clamp_f32_qai8dxp_qsi8cxp;
+pub mod matmul_clamp_f32_qai8dxp_qsu2cxp;
+pub(crate) mod qai8dxp_common;
 
 /// Every upstream compute family of KleidiAI v1.30.0 (directory names).
 pub const FAMILIES: &[&str] = &[
@@ -48,7 +54,12 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     let mut v = Vec::new();
     #[cfg(target_arch = "aarch64")]
     {
+        v.extend(matmul_clamp_bf16_qai8dxp_qsi4cxp::infos());
+        v.extend(matmul_clamp_f16_qai8dxp_qsi4cxp::infos());
+        v.extend(matmul_clamp_f16_qai8dxp_qsi8cxp::infos());
         v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
+        v.extend(matmul_clamp_f32_qai8dxp_qsi8cxp::infos());
+        v.extend(matmul_clamp_f32_qai8dxp_qsu2cxp::infos());
     }
     v
 }

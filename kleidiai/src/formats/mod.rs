@@ -2,5 +2,9 @@
 //! One file per format kind.
 
 mod int4;
+mod int8;
+mod uint2;
 
 pub use int4::{Int4Encoding, Int4PerChannel, Order};
+pub use int8::Int8PerChannel;
+pub use uint2::UInt2PerChannel;
