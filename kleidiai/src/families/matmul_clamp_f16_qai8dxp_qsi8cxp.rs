@@ -14,12 +14,12 @@
 //! The f16 LHS packer rounds values in its vector loop to nearest even and
 //! the rest half away from zero, and where the loop stops depends on the
 //! kernel's block length `kr / sr` (see [`crate::quant::qai8dx_rows_f16`]),
-//! so the [`reference`] takes a [`Qai8dxF16Block`] (`Kernel::lhs_block`) to
+//! so the [`reference()`] takes a [`Qai8dxF16Block`] (`Kernel::lhs_block`) to
 //! reproduce a kernel bit for bit; either gives a valid fallback. The packer
 //! is called one row at a time: its four-rows-at-once path (the `mr` 4
 //! kernels) truncates, and with blocks of 4 (`..._qai8dxp4x4_...`) adds
 //! another row's zero point to half the values, an upstream bug (v1.30.0)
-//! that makes those kernels' results wrong when the rows of a group have
+//! that would make those kernels' results wrong whenever the rows of a group have
 //! different zero points.
 //!
 //! Tolerance of the conformance test: the reference quantises the LHS with

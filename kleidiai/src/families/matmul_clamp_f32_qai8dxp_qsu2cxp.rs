@@ -14,7 +14,7 @@
 //! the SME2 ones, N x K input only. The packers bake the table into the
 //! per-channel sums and the kernels read it again at run time, so the packed
 //! buffer carries the table after the packer's bytes (16 i32, 4 used: the
-//! SME2 kernels load 64 bytes into ZT0) and [`Kernel::run`] passes that one:
+//! SME2 kernels load 64 bytes into ZT0) and `Kernel::run` passes that one:
 //! weights and table cannot be mismatched. The NEON GEMV kernel assumes one
 //! row per call; `run` calls it row by row.
 //!
