@@ -4,18 +4,24 @@
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod engine;
+pub(crate) mod qai8dxp_common;
 #[cfg(target_arch = "aarch64")]
 mod uker;
 
 pub mod matmul_clamp_bf16_qai8dxp_qsi4c32p;
+pub mod matmul_clamp_bf16_qai8dxp_qsi4cxp;
 pub mod matmul_clamp_f16_f16_f16p;
 pub mod matmul_clamp_f16_f16p_f16p;
+pub mod matmul_clamp_f16_qai8dxp_qsi4cxp;
+pub mod matmul_clamp_f16_qai8dxp_qsi8cxp;
 pub mod matmul_clamp_f16_qsi8d32p_qai4c32p;
 pub mod matmul_clamp_f32_f16p_qsi4c32p;
 pub mod matmul_clamp_f32_f32_f32p;
 pub mod matmul_clamp_f32_f32p_f32p;
 pub mod matmul_clamp_f32_qai8dxp_qsi4c32p;
 pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
+pub mod matmul_clamp_f32_qai8dxp_qsi8cxp;
+pub mod matmul_clamp_f32_qai8dxp_qsu2cxp;
 pub mod matmul_clamp_f32_qsi8d32p_qai4c32p;
 pub mod matmul_clamp_f32_qsi8d32p_qsi4c32p;
 pub mod matmul_clamp_f32_u8p_u8p;
@@ -72,14 +78,19 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     #[cfg(target_arch = "aarch64")]
     {
         v.extend(matmul_clamp_bf16_qai8dxp_qsi4c32p::infos());
+        v.extend(matmul_clamp_bf16_qai8dxp_qsi4cxp::infos());
         v.extend(matmul_clamp_f16_f16_f16p::infos());
         v.extend(matmul_clamp_f16_f16p_f16p::infos());
+        v.extend(matmul_clamp_f16_qai8dxp_qsi4cxp::infos());
+        v.extend(matmul_clamp_f16_qai8dxp_qsi8cxp::infos());
         v.extend(matmul_clamp_f16_qsi8d32p_qai4c32p::infos());
         v.extend(matmul_clamp_f32_f16p_qsi4c32p::infos());
         v.extend(matmul_clamp_f32_f32_f32p::infos());
         v.extend(matmul_clamp_f32_f32p_f32p::infos());
         v.extend(matmul_clamp_f32_qai8dxp_qsi4c32p::infos());
         v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
+        v.extend(matmul_clamp_f32_qai8dxp_qsi8cxp::infos());
+        v.extend(matmul_clamp_f32_qai8dxp_qsu2cxp::infos());
         v.extend(matmul_clamp_f32_qsi8d32p_qai4c32p::infos());
         v.extend(matmul_clamp_f32_qsi8d32p_qsi4c32p::infos());
         v.extend(matmul_clamp_f32_u8p_u8p::infos());

@@ -5,12 +5,16 @@ mod float;
 mod int4;
 mod int4_asym_block;
 mod int4_block;
+mod int8;
 mod static_int;
+mod uint2;
 mod uint8;
 
 pub use float::{FloatElement, FloatWeights};
 pub use int4::{Int4Encoding, Int4PerChannel, Order};
 pub use int4_asym_block::{Int4AsymBlock, NibbleOrder};
 pub use int4_block::{BlockInt4, BlockScales, Int4Blocks, Q4_0, Q4_0_BLOCK, Q4_0_BLOCK_BYTES, ScaleType};
+pub use int8::Int8PerChannel;
 pub use static_int::{StaticInt4Weights, StaticInt8Weights};
+pub use uint2::UInt2PerChannel;
 pub use uint8::U8Weights;

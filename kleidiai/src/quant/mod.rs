@@ -5,11 +5,13 @@
 
 mod qai8_static;
 mod qai8dx;
+mod qai8dx_half;
 mod qsi8d32;
 mod qsi8d32_row;
 
 pub use qai8_static::{Qai8Output, Qai8Quant, requantize};
 pub use qai8dx::{Qai8dxRow, qai8dx_row, qai8dx_row_with};
+pub use qai8dx_half::{Qai8dxF16Block, qai8dx_rows_bf16, qai8dx_rows_f16};
 pub use qsi8d32::{Qsi8d32Block, qsi8d32_block, qsi8d32_block_f16};
 pub use qsi8d32_row::{Qsi8d32Row, qsi8d32_row};
 

@@ -28,6 +28,33 @@ pub fn qai8dx_row_with(row: &[f32], rounding: super::Rounding) -> Qai8dxRow {
         max0 = max0.max(x);
         min0 = min0.min(x);
     }
+    let p = qai8dx_params(min0, max0);
+    let q = row.iter().map(|&x| p.quantize(rounding.round(x * p.scale))).collect();
+    Qai8dxRow { q, zero_point: p.zero_point, recip_scale: p.recip_scale }
+}
+
+/// The per-row parameters every `qai8dx` packer derives from the row's
+/// minimum and maximum, with upstream's float operations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Qai8dxParams {
+    /// Multiplier applied before rounding (`255 / range`).
+    pub scale: f32,
+    /// `1 / scale`, as stored in the packed row.
+    pub recip_scale: f32,
+    /// Nudged zero point.
+    pub zero_point: i32,
+}
+
+impl Qai8dxParams {
+    /// The int8 value of an already rounded `x * scale` (zero point added,
+    /// saturated; `as` saturates a non-finite product like the packers' conversions).
+    pub(crate) fn quantize(&self, rounded: f32) -> i8 {
+        ((rounded as i32).saturating_add(self.zero_point)).clamp(i8::MIN as i32, i8::MAX as i32) as i8
+    }
+}
+
+/// Scale and zero point for a row whose values lie in `[min0, max0]`.
+pub(crate) fn qai8dx_params(min0: f32, max0: f32) -> Qai8dxParams {
     let (qmin, qmax) = (i8::MIN as f32, i8::MAX as f32);
     let rmin = 0f32.min(min0);
     let rmax = 0f32.max(max0);
@@ -39,12 +66,7 @@ pub fn qai8dx_row_with(row: &[f32], rounding: super::Rounding) -> Qai8dxRow {
     let zp_from_max_error = qmax + descaled_max;
     let mut zp = if zp_from_min_error + zp_from_max_error > 0.0 { qmin - descaled_min } else { qmax - descaled_max };
     zp = zp.max(qmin).min(qmax);
-    let zero_point = zp.round_ties_even() as i32;
-    let q = row
-        .iter()
-        .map(|&x| (rounding.round(x * scale) as i32 + zero_point).clamp(i8::MIN as i32, i8::MAX as i32) as i8)
-        .collect();
-    Qai8dxRow { q, zero_point, recip_scale }
+    Qai8dxParams { scale, recip_scale, zero_point: zp.round_ties_even() as i32 }
 }
 
 #[cfg(test)]

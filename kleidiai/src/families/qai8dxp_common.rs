@@ -1,0 +1,1533 @@
+//! What the families with a dynamically quantised int8 LHS (`qai8dxp`) and
+//! per-channel weights share (`matmul_clamp_{f16,bf16}_qai8dxp_qsi4cxp`,
+//! `matmul_clamp_{f32,f16}_qai8dxp_qsi8cxp`, `matmul_clamp_f32_qai8dxp_qsu2cxp`):
+//! the reference arithmetic, and on aarch64 the kernel glue (RHS packing per
+//! packed format, LHS quantisation per input type, the tiled threaded run,
+//! packed-row unpacking). Each family module adds its kernel list, its
+//! docs and its tests; [`qai8dxp_kernel!`] gives each a typed `Kernel`.
+//!
+//! Every family computes, per output element,
+//! `clamp(acc * (rhs_scale[j] * lhs_recip_scale[i]) + bias[j])` with
+//! `acc = sum_k (q[i][k] - zp[i]) * w[j][k]` exact in int32, in the kernels'
+//! order of float operations, then converts to the output type (round to
+//! nearest even for f16 and bf16, as `fcvtn`/`bfcvtn` do).
+
+use crate::error::{self, Result};
+use crate::formats::{Int4PerChannel, Int8PerChannel, UInt2PerChannel};
+use crate::packed::Clamp;
+use crate::quant::{Qai8dxF16Block, Qai8dxRow, qai8dx_row, qai8dx_rows_bf16, qai8dx_rows_f16};
+use half::{bf16, f16};
+
+/// The weights of any of the families' input formats.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Weights<'a> {
+    Int4(Int4PerChannel<'a>),
+    Int8(Int8PerChannel<'a>),
+    UInt2(UInt2PerChannel<'a>),
+}
+
+impl Weights<'_> {
+    pub(crate) fn validate(&self) -> Result<()> {
+        match self {
+            Weights::Int4(w) => w.validate(),
+            Weights::Int8(w) => w.validate(),
+            Weights::UInt2(w) => w.validate(),
+        }
+    }
+
+    pub(crate) fn shape(&self) -> (usize, usize) {
+        match self {
+            Weights::Int4(w) => (w.n, w.k),
+            Weights::Int8(w) => (w.n, w.k),
+            Weights::UInt2(w) => (w.n, w.k),
+        }
+    }
+
+    fn scales_bias(&self) -> (&[f32], Option<&[f32]>) {
+        match self {
+            Weights::Int4(w) => (w.scales, w.bias),
+            Weights::Int8(w) => (w.scales, w.bias),
+            Weights::UInt2(w) => (w.scales, w.bias),
+        }
+    }
+
+    /// The integer weight `(n, k)` the kernels multiply with (after
+    /// `validate`).
+    fn value(&self, n: usize, k: usize) -> i32 {
+        match self {
+            Weights::Int4(w) => w.value_unchecked(n, k) as i32,
+            Weights::Int8(w) => w.value_unchecked(n, k) as i32,
+            Weights::UInt2(w) => w.lut[w.code_unchecked(n, k) as usize] as i32,
+        }
+    }
+}
+
+/// An LHS element type with its `qai8dx` packer.
+pub(crate) trait LhsElem: Copy + Send + Sync + 'static {
+    /// The value nearest `x` (test data).
+    #[cfg(test)]
+    fn from_f32(x: f32) -> Self;
+    /// The value as f32 (exact).
+    #[cfg(test)]
+    fn to_f32(self) -> f32;
+
+    /// Quantises `m x k` dense rows exactly as this type's packer does, as
+    /// called by [`Entry::pack_lhs_into`], for a kernel whose blocks are
+    /// `block` values long (which only the f16 packer depends on).
+    fn quantize_rows(lhs: &[Self], m: usize, k: usize, block: Qai8dxF16Block) -> Vec<Qai8dxRow>;
+
+    /// Whether the packer must be called one row at a time (its multi-row
+    /// path is wrong).
+    #[cfg(target_arch = "aarch64")]
+    const ROW_BY_ROW: bool = false;
+
+    /// Upstream packer name.
+    #[cfg(target_arch = "aarch64")]
+    const PACKER: &'static str;
+
+    /// Checks the packer's preconditions on `kr` and `sr`.
+    #[cfg(target_arch = "aarch64")]
+    fn check_block(kr: usize, sr: usize) -> Result<()> {
+        error::multiple_of(kr, sr, "kr", "sr must divide kr")
+    }
+
+    /// The packer's size query.
+    #[cfg(target_arch = "aarch64")]
+    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize;
+
+    /// The packer's offset query.
+    #[cfg(target_arch = "aarch64")]
+    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize;
+
+    /// Runs the packer on `m` rows, `stride` bytes apart, the first going to
+    /// slot `m_idx_start` of the row block `dst` points to.
+    ///
+    /// # Safety
+    /// `lhs` holds `m` rows of `k` values `stride` bytes apart, `dst` the
+    /// bytes the size query gives for `m_idx_start + m` rows,
+    /// `check_block(kr, sr)` holds and the CPU has the packer's features.
+    #[cfg(target_arch = "aarch64")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pack(
+        m: usize,
+        k: usize,
+        mr: usize,
+        kr: usize,
+        sr: usize,
+        start: usize,
+        lhs: *const Self,
+        stride: usize,
+        dst: *mut u8,
+    );
+}
+
+impl LhsElem for f32 {
+    #[cfg(test)]
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    #[cfg(test)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+
+    fn quantize_rows(lhs: &[f32], m: usize, k: usize, _: Qai8dxF16Block) -> Vec<Qai8dxRow> {
+        lhs.chunks_exact(k).take(m).map(qai8dx_row).collect()
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    const PACKER: &'static str = "kai_lhs_quant_pack_qai8dxp_f32";
+
+    #[cfg(target_arch = "aarch64")]
+    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
+        // SAFETY: size query, pure arithmetic.
+        unsafe { kleidiai_sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr) }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
+        // SAFETY: offset query, pure arithmetic.
+        unsafe { kleidiai_sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(m_idx, k, mr, kr, sr) }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn pack(
+        m: usize,
+        k: usize,
+        mr: usize,
+        kr: usize,
+        sr: usize,
+        start: usize,
+        lhs: *const f32,
+        stride: usize,
+        dst: *mut u8,
+    ) {
+        // SAFETY: the caller upholds this function's contract.
+        unsafe { kleidiai_sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr, start, lhs, stride, dst.cast()) }
+    }
+}
+
+impl LhsElem for f16 {
+    #[cfg(test)]
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    #[cfg(test)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+
+    fn quantize_rows(lhs: &[f16], m: usize, k: usize, block: Qai8dxF16Block) -> Vec<Qai8dxRow> {
+        qai8dx_rows_f16(lhs, m, k, block)
+    }
+
+    // The four-rows-at-once path (mr 4) truncates, and with blocks of 4 adds
+    // the zero point of another row to half the values (v1.30.0); the
+    // one-row path is right.
+    #[cfg(target_arch = "aarch64")]
+    const ROW_BY_ROW: bool = true;
+
+    #[cfg(target_arch = "aarch64")]
+    const PACKER: &'static str = "kai_lhs_quant_pack_qai8dxp_f16_neon";
+
+    #[cfg(target_arch = "aarch64")]
+    fn check_block(kr: usize, sr: usize) -> Result<()> {
+        error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
+        if kr / sr != 4 && kr / sr != 8 {
+            return Err(crate::Error::InvalidArgument(format!("{}: kr / sr must be 4 or 8", Self::PACKER)));
+        }
+        Ok(())
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
+        // SAFETY: size query, pure arithmetic.
+        unsafe { kleidiai_sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f16_neon(m, k, mr, kr, sr) }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
+        // SAFETY: offset query, pure arithmetic.
+        unsafe { kleidiai_sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f16_neon(m_idx, k, mr, kr, sr) }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn pack(
+        m: usize,
+        k: usize,
+        mr: usize,
+        kr: usize,
+        sr: usize,
+        start: usize,
+        lhs: *const f16,
+        stride: usize,
+        dst: *mut u8,
+    ) {
+        // SAFETY: the caller upholds this function's contract (f16 is the
+        // packer's `float16_t`, 2 bytes).
+        unsafe {
+            kleidiai_sys::kai_run_lhs_quant_pack_qai8dxp_f16_neon(
+                m,
+                k,
+                mr,
+                kr,
+                sr,
+                start,
+                lhs.cast(),
+                stride,
+                dst.cast(),
+            )
+        }
+    }
+}
+
+impl LhsElem for bf16 {
+    #[cfg(test)]
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+    #[cfg(test)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+
+    fn quantize_rows(lhs: &[bf16], m: usize, k: usize, _: Qai8dxF16Block) -> Vec<Qai8dxRow> {
+        qai8dx_rows_bf16(lhs, m, k)
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    const PACKER: &'static str = "kai_lhs_quant_pack_qai8dxp_bf16_neon";
+
+    #[cfg(target_arch = "aarch64")]
+    fn check_block(kr: usize, sr: usize) -> Result<()> {
+        error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
+        if kr / sr != 8 {
+            return Err(crate::Error::InvalidArgument(format!("{}: kr / sr must be 8", Self::PACKER)));
+        }
+        Ok(())
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
+        // SAFETY: size query, pure arithmetic.
+        unsafe { kleidiai_sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon(m, k, mr, kr, sr) }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
+        // SAFETY: offset query, pure arithmetic.
+        unsafe { kleidiai_sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_bf16_neon(m_idx, k, mr, kr, sr) }
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn pack(
+        m: usize,
+        k: usize,
+        mr: usize,
+        kr: usize,
+        sr: usize,
+        start: usize,
+        lhs: *const bf16,
+        stride: usize,
+        dst: *mut u8,
+    ) {
+        // SAFETY: the caller upholds this function's contract (bf16 is the
+        // packer's 16-bit pattern).
+        unsafe {
+            kleidiai_sys::kai_run_lhs_quant_pack_qai8dxp_bf16_neon(
+                m,
+                k,
+                mr,
+                kr,
+                sr,
+                start,
+                lhs.cast(),
+                stride,
+                dst.cast(),
+            )
+        }
+    }
+}
+
+/// An output element type: f32, or f16 / bf16 rounded to nearest even from
+/// the f32 result.
+pub(crate) trait OutElem: Copy + Send + Sync + 'static {
+    fn from_f32(y: f32) -> Self;
+    #[cfg(test)]
+    fn to_f32(self) -> f32;
+    /// Relative rounding step of the type (0 for f32: no extra rounding).
+    #[cfg(test)]
+    const STEP: f32;
+}
+
+impl OutElem for f32 {
+    fn from_f32(y: f32) -> f32 {
+        y
+    }
+    #[cfg(test)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[cfg(test)]
+    const STEP: f32 = 0.0;
+}
+
+impl OutElem for f16 {
+    fn from_f32(y: f32) -> f16 {
+        f16::from_f32(y)
+    }
+    #[cfg(test)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[cfg(test)]
+    const STEP: f32 = 1.0 / 1024.0;
+}
+
+impl OutElem for bf16 {
+    fn from_f32(y: f32) -> bf16 {
+        bf16::from_f32(y)
+    }
+    #[cfg(test)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[cfg(test)]
+    const STEP: f32 = 1.0 / 128.0;
+}
+
+/// The families' math in scalar Rust: `dst (m x n) = clamp(lhs (m x k) · wᵀ
+/// + bias)`, the LHS quantised exactly as its packer does (`block`: see
+/// [`LhsElem::quantize_rows`]).
+pub(crate) fn reference<L: LhsElem, O: OutElem>(
+    m: usize,
+    lhs: &[L],
+    w: Weights<'_>,
+    clamp: Clamp,
+    block: Qai8dxF16Block,
+    dst: &mut [O],
+) -> Result<()> {
+    w.validate()?;
+    clamp.check()?;
+    error::nonzero(m, "m")?;
+    let (n, k) = w.shape();
+    let mk = error::mul(m, k, "lhs")?;
+    error::at_least(lhs.len(), mk, "lhs")?;
+    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let nk = error::mul(n, k, "weights")?;
+    let wq: Vec<i32> = (0..nk).map(|i| w.value(i / k, i % k)).collect();
+    let (scales, bias) = w.scales_bias();
+    let rows = L::quantize_rows(&lhs[..mk], m, k, block);
+    for (i, row) in rows.iter().enumerate() {
+        for j in 0..n {
+            // Wrapping like the kernels' int32 accumulators (exact for any
+            // k below 65,793).
+            let acc = row
+                .q
+                .iter()
+                .zip(&wq[j * k..(j + 1) * k])
+                .fold(0i32, |a, (&q, &w)| a.wrapping_add((q as i32 - row.zero_point).wrapping_mul(w)));
+            let mut y = acc as f32 * (scales[j] * row.recip_scale);
+            if let Some(b) = bias {
+                y += b[j];
+            }
+            dst[i * n + j] = O::from_f32(y.max(clamp.min).min(clamp.max));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) use imp::*;
+
+#[cfg(target_arch = "aarch64")]
+mod imp {
+    use super::*;
+    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::cpu::{CpuFeature, Features};
+    use crate::families::engine::{self, Tiles};
+    use crate::formats::Order;
+    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use core::ffi::c_void;
+    use kleidiai_sys as sys;
+
+    type Getter = unsafe extern "C" fn() -> usize;
+    type Offset = unsafe extern "C" fn(usize, usize) -> usize;
+    type RunF32 =
+        unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut f32, usize, usize, f32, f32);
+    type RunHalf =
+        unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize, usize, f32, f32);
+    type RunLut = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        *const c_void,
+        *const c_void,
+        *mut f32,
+        usize,
+        usize,
+        f32,
+        f32,
+        *const i32,
+    );
+
+    /// A kernel's run function, by output type.
+    #[derive(Clone, Copy)]
+    pub(crate) enum Run {
+        /// f32 output.
+        F32(RunF32),
+        /// f16 or bf16 output (2 bytes).
+        Half(RunHalf),
+        /// f32 output, with the 2-bit code look-up table.
+        F32Lut(RunLut),
+    }
+
+    impl Run {
+        fn dst_bytes(self) -> usize {
+            match self {
+                Run::Half(_) => 2,
+                Run::F32(_) | Run::F32Lut(_) => 4,
+            }
+        }
+    }
+
+    /// The functions of one kernel (its upstream interface struct, without
+    /// the family-specific types).
+    #[derive(Clone, Copy)]
+    pub(crate) struct Fns {
+        pub m_step: Getter,
+        pub n_step: Getter,
+        pub mr: Getter,
+        pub nr: Getter,
+        pub kr: Getter,
+        pub sr: Getter,
+        pub lhs_offset: Offset,
+        pub rhs_offset: Offset,
+        pub run: Run,
+    }
+
+    /// [`Fns`] from a family's generated interface struct; `$run` is the
+    /// [`Run`] variant matching its `run_matmul` signature.
+    macro_rules! fns {
+        ($i:expr, $run:ident) => {
+            $crate::families::qai8dxp_common::Fns {
+                m_step: $i.get_m_step.expect("get_m_step"),
+                n_step: $i.get_n_step.expect("get_n_step"),
+                mr: $i.get_mr.expect("get_mr"),
+                nr: $i.get_nr.expect("get_nr"),
+                kr: $i.get_kr.expect("get_kr"),
+                sr: $i.get_sr.expect("get_sr"),
+                lhs_offset: $i.get_lhs_packed_offset.expect("get_lhs_packed_offset"),
+                rhs_offset: $i.get_rhs_packed_offset.expect("get_rhs_packed_offset"),
+                run: $crate::families::qai8dxp_common::Run::$run($i.run_matmul.expect("run_matmul")),
+            }
+        };
+    }
+    pub(crate) use fns;
+
+    /// The packed RHS formats of these families.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum RhsFormat {
+        /// Int4, `kai_rhs_pack_{nxk,kxn}_qsi4cxp_qs4cxs1s0`.
+        Qsi4cxp,
+        /// Int4 for the SME2 kernels, `kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon`.
+        Qsi4cxps1s0,
+        /// Int8, `kai_rhs_pack_{nxk,kxn}_qsi8cxp_qsi8cx_neon` (LHS zero point 1).
+        Qsi8cxp,
+        /// 2-bit for NEON, `kai_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon`.
+        Qsu2cxp4x4,
+        /// 2-bit for SME2, `kai_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon`.
+        Qsu2cxp4vlx4,
+    }
+
+    /// Bytes after a 2-bit packed RHS holding its look-up table: 16 i32
+    /// (4 used), because the SME2 kernels load 64 bytes into ZT0.
+    const LUT_BYTES: usize = 64;
+
+    impl RhsFormat {
+        const ALL: [RhsFormat; 5] = [
+            RhsFormat::Qsi4cxp,
+            RhsFormat::Qsi4cxps1s0,
+            RhsFormat::Qsi8cxp,
+            RhsFormat::Qsu2cxp4x4,
+            RhsFormat::Qsu2cxp4vlx4,
+        ];
+
+        /// [`PackedLayout::format`] of the format. The int4 ids are those of
+        /// `matmul_clamp_f32_qai8dxp_qsi4cxp` (same packers, same bytes).
+        pub(crate) fn id(self) -> &'static str {
+            match self {
+                RhsFormat::Qsi4cxp => "qsi4cxp",
+                RhsFormat::Qsi4cxps1s0 => "qsi4cxps1s0",
+                RhsFormat::Qsi8cxp => "qsi8cxp",
+                RhsFormat::Qsu2cxp4x4 => "qsu2cxp4x4bf32sf32",
+                RhsFormat::Qsu2cxp4vlx4 => "qsu2cxp4vlx4",
+            }
+        }
+
+        fn from_id(id: &str) -> Option<RhsFormat> {
+            Self::ALL.into_iter().find(|f| f.id() == id)
+        }
+
+        /// Upstream packers (N x K first).
+        pub(crate) fn packers(self) -> &'static [&'static str] {
+            match self {
+                RhsFormat::Qsi4cxp => &["kai_rhs_pack_nxk_qsi4cxp_qs4cxs1s0", "kai_rhs_pack_kxn_qsi4cxp_qs4cxs1s0"],
+                RhsFormat::Qsi4cxps1s0 => &["kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon"],
+                RhsFormat::Qsi8cxp => &["kai_rhs_pack_nxk_qsi8cxp_qsi8cx_neon", "kai_rhs_pack_kxn_qsi8cxp_qsi8cx_neon"],
+                RhsFormat::Qsu2cxp4x4 => &["kai_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon"],
+                RhsFormat::Qsu2cxp4vlx4 => &["kai_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon"],
+            }
+        }
+
+        /// Whether weights stored in `order` have a packer for this format.
+        pub(crate) fn takes(self, order: Order) -> bool {
+            order == Order::NxK || matches!(self, RhsFormat::Qsi4cxp | RhsFormat::Qsi8cxp)
+        }
+
+        pub(crate) fn is_2bit(self) -> bool {
+            matches!(self, RhsFormat::Qsu2cxp4x4 | RhsFormat::Qsu2cxp4vlx4)
+        }
+
+        /// Bytes per packed row (without the 2-bit formats' table), from
+        /// checked arithmetic; it must agree with the packer's own query.
+        fn checked_size(self, n: usize, k: usize, nr: usize, kr: usize, sr: usize) -> Result<usize> {
+            let k_internal = roundup(k, 32, "k")?;
+            let per_row = match self {
+                RhsFormat::Qsi4cxp | RhsFormat::Qsi4cxps1s0 => k_internal / 2,
+                RhsFormat::Qsi8cxp => k_internal,
+                RhsFormat::Qsu2cxp4x4 | RhsFormat::Qsu2cxp4vlx4 => k_internal / 4,
+            } + 12;
+            let size = error::mul(roundup(n, nr, "n")?, per_row, "packed rhs")?;
+            let query = self.packer_size(n, k, nr, kr, sr);
+            if query != size {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "{}: packer size {query} differs from the layout's {size}",
+                    self.id()
+                )));
+            }
+            Ok(size)
+        }
+
+        /// The packer's size query for `n x k` weights.
+        fn packer_size(self, n: usize, k: usize, nr: usize, kr: usize, sr: usize) -> usize {
+            // SAFETY: size queries, pure arithmetic.
+            unsafe {
+                match self {
+                    RhsFormat::Qsi4cxp => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(n, k, nr, kr, sr),
+                    RhsFormat::Qsi4cxps1s0 => {
+                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(n, k, nr, kr, sr)
+                    }
+                    RhsFormat::Qsi8cxp => {
+                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi8cxp_qsi8cx_neon(n, k, nr, kr, sr)
+                    }
+                    RhsFormat::Qsu2cxp4x4 => {
+                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon(n, k, nr, kr, sr)
+                    }
+                    RhsFormat::Qsu2cxp4vlx4 => {
+                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon(n, k, nr, kr, sr)
+                    }
+                }
+            }
+        }
+    }
+
+    /// `x` rounded up to a multiple of `to`, or an overflow error.
+    fn roundup(x: usize, to: usize, what: &str) -> Result<usize> {
+        error::mul(x.div_ceil(to.max(1)), to.max(1), what)
+    }
+
+    /// One kernel of a family: registry data, functions, packed RHS format.
+    pub(crate) struct Entry {
+        pub info: KernelInfo,
+        fns: Fns,
+        pub rhs: RhsFormat,
+        /// The kernel assumes `m == 1` per call (`run` passes rows singly).
+        one_row: bool,
+    }
+
+    /// `base` plus `extra`, as a static slice (leaked once per kernel table).
+    fn with_features(base: &'static [CpuFeature], extra: &[CpuFeature]) -> &'static [CpuFeature] {
+        if extra.iter().all(|f| base.contains(f)) {
+            return base;
+        }
+        let mut v = base.to_vec();
+        v.extend(extra.iter().filter(|f| !base.contains(f)));
+        Box::leak(v.into_boxed_slice())
+    }
+
+    impl Entry {
+        /// The entry of kernel `u` with LHS type `L`. `extra` lists features
+        /// the LHS packer needs beyond the kernel's; `one_row` marks kernels
+        /// whose run function assumes a single row.
+        pub(crate) fn new<L: LhsElem>(
+            u: &'static sys::Ukernel,
+            fns: Fns,
+            rhs: RhsFormat,
+            extra: &[CpuFeature],
+            one_row: bool,
+        ) -> Entry {
+            let features = with_features(u.features, extra);
+            Entry {
+                info: KernelInfo {
+                    name: u.name,
+                    family: u.family,
+                    features,
+                    vector_length: VectorLength::Any,
+                    tile: tile_kind_for(u.name),
+                    lhs_packer: Some(L::PACKER),
+                    rhs_packers: rhs.packers(),
+                    rank: rank_for(u.name, features),
+                },
+                fns,
+                rhs,
+                one_row,
+            }
+        }
+
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
+            let f = engine::ensure_supported(&self.info)?;
+            let i = &self.fns;
+            // SAFETY: the CPU has every feature the kernel needs
+            // (ensure_supported), so even SME getters may run.
+            let t = unsafe {
+                Tiles {
+                    m_step: (i.m_step)(),
+                    n_step: (i.n_step)(),
+                    mr: (i.mr)(),
+                    nr: (i.nr)(),
+                    kr: (i.kr)(),
+                    sr: (i.sr)(),
+                }
+            };
+            Ok((t, f))
+        }
+
+        pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: self.rhs.id(),
+                rows: n,
+                k,
+                r: t.nr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: 0,
+                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
+            })
+        }
+
+        pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: "qai8dxp",
+                rows: m,
+                k,
+                r: t.mr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: 0,
+                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
+            })
+        }
+
+        /// The block length the f16 LHS packer rounds by for this kernel.
+        pub(crate) fn f16_block(&self) -> Result<Qai8dxF16Block> {
+            let (t, _) = self.tiles()?;
+            Ok(if t.kr == 4 * t.sr { Qai8dxF16Block::Four } else { Qai8dxF16Block::Eight })
+        }
+
+        pub(crate) fn pack_rhs(&self, w: Weights<'_>) -> Result<PackedRhs> {
+            w.validate()?;
+            let (n, k) = w.shape();
+            let layout = self.rhs_layout(n, k)?;
+            let (nr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
+            let wrong = |what: &str| crate::Error::WrongFamily {
+                kernel: self.info.name,
+                why: format!("its packed format {} does not take {what} weights", self.rhs.id()),
+            };
+            let order_ok = |order: Order| {
+                if self.rhs.takes(order) {
+                    Ok(())
+                } else {
+                    Err(crate::Error::InvalidArgument(format!(
+                        "{} has no upstream packer for {order:?} weights (use N x K)",
+                        self.info.name
+                    )))
+                }
+            };
+            let size = self.rhs.checked_size(n, k, nr, kr, sr)?;
+            let mut buf;
+            match (self.rhs, w) {
+                (RhsFormat::Qsi4cxp | RhsFormat::Qsi4cxps1s0, Weights::Int4(w)) => {
+                    order_ok(w.order)?;
+                    // k_internal (a multiple of 32) must be a multiple of kr.
+                    error::multiple_of(32, kr, "32", "the int4 packers' k rounding")?;
+                    let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
+                    let zp = w.encoding.rhs_zero_point();
+                    let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: zp };
+                    buf = AlignedBuf::zeroed(size);
+                    let dst = buf.as_mut_ptr().cast();
+                    // SAFETY (all three arms): w.validate() checked `data`
+                    // holds the n x k (or k x n) nibbles and `scales`/`bias`
+                    // n values; `buf` has the size the packer's own query
+                    // returns for (n, k, nr, kr, sr); kr % sr == 0, k_internal
+                    // (a multiple of 32) is a multiple of kr, num_groups 1, extra_bytes 0, zero points 1 and
+                    // 0 / 8. Plain C packers: no feature beyond NEON.
+                    unsafe {
+                        match (self.rhs, w.order) {
+                            (RhsFormat::Qsi4cxp, Order::NxK) => sys::kai_run_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(
+                                1,
+                                n,
+                                k,
+                                nr,
+                                kr,
+                                sr,
+                                w.data.as_ptr(),
+                                bias,
+                                w.scales.as_ptr(),
+                                dst,
+                                0,
+                                &params,
+                            ),
+                            (RhsFormat::Qsi4cxp, Order::KxN) => sys::kai_run_rhs_pack_kxn_qsi4cxp_qs4cxs1s0(
+                                1,
+                                n,
+                                k,
+                                nr,
+                                kr,
+                                sr,
+                                w.data.as_ptr(),
+                                bias,
+                                w.scales.as_ptr(),
+                                dst,
+                                0,
+                                &params,
+                            ),
+                            _ => {
+                                let p = sys::kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon_params {
+                                    lhs_zero_point: 1,
+                                    rhs_zero_point: zp,
+                                };
+                                sys::kai_run_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(
+                                    1,
+                                    n,
+                                    k,
+                                    nr,
+                                    kr,
+                                    sr,
+                                    w.data.as_ptr(),
+                                    bias,
+                                    w.scales.as_ptr(),
+                                    dst,
+                                    0,
+                                    &p,
+                                )
+                            }
+                        }
+                    }
+                }
+                (RhsFormat::Qsi8cxp, Weights::Int8(w)) => {
+                    order_ok(w.order)?;
+                    if sr != 1 {
+                        return Err(crate::Error::InvalidArgument(format!(
+                            "{}: the qsi8cxp packers need sr 1",
+                            self.info.name
+                        )));
+                    }
+                    let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
+                    let params = sys::kai_rhs_pack_qsi8cx_params { lhs_zero_point: 1, scale_multiplier: 1.0 };
+                    buf = AlignedBuf::zeroed(size);
+                    let dst = buf.as_mut_ptr().cast();
+                    // SAFETY: w.validate() checked `data` holds n * k values
+                    // and `scales`/`bias` n; `buf` has the packer's own size
+                    // for (n, k, nr, kr, sr); sr == 1, num_groups 1,
+                    // extra_bytes 0. Plain C packers.
+                    unsafe {
+                        match w.order {
+                            Order::NxK => sys::kai_run_rhs_pack_nxk_qsi8cxp_qsi8cx_neon(
+                                1,
+                                n,
+                                k,
+                                nr,
+                                kr,
+                                sr,
+                                w.data.as_ptr(),
+                                bias,
+                                w.scales.as_ptr(),
+                                dst,
+                                0,
+                                &params,
+                            ),
+                            Order::KxN => sys::kai_run_rhs_pack_kxn_qsi8cxp_qsi8cx_neon(
+                                1,
+                                n,
+                                k,
+                                nr,
+                                kr,
+                                sr,
+                                w.data.as_ptr(),
+                                bias,
+                                w.scales.as_ptr(),
+                                dst,
+                                0,
+                                &params,
+                            ),
+                        }
+                    }
+                }
+                (RhsFormat::Qsu2cxp4x4 | RhsFormat::Qsu2cxp4vlx4, Weights::UInt2(w)) => {
+                    error::multiple_of(k, 32, "k", "2-bit packers and kernels")?;
+                    if w.lut.iter().any(|v| !(-64..=63).contains(v)) {
+                        // The packers add two entries in int8 for the sums.
+                        return Err(crate::Error::InvalidArgument(format!(
+                            "2-bit look-up table {:?}: entries must lie in -64..=63",
+                            w.lut
+                        )));
+                    }
+                    if kr != 4 * sr {
+                        return Err(crate::Error::InvalidArgument(format!("{}: kr / sr must be 4", self.info.name)));
+                    }
+                    match self.rhs {
+                        RhsFormat::Qsu2cxp4x4 if nr != 4 => {
+                            return Err(crate::Error::InvalidArgument(format!("{}: nr must be 4", self.info.name)));
+                        }
+                        RhsFormat::Qsu2cxp4vlx4 => error::multiple_of(nr, 8, "nr", "2-bit SME packer")?,
+                        _ => {}
+                    }
+                    let total =
+                        size.checked_add(LUT_BYTES).ok_or_else(|| crate::Error::Overflow("packed rhs".into()))?;
+                    buf = AlignedBuf::zeroed(total);
+                    let lut = lut_words(w.lut);
+                    for (i, v) in lut.iter().enumerate() {
+                        buf.as_mut_slice()[size + 4 * i..size + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
+                    }
+                    let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
+                    let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 2 };
+                    let dst = buf.as_mut_ptr().cast();
+                    // SAFETY: w.validate() checked `data` holds n rows of
+                    // k / 4 bytes (k % 32 == 0, so the packers' 8-byte loads
+                    // stay inside a row) and `scales`/`bias` n values; `buf`
+                    // holds the packer's own size plus the table; kr / sr == 4,
+                    // nr == 4 (NEON) or a multiple of 8 (SME), num_groups 1,
+                    // extra_bytes 0, zero points 1 and 2, a 4-entry table.
+                    unsafe {
+                        if self.rhs == RhsFormat::Qsu2cxp4x4 {
+                            sys::kai_run_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon(
+                                1,
+                                n,
+                                k,
+                                nr,
+                                kr,
+                                sr,
+                                w.data.as_ptr(),
+                                bias,
+                                w.scales.as_ptr(),
+                                dst,
+                                0,
+                                &params,
+                                lut.as_ptr(),
+                            )
+                        } else {
+                            sys::kai_run_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon(
+                                1,
+                                n,
+                                k,
+                                nr,
+                                kr,
+                                sr,
+                                w.data.as_ptr(),
+                                bias,
+                                w.scales.as_ptr(),
+                                dst,
+                                0,
+                                &params,
+                                lut.as_ptr(),
+                            )
+                        }
+                    }
+                }
+                (_, Weights::Int4(_)) => return Err(wrong("int4")),
+                (_, Weights::Int8(_)) => return Err(wrong("int8")),
+                (_, Weights::UInt2(_)) => return Err(wrong("2-bit")),
+            }
+            Ok(PackedRhs::new(layout, buf))
+        }
+
+        pub(crate) fn pack_lhs_into<L: LhsElem>(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[L],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            error::nonzero(m, "m")?;
+            error::nonzero(k, "k")?;
+            if lhs_stride < k {
+                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+            }
+            let need = error::mul(m - 1, lhs_stride, "lhs")?
+                .checked_add(k)
+                .ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
+            error::at_least(lhs.len(), need, "lhs")?;
+            let stride_bytes = error::mul(lhs_stride, core::mem::size_of::<L>(), "lhs stride")?;
+            let layout = self.lhs_layout(m, k)?;
+            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            L::check_block(kr, sr)?;
+            // k_internal bytes plus a zero point and a scale per row: reject
+            // a size the packer's query would wrap.
+            let per_row = roundup(k, 32, "k")?.checked_add(8).ok_or_else(|| crate::Error::Overflow("k".into()))?;
+            let size = error::mul(roundup(m, mr, "m")?, per_row, "packed lhs")?;
+            if L::packed_size(m, k, mr, kr, sr) != size {
+                return Err(crate::Error::InvalidArgument(format!("{}: unexpected packed size", L::PACKER)));
+            }
+            out.reset(layout, size);
+            let dst = SendPtr(out.data_mut().as_mut_ptr());
+            let src = SendPtr(lhs.as_ptr() as *mut L);
+            engine::run_rows(par, &self.info, m, k, mr, |rows| {
+                let (src, dst) = (src, dst);
+                let (pieces, height) = if L::ROW_BY_ROW { (rows.len(), 1) } else { (1, rows.len()) };
+                for p in 0..pieces {
+                    let first = rows.start + p * height;
+                    let off = L::packed_offset(first, k, mr, kr, sr);
+                    // SAFETY: `rows` starts at a multiple of mr
+                    // (split_aligned), so its row blocks are written by this
+                    // range only; `first` is rows.start or, row by row, any
+                    // row of it, going to slot first % mr of the block the
+                    // packer's offset points to. Source rows lie inside `lhs`
+                    // (checked above), the destination inside the `size`
+                    // bytes reserved; check_block passed and the CPU has the
+                    // kernel's features, which include the packer's.
+                    unsafe {
+                        L::pack(
+                            height,
+                            k,
+                            mr,
+                            kr,
+                            sr,
+                            first % mr,
+                            src.0.add(first * lhs_stride),
+                            stride_bytes,
+                            dst.0.add(off),
+                        );
+                    }
+                }
+            });
+            Ok(())
+        }
+
+        pub(crate) fn run<O: OutElem>(
+            &self,
+            lhs: &PackedLhs,
+            rhs: &PackedRhs,
+            dst: &mut [O],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            let (m, n, k) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k);
+            let rl = self.rhs_layout(n, k)?;
+            rhs.expect(&rl, self.info.name)?;
+            lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            let run = self.fns.run;
+            if run.dst_bytes() != core::mem::size_of::<O>() {
+                return Err(crate::Error::WrongFamily { kernel: self.info.name, why: "output type".into() });
+            }
+            let lut = if self.rhs.is_2bit() { rhs_lut(rhs)? } else { [0; 16] };
+            let (t, _) = self.tiles()?;
+            if self.one_row && t.mr != 1 {
+                return Err(crate::Error::WrongFamily {
+                    kernel: self.info.name,
+                    why: "single-row kernel with mr > 1".into(),
+                });
+            }
+            let (get_lhs, get_rhs, one_row) = (self.fns.lhs_offset, self.fns.rhs_offset, self.one_row);
+            let (lp, rp, dp) = (
+                SendPtr(lhs.data().as_ptr() as *mut u8),
+                SendPtr(rhs.data().as_ptr() as *mut u8),
+                SendPtr(dst.as_mut_ptr()),
+            );
+            let es = core::mem::size_of::<O>();
+            let lut = &lut;
+            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
+                let (lp, rp, dp) = (lp, rp, dp);
+                let step = if one_row { 1 } else { rows.len().max(1) };
+                for r0 in rows.clone().step_by(step) {
+                    let h = step.min(rows.end - r0);
+                    // SAFETY: both packed buffers have exactly the layouts
+                    // this kernel computes for (m, n, k) (checked above), so
+                    // the offsets for a row start that is a multiple of
+                    // m_step (or any row, for mr == 1 single-row kernels) and
+                    // a column start that is a multiple of n_step (plan_grid)
+                    // lie inside them; dst holds m x n elements of the
+                    // kernel's output size and tiles are disjoint; the 2-bit
+                    // kernels get a 16-entry table (64 readable bytes); the
+                    // CPU supports the kernel (tiles() checked).
+                    unsafe {
+                        let lo = get_lhs(r0, k);
+                        let ro = get_rhs(cols.start, k);
+                        let (a, b) = (lp.0.add(lo).cast::<c_void>(), rp.0.add(ro).cast::<c_void>());
+                        let d = dp.0.add(r0 * n + cols.start);
+                        let (w, sr, sc) = (cols.len(), n * es, es);
+                        match run {
+                            Run::F32(f) => f(h, w, k, a, b, d.cast(), sr, sc, clamp.min, clamp.max),
+                            Run::Half(f) => f(h, w, k, a, b, d.cast(), sr, sc, clamp.min, clamp.max),
+                            Run::F32Lut(f) => f(h, w, k, a, b, d.cast(), sr, sc, clamp.min, clamp.max, lut.as_ptr()),
+                        }
+                    }
+                }
+            });
+            Ok(())
+        }
+    }
+
+    /// The table as the kernels read it: four i32 entries, then zeros up to
+    /// the 64 bytes the SME2 kernels load.
+    fn lut_words(lut: [i8; 4]) -> [i32; 16] {
+        let mut t = [0i32; 16];
+        for (d, s) in t.iter_mut().zip(lut) {
+            *d = s as i32;
+        }
+        t
+    }
+
+    /// The look-up table stored after a 2-bit packed RHS.
+    fn rhs_lut(rhs: &PackedRhs) -> Result<[i32; 16]> {
+        let l = rhs.layout();
+        let f = RhsFormat::from_id(l.format).filter(|f| f.is_2bit());
+        let size = f.map(|f| f.packer_size(l.rows, l.k, l.r, l.kr, l.sr));
+        let bytes = rhs.as_bytes();
+        match size {
+            Some(s) if s.checked_add(LUT_BYTES) == Some(bytes.len()) => {
+                let mut t = [0i32; 16];
+                for (i, v) in t.iter_mut().enumerate() {
+                    *v = i32::from_le_bytes(bytes[s + 4 * i..s + 4 * i + 4].try_into().unwrap());
+                }
+                Ok(t)
+            }
+            _ => Err(crate::Error::InvalidArgument(format!("packed rhs {l} carries no 2-bit look-up table"))),
+        }
+    }
+
+    fn f32_at(b: &[u8], at: usize) -> f32 {
+        f32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+    }
+
+    /// Weight row `row` of a packed RHS of these families as f32
+    /// (`value * scale`, bias not included).
+    pub(crate) fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
+        let l = *rhs.layout();
+        if row >= l.rows {
+            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+        }
+        error::at_least(out.len(), l.k, "row output")?;
+        let Some(format) = RhsFormat::from_id(l.format) else {
+            return Err(crate::Error::InvalidArgument(format!("unknown packed format {}", l.format)));
+        };
+        let (nr, kr, r) = (l.r, l.kr, row % l.r);
+        let k_internal = l.k.div_ceil(32) * 32;
+        let bytes = rhs.as_bytes();
+        match format {
+            RhsFormat::Qsi4cxp | RhsFormat::Qsi4cxps1s0 => {
+                // Same packers and bytes as the f32 family: one unpacker.
+                return crate::families::matmul_clamp_f32_qai8dxp_qsi4cxp::unpack_rhs_row(rhs, row, out);
+            }
+            RhsFormat::Qsi8cxp => {
+                let stride = nr * (k_internal + 12);
+                let block = &bytes[(row / nr) * stride..(row / nr + 1) * stride];
+                let scale = f32_at(block, nr * k_internal + nr * 4 + r * 4);
+                for (kk, o) in out.iter_mut().enumerate().take(l.k) {
+                    let b = (kk / kr) * nr * kr + r * kr + kk % kr;
+                    *o = block[b] as i8 as f32 * scale;
+                }
+            }
+            RhsFormat::Qsu2cxp4x4 | RhsFormat::Qsu2cxp4vlx4 => {
+                let lut = rhs_lut(rhs)?;
+                let stride = nr * (k_internal / 4 + 12);
+                let block = &bytes[(row / nr) * stride..(row / nr + 1) * stride];
+                let scale = f32_at(block, nr * k_internal / 4 + nr * 4 + r * 4);
+                for (kk, o) in out.iter_mut().enumerate().take(l.k) {
+                    // 4x4: 16-value chunks, row r's 4 bytes each holding
+                    // values i, i + 4, i + 8, i + 12 of the chunk. 4vlx4:
+                    // 32-value chunks, byte j of every row together, each the
+                    // source byte (four consecutive values).
+                    let (b, shift) = if format == RhsFormat::Qsu2cxp4x4 {
+                        let within = kk % 16;
+                        ((kk / 16) * nr * 4 + r * 4 + within % 4, 2 * (within / 4))
+                    } else {
+                        let src = kk / 4;
+                        ((src / 8) * 8 * nr + (src % 8) * nr + r, 2 * (kk % 4))
+                    };
+                    let code = (block[b] >> shift) & 3;
+                    *o = lut[code as usize] as i8 as f32 * scale;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Defines a family's typed `Kernel` (over its `entries()`), `infos()`
+    /// and `unpack_rhs_row`.
+    macro_rules! qai8dxp_kernel {
+        (lhs: $lhs:ty, out: $out:ty, weights: $w:ident) => {
+            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
+                entries().iter().map(|e| &e.info).collect()
+            }
+
+            /// One kernel of the family, with its packing.
+            #[derive(Clone, Copy)]
+            pub struct Kernel(&'static $crate::families::qai8dxp_common::Entry);
+
+            impl core::fmt::Debug for Kernel {
+                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                    f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+                }
+            }
+
+            impl Kernel {
+                /// Every kernel of the family in this build.
+                pub fn all() -> impl Iterator<Item = Kernel> {
+                    entries().iter().map(Kernel)
+                }
+
+                /// The kernel with this upstream name.
+                pub fn by_name(name: &str) -> Option<Kernel> {
+                    entries().iter().find(|e| e.info.name == name).map(Kernel)
+                }
+
+                /// The best kernel that can run with `f` for `m` output rows.
+                pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
+                    let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
+                    Self::by_name(best.name)
+                }
+
+                /// Registry information.
+                pub fn info(&self) -> &'static $crate::registry::KernelInfo {
+                    &self.0.info
+                }
+
+                /// The packed-RHS layout this kernel reads for `n x k` weights.
+                pub fn rhs_layout(&self, n: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
+                    self.0.rhs_layout(n, k)
+                }
+
+                /// The packed-LHS layout this kernel reads for an `m x k` input.
+                pub fn lhs_layout(&self, m: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
+                    self.0.lhs_layout(m, k)
+                }
+
+                /// Packs the weights for this kernel (and every kernel with
+                /// the same [`rhs_layout`](Self::rhs_layout)).
+                pub fn pack_rhs(&self, w: &$w<'_>) -> $crate::Result<$crate::PackedRhs> {
+                    self.0.pack_rhs($crate::families::qai8dxp_common::Weights::from(*w))
+                }
+
+                /// Quantises and packs an `m x k` LHS (rows `lhs_stride`
+                /// elements apart; `k` for a dense matrix).
+                pub fn pack_lhs(
+                    &self,
+                    m: usize,
+                    k: usize,
+                    lhs: &[$lhs],
+                    lhs_stride: usize,
+                    par: $crate::Parallelism,
+                ) -> $crate::Result<$crate::PackedLhs> {
+                    let mut out = $crate::PackedLhs::empty();
+                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+                    Ok(out)
+                }
+
+                /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+                pub fn pack_lhs_into(
+                    &self,
+                    m: usize,
+                    k: usize,
+                    lhs: &[$lhs],
+                    lhs_stride: usize,
+                    par: $crate::Parallelism,
+                    out: &mut $crate::PackedLhs,
+                ) -> $crate::Result<()> {
+                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
+                }
+
+                /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n`
+                /// apart.
+                pub fn run(
+                    &self,
+                    lhs: &$crate::PackedLhs,
+                    rhs: &$crate::PackedRhs,
+                    dst: &mut [$out],
+                    clamp: $crate::Clamp,
+                    par: $crate::Parallelism,
+                ) -> $crate::Result<()> {
+                    self.0.run(lhs, rhs, dst, clamp, par)
+                }
+
+                /// Packs the dense `m x k` LHS and runs: the one-call form
+                /// (use [`pack_lhs_into`](Self::pack_lhs_into) and
+                /// [`run`](Self::run) to reuse the packed-LHS allocation).
+                pub fn matmul(
+                    &self,
+                    m: usize,
+                    lhs: &[$lhs],
+                    rhs: &$crate::PackedRhs,
+                    dst: &mut [$out],
+                    clamp: $crate::Clamp,
+                    par: $crate::Parallelism,
+                ) -> $crate::Result<()> {
+                    let k = rhs.layout().k;
+                    let packed = self.pack_lhs(m, k, lhs, k, par)?;
+                    self.run(&packed, rhs, dst, clamp, par)
+                }
+            }
+
+            /// Weight row `row` of a packed RHS of this family, as f32
+            /// (`value * scale`; bias not included): what ggml's `get_rows`
+            /// needs.
+            pub fn unpack_rhs_row(rhs: &$crate::PackedRhs, row: usize, out: &mut [f32]) -> $crate::Result<()> {
+                $crate::families::qai8dxp_common::unpack_rhs_row(rhs, row, out)
+            }
+        };
+    }
+    pub(crate) use qai8dxp_kernel;
+}
+
+impl<'a> From<Int4PerChannel<'a>> for Weights<'a> {
+    fn from(w: Int4PerChannel<'a>) -> Self {
+        Weights::Int4(w)
+    }
+}
+
+impl<'a> From<Int8PerChannel<'a>> for Weights<'a> {
+    fn from(w: Int8PerChannel<'a>) -> Self {
+        Weights::Int8(w)
+    }
+}
+
+impl<'a> From<UInt2PerChannel<'a>> for Weights<'a> {
+    fn from(w: UInt2PerChannel<'a>) -> Self {
+        Weights::UInt2(w)
+    }
+}
+
+/// The conformance, bad-input and layout-mixing checks every family runs,
+/// generic over its LHS and output types.
+#[cfg(all(test, target_arch = "aarch64"))]
+pub(crate) mod tests {
+    use super::*;
+    use crate::formats::{Int4Encoding, Order};
+    use crate::packed::PackedLhs;
+    use crate::par::Parallelism;
+    use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+
+    /// Test weights for a packed format, owning their buffers.
+    pub(crate) struct OwnedWeights {
+        format: RhsFormat,
+        n: usize,
+        k: usize,
+        order: Order,
+        encoding: Int4Encoding,
+        lut: [i8; 4],
+        data: Vec<u8>,
+        data_i8: Vec<i8>,
+        scales: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    }
+
+    impl OwnedWeights {
+        /// Random weights for `format`; `case` varies order, encoding, table
+        /// and bias.
+        pub(crate) fn random(rng: &mut Rng, format: RhsFormat, n: usize, k: usize, case: usize) -> OwnedWeights {
+            let order = if format.takes(Order::KxN) && case % 2 == 1 { Order::KxN } else { Order::NxK };
+            let len = match (format, order) {
+                (RhsFormat::Qsi4cxp | RhsFormat::Qsi4cxps1s0, Order::NxK) => n * k.div_ceil(2),
+                (RhsFormat::Qsi4cxp | RhsFormat::Qsi4cxps1s0, Order::KxN) => k * n.div_ceil(2),
+                (RhsFormat::Qsi8cxp, _) => n * k,
+                _ => n * k.div_ceil(4),
+            };
+            let data = rng.bytes(len);
+            OwnedWeights {
+                format,
+                n,
+                k,
+                order,
+                encoding: if case % 3 == 0 { Int4Encoding::Offset8 } else { Int4Encoding::Signed },
+                lut: if case % 2 == 0 { UInt2PerChannel::SIGNED_LUT } else { [5, -3, -64, 63] },
+                data_i8: data.iter().map(|&b| b as i8).collect(),
+                data,
+                scales: (0..n).map(|_| 0.01 + 0.05 * (rng.f32() + 1.0)).collect(),
+                bias: if case % 4 == 3 { None } else { Some(rng.vec_f32(n)) },
+            }
+        }
+
+        pub(crate) fn view(&self) -> Weights<'_> {
+            let (n, k, scales, bias) = (self.n, self.k, &self.scales[..], self.bias.as_deref());
+            match self.format {
+                RhsFormat::Qsi4cxp | RhsFormat::Qsi4cxps1s0 => Weights::Int4(Int4PerChannel {
+                    n,
+                    k,
+                    order: self.order,
+                    encoding: self.encoding,
+                    data: &self.data,
+                    scales,
+                    bias,
+                }),
+                RhsFormat::Qsi8cxp => {
+                    Weights::Int8(Int8PerChannel { n, k, order: self.order, data: &self.data_i8, scales, bias })
+                }
+                _ => Weights::UInt2(UInt2PerChannel { n, k, data: &self.data, scales, bias, lut: self.lut }),
+            }
+        }
+
+        /// The weights as f32, `n x k`.
+        fn dequantize(&self) -> Vec<f32> {
+            let w = self.view();
+            (0..self.n * self.k).map(|i| w.value(i / self.k, i % self.k) as f32 * self.scales[i / self.k]).collect()
+        }
+    }
+
+    /// An LHS whose products `x * scale` hit many exact halves: one row
+    /// spans `[-255/128, 0]` (scale 128) with values on a 1/256 grid, so
+    /// every rounding path of the packers is exercised on ties.
+    fn tie_lhs(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
+        let mut x: Vec<f32> = (0..m * k).map(|_| -((2 * rng.below(255) + 1) as f32) / 256.0).collect();
+        for row in x.chunks_mut(k) {
+            row[0] = -255.0 / 128.0;
+        }
+        x
+    }
+
+    /// The integers, zero point and scale of packed-LHS row `i`.
+    fn unpack_lhs_row(p: &PackedLhs, i: usize) -> Qai8dxRow {
+        let l = p.layout();
+        let (mr, kb) = (l.r, l.kr / l.sr);
+        let k_internal = l.k.div_ceil(32) * 32;
+        let base = (i / mr) * mr * (k_internal + 8);
+        let r = i % mr;
+        let b = p.as_bytes();
+        let q = (0..l.k).map(|j| b[base + (j / kb) * mr * kb + r * kb + j % kb] as i8).collect();
+        let at = base + mr * k_internal + r * 4;
+        let zp = -i32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let at = base + mr * k_internal + mr * 4 + r * 4;
+        Qai8dxRow { q, zero_point: zp, recip_scale: f32::from_le_bytes(b[at..at + 4].try_into().unwrap()) }
+    }
+
+    fn entry(entries: &'static [Entry], name: &str) -> &'static Entry {
+        entries.iter().find(|e| e.info.name == name).expect("registered kernel")
+    }
+
+    /// Every supported kernel of `family` against [`reference`]: tail
+    /// shapes for each `k` of `ks`, every thread count bit-identical, the
+    /// packed LHS equal to the reference quantisation, packed rows unpacking
+    /// to the weights. Tolerance: see the family docs.
+    pub(crate) fn conformance<L: LhsElem, O: OutElem>(family: &str, entries: &'static [Entry], ks: &[usize]) {
+        testing::conformance(family, |info| {
+            let e = entry(entries, info.name);
+            let err = |c: usize| move |x: crate::Error| (c, x.to_string());
+            let (t, _) = e.tiles().map_err(err(0))?;
+            let block = e.f16_block().map_err(err(0))?;
+            let shapes = tail_shapes(t.mr, t.m_step, t.nr, t.n_step, ks);
+            let mut rng = Rng::new(0x51);
+            let mut worst = 0f64;
+            for (ci, &(m, n, k)) in shapes.iter().enumerate() {
+                let w = OwnedWeights::random(&mut rng, e.rhs, n, k, ci);
+                let x = if ci % 3 == 2 { tie_lhs(&mut rng, m, k) } else { rng.vec_f32(m * k) };
+                let lhs: Vec<L> = x.iter().map(|&v| L::from_f32(v)).collect();
+                let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
+                let mut want = vec![O::from_f32(0.0); m * n];
+                reference(m, &lhs, w.view(), clamp, block, &mut want).map_err(err(ci))?;
+                let want: Vec<f32> = want.into_iter().map(O::to_f32).collect();
+                let rows = L::quantize_rows(&lhs, m, k, block);
+                let wd = w.dequantize();
+                let packed = e.pack_rhs(w.view()).map_err(err(ci))?;
+                let mut first: Option<Vec<f32>> = None;
+                for threads in THREADS {
+                    let par = Parallelism::Rayon(threads);
+                    let mut scratch = PackedLhs::empty();
+                    e.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(err(ci))?;
+                    for (i, row) in rows.iter().enumerate() {
+                        let got = unpack_lhs_row(&scratch, i);
+                        if got != *row {
+                            let j = (0..k).find(|&j| got.q[j] != row.q[j]);
+                            return Err((
+                                ci,
+                                format!("m={m} k={k}: packed LHS row {i} differs from the reference at {j:?}"),
+                            ));
+                        }
+                    }
+                    let mut dst = vec![O::from_f32(f32::NAN); m * n];
+                    e.run(&scratch, &packed, &mut dst, clamp, par).map_err(err(ci))?;
+                    let got: Vec<f32> = dst.into_iter().map(O::to_f32).collect();
+                    let e = compare(&got, &want, |i, y| {
+                        let (r, c) = (i / n, i % n);
+                        let mag: f32 = (0..k).map(|p| (lhs[r * k + p].to_f32() * wd[c * k + p]).abs()).sum();
+                        let d = 1e-5 * (y.abs() + mag) + 1e-6;
+                        d + O::STEP * (y.abs() + d)
+                    })
+                    .map_err(|s| (ci, format!("m={m} n={n} k={k} threads={threads}: {s}")))?;
+                    worst = worst.max(e);
+                    match &first {
+                        None => first = Some(got),
+                        Some(f) if !bit_identical(f, &got) => {
+                            return Err((ci, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
+                        }
+                        _ => {}
+                    }
+                }
+                let mut row = vec![0f32; k];
+                for r in [0, n / 2, n - 1] {
+                    unpack_rhs_row(&packed, r, &mut row).map_err(err(ci))?;
+                    if row[..] != wd[r * k..(r + 1) * k] {
+                        return Err((ci, format!("unpack_rhs_row({r}) n={n} k={k} differs from the weights")));
+                    }
+                }
+            }
+            Ok((shapes.len(), worst))
+        });
+    }
+
+    /// Invalid inputs are errors, never panics or FFI calls.
+    pub(crate) fn bad_input<L: LhsElem, O: OutElem>(entries: &'static [Entry]) {
+        let f = crate::cpu::Features::current();
+        let Some(info) = crate::registry::select_from(entries.iter().map(|e| &e.info), 1, &f) else {
+            return;
+        };
+        let e = entry(entries, info.name);
+        let seq = Parallelism::Sequential;
+        let (n, k) = (4, 32);
+        let w = OwnedWeights::random(&mut Rng::new(7), e.rhs, n, k, 0);
+        let packed = e.pack_rhs(w.view()).unwrap();
+        let zero = L::from_f32(0.0);
+        let mut lhs_p = PackedLhs::empty();
+        assert!(e.pack_lhs_into(1, k, &vec![zero; k - 1], k, seq, &mut lhs_p).is_err(), "short lhs");
+        assert!(e.pack_lhs_into::<L>(0, k, &[], k, seq, &mut lhs_p).is_err(), "m = 0");
+        assert!(e.pack_lhs_into(1, k, &vec![zero; k], k - 1, seq, &mut lhs_p).is_err(), "stride < k");
+        assert!(e.pack_lhs_into(usize::MAX, k, &vec![zero; k], k, seq, &mut lhs_p).is_err(), "overflowing m");
+        e.pack_lhs_into(1, k, &vec![zero; k], k, seq, &mut lhs_p).unwrap();
+        let mut dst = vec![O::from_f32(0.0); n];
+        assert!(e.run(&lhs_p, &packed, &mut dst[..n - 1], Clamp::NONE, seq).is_err(), "short dst");
+        let nan = Clamp { min: f32::NAN, max: 1.0 };
+        assert!(e.run(&lhs_p, &packed, &mut dst, nan, seq).is_err(), "NaN clamp");
+        assert!(e.run(&lhs_p, &packed, &mut dst, Clamp { min: 1.0, max: -1.0 }, seq).is_err(), "empty clamp");
+        e.run(&lhs_p, &packed, &mut dst, Clamp::NONE, seq).unwrap();
+        let mut short = OwnedWeights::random(&mut Rng::new(7), e.rhs, n, k, 0);
+        short.data.pop();
+        short.data_i8.pop();
+        assert!(e.pack_rhs(short.view()).is_err(), "short weights");
+        short.n = usize::MAX / 2;
+        assert!(e.pack_rhs(short.view()).is_err(), "huge n");
+        if e.rhs.is_2bit() {
+            let odd = OwnedWeights::random(&mut Rng::new(7), e.rhs, n, 48, 0);
+            assert!(e.pack_rhs(odd.view()).is_err(), "2-bit k not a multiple of 32");
+            let wide = OwnedWeights { lut: [64, 0, 0, 0], ..OwnedWeights::random(&mut Rng::new(7), e.rhs, n, k, 0) };
+            assert!(e.pack_rhs(wide.view()).is_err(), "2-bit table entry outside -64..=63");
+        }
+        if !e.rhs.takes(Order::KxN) && !e.rhs.is_2bit() {
+            let kxn = OwnedWeights { order: Order::KxN, ..OwnedWeights::random(&mut Rng::new(7), e.rhs, n, k, 0) };
+            assert!(e.pack_rhs(kxn.view()).is_err(), "K x N without a packer");
+        }
+        let other = if e.rhs == RhsFormat::Qsi8cxp { RhsFormat::Qsu2cxp4x4 } else { RhsFormat::Qsi8cxp };
+        let wrong = OwnedWeights::random(&mut Rng::new(7), other, n, k, 0);
+        assert!(matches!(e.pack_rhs(wrong.view()), Err(crate::Error::WrongFamily { .. })), "weights of another format");
+        let mut row = vec![0f32; k];
+        assert!(unpack_rhs_row(&packed, n, &mut row).is_err(), "row out of range");
+        assert!(unpack_rhs_row(&packed, 0, &mut row[..k - 1]).is_err(), "short row");
+    }
+
+    /// A packed operand made for another kernel, shape or vector length is a
+    /// `LayoutMismatch`; one with the same layout works.
+    pub(crate) fn mixing_layouts<L: LhsElem, O: OutElem>(entries: &'static [Entry]) {
+        let f = crate::cpu::Features::current();
+        let Some(info) = crate::registry::select_from(entries.iter().map(|e| &e.info), 4, &f) else {
+            return;
+        };
+        let e1 = entry(entries, info.name);
+        let (n, k) = (8, 64);
+        let w = OwnedWeights::random(&mut Rng::new(3), e1.rhs, n, k, 0);
+        let packed = e1.pack_rhs(w.view()).unwrap();
+        let lhs = vec![L::from_f32(0.5); 2 * k];
+        let seq = Parallelism::Sequential;
+        for other in entries.iter().filter(|x| x.info.supported(&f).is_ok()) {
+            let mut lp = PackedLhs::empty();
+            other.pack_lhs_into(2, k, &lhs, k, seq, &mut lp).unwrap();
+            let mut dst = vec![O::from_f32(0.0); 2 * n];
+            let r = other.run(&lp, &packed, &mut dst, Clamp::NONE, seq);
+            if other.rhs_layout(n, k).unwrap() == *packed.layout() {
+                r.unwrap();
+            } else {
+                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{}: {r:?}", other.info.name);
+            }
+        }
+        // A packed LHS of another k, or from another kernel's layout, is rejected.
+        let mut lp = PackedLhs::empty();
+        e1.pack_lhs_into(2, k + 32, &vec![L::from_f32(0.0); 2 * (k + 32)], k + 32, seq, &mut lp).unwrap();
+        let mut dst = vec![O::from_f32(0.0); 2 * n];
+        assert!(matches!(e1.run(&lp, &packed, &mut dst, Clamp::NONE, seq), Err(crate::Error::LayoutMismatch { .. })));
+    }
+}
