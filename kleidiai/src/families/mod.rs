@@ -5,7 +5,9 @@
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod engine;
 
+pub mod matmul_clamp_f32_bf16p_bf16p;
 pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
+pub mod matmul_clamp_fp32_bf16p_bf16p;
 
 /// Every upstream compute family of KleidiAI v1.30.0 (directory names).
 pub const FAMILIES: &[&str] = &[
@@ -48,7 +50,9 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     let mut v = Vec::new();
     #[cfg(target_arch = "aarch64")]
     {
+        v.extend(matmul_clamp_f32_bf16p_bf16p::infos());
         v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
+        v.extend(matmul_clamp_fp32_bf16p_bf16p::infos());
     }
     v
 }

@@ -1,6 +1,10 @@
 //! Unpacked weight formats the families take as input, with their checks.
 //! One file per format kind.
 
+mod float_weights;
+mod indirection;
 mod int4;
 
+pub use float_weights::{FloatElement, FloatWeights};
+pub use indirection::Indirection;
 pub use int4::{Int4Encoding, Int4PerChannel, Order};
