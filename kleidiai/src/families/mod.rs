@@ -5,6 +5,9 @@
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod engine;
 
+pub mod imatmul_clamp_f32_f32_f32p;
+pub mod imatmul_clamp_f32_f32p_f32p;
+pub mod matmul_clamp_f16_bf16p_bf16p;
 pub mod matmul_clamp_f32_bf16p_bf16p;
 pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
 pub mod matmul_clamp_fp32_bf16p_bf16p;
@@ -50,6 +53,9 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     let mut v = Vec::new();
     #[cfg(target_arch = "aarch64")]
     {
+        v.extend(imatmul_clamp_f32_f32_f32p::infos());
+        v.extend(imatmul_clamp_f32_f32p_f32p::infos());
+        v.extend(matmul_clamp_f16_bf16p_bf16p::infos());
         v.extend(matmul_clamp_f32_bf16p_bf16p::infos());
         v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
         v.extend(matmul_clamp_fp32_bf16p_bf16p::infos());
