@@ -5,8 +5,10 @@
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod engine;
 
+pub mod imatmul_clamp_f16_f16p_f16p;
 pub mod imatmul_clamp_f32_f32_f32p;
 pub mod imatmul_clamp_f32_f32p_f32p;
+pub mod imatmul_clamp_qai8_qai8p_qsi8cxp;
 pub mod matmul_clamp_f16_bf16p_bf16p;
 pub mod matmul_clamp_f32_bf16p_bf16p;
 pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
@@ -53,8 +55,10 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     let mut v = Vec::new();
     #[cfg(target_arch = "aarch64")]
     {
+        v.extend(imatmul_clamp_f16_f16p_f16p::infos());
         v.extend(imatmul_clamp_f32_f32_f32p::infos());
         v.extend(imatmul_clamp_f32_f32p_f32p::infos());
+        v.extend(imatmul_clamp_qai8_qai8p_qsi8cxp::infos());
         v.extend(matmul_clamp_f16_bf16p_bf16p::infos());
         v.extend(matmul_clamp_f32_bf16p_bf16p::infos());
         v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
