@@ -5,6 +5,8 @@
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod engine;
 
+pub mod dwconv_f16_f16_f16p;
+pub mod dwconv_f32_f32_f32p;
 pub mod imatmul_clamp_f16_f16p_f16p;
 pub mod imatmul_clamp_f32_f32_f32p;
 pub mod imatmul_clamp_f32_f32p_f32p;
@@ -55,6 +57,8 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     let mut v = Vec::new();
     #[cfg(target_arch = "aarch64")]
     {
+        v.extend(dwconv_f16_f16_f16p::infos());
+        v.extend(dwconv_f32_f32_f32p::infos());
         v.extend(imatmul_clamp_f16_f16p_f16p::infos());
         v.extend(imatmul_clamp_f32_f32_f32p::infos());
         v.extend(imatmul_clamp_f32_f32p_f32p::infos());
