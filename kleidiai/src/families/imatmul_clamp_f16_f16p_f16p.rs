@@ -413,7 +413,7 @@ mod tests {
                 (l.r, r.r)
             };
             // Odd chunk lengths exercise the per-chunk padding to kr = 2.
-            let kc = [(1usize, 3usize), (3, 5), (9, 8)];
+            let kc = [(1usize, 3usize), (3, 5), (4, 7)];
             let shapes = tail_shapes(ms, ms, ns, ns, &[0, 1, 2]);
             let mut rng = Rng::new(0x1f16);
             let (mut cases, mut worst) = (0, 0f64);

@@ -311,7 +311,7 @@ mod tests {
             let kernel = Kernel::by_name(info.name).unwrap();
             let e = |c: usize| move |x: crate::Error| (c, x.to_string());
             let ns = kernel.rhs_layout(1, 1, 1).map_err(e(0))?.r;
-            let kc = [(1usize, 3usize), (3, 5), (9, 8)];
+            let kc = [(1usize, 3usize), (3, 5), (4, 7)];
             let shapes = tail_shapes(6, 6, ns, ns, &[0, 1, 2]);
             let mut rng = Rng::new(0x5e);
             let (mut cases, mut worst) = (0, 0f64);

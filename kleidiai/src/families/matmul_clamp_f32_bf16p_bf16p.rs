@@ -14,7 +14,7 @@
 //!
 //! Upstream's RHS packer fills the K padding of the last group of 4 (when
 //! `k % 4 != 0`) with copies of weight row 0 (the LHS padding is zero, so the
-//! products vanish unless a weight is infinite or NaN); [`Kernel::pack_rhs`]
+//! products vanish unless a weight is infinite or NaN); `Kernel::pack_rhs`
 //! zeroes that padding after packing, so non-finite weights cannot leak into
 //! other outputs.
 //!
@@ -510,6 +510,33 @@ mod imp {
             *o = bf16::from_bits(u16::from_le_bytes([bytes[at], bytes[at + 1]])).to_f32();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod reference_tests {
+    use super::*;
+
+    #[test]
+    fn bf16_rounding_is_to_nearest_even() {
+        // Halfway cases go to the even significand; others to the nearest.
+        assert_eq!(round_bf16(1.0 + f32::powi(2.0, -8)), 1.0);
+        assert_eq!(round_bf16(1.0 + 3.0 * f32::powi(2.0, -8)), 1.0 + f32::powi(2.0, -6));
+        assert_eq!(round_bf16(1.0 + 1.5 * f32::powi(2.0, -8)), 1.0 + f32::powi(2.0, -7));
+        assert_eq!(round_bf16(-1.0 - 1.5 * f32::powi(2.0, -8)), -1.0 - f32::powi(2.0, -7));
+    }
+
+    #[test]
+    fn reference_orders_agree() {
+        let kxn = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]; // k = 3 rows of n = 2
+        let nxk = [1.0f32, 3.0, 5.0, 2.0, 4.0, 6.0];
+        let a = FloatWeights { n: 2, k: 3, order: crate::formats::Order::KxN, data: &kxn, bias: None };
+        let b = FloatWeights { n: 2, k: 3, order: crate::formats::Order::NxK, data: &nxk, bias: None };
+        let (mut ya, mut yb) = ([0f32; 2], [0f32; 2]);
+        reference(1, &[1.0, 1.0, 1.0], &a, Clamp::NONE, &mut ya).unwrap();
+        reference(1, &[1.0, 1.0, 1.0], &b, Clamp::NONE, &mut yb).unwrap();
+        assert_eq!(ya, [9.0, 12.0]);
+        assert_eq!(ya, yb);
     }
 }
 

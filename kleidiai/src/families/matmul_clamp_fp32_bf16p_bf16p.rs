@@ -430,7 +430,7 @@ mod tests {
             let lay = kernel.rhs_layout(1, 2).map_err(e(0))?;
             let lhs_lay = kernel.lhs_layout(1, 2).map_err(e(0))?;
             let (mr, nr) = (lhs_lay.r, lay.r);
-            let shapes = tail_shapes(mr, mr, nr, nr, &[2, 7, 50]);
+            let shapes = tail_shapes(mr, mr, nr, nr, &[2, 7, 34]);
             let mut rng = Rng::new(0xf32b);
             let (mut cases, mut worst) = (0, 0f64);
             for (ci, &(m, n, k)) in shapes.iter().enumerate() {

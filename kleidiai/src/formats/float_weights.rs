@@ -12,7 +12,7 @@ mod sealed {
     impl Sealed for half::bf16 {}
 }
 
-/// A floating-point element type the kernels take (`f32`, [`f16`], [`bf16`]).
+/// A floating-point element type the kernels take (`f32`, [`struct@f16`], [`struct@bf16`]).
 pub trait FloatElement: Copy + Send + Sync + PartialEq + core::fmt::Debug + sealed::Sealed + 'static {
     /// Zero.
     const ZERO: Self;
