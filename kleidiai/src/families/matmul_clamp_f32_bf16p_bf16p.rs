@@ -10,7 +10,11 @@
 //! `kai_lhs_quant_pack_bf16p8x4_f32_neon` (GEMM); both kernels read the same
 //! RHS format, `bf16p12x4biasf32` from `kai_rhs_quant_pack_kxn_bf16p12x4biasf32_f32_neon`
 //! (K x N input; N x K weights are transposed in Rust first), so one packed
-//! RHS serves both.
+//! RHS serves both. For f16 inputs upstream also has
+//! `kai_rhs_pack_kxn_bf16p12x4biasf32_f16_neon` (same packed format, f32
+//! bias) and `kai_lhs_pack_bf16p8x4_f16_neon` (GEMM), which need FEAT_FP16:
+//! `Kernel::pack_rhs_f16`, `Kernel::pack_lhs_f16_into` and
+//! [`reference_f16`].
 //!
 //! Upstream's RHS packer fills the K padding of the last group of 4 (when
 //! `k % 4 != 0`) with copies of weight row 0 (the LHS padding is zero, so the
@@ -82,6 +86,26 @@ pub fn reference(m: usize, lhs: &[f32], w: &FloatWeights<'_, f32>, clamp: Clamp,
     Ok(())
 }
 
+/// The reference for f16 inputs (upstream's f16 packers of this family):
+/// f16 widens to f32 exactly, so this is [`fn@reference`] on the widened
+/// values; the bias is f16 here, f32 in the packed weights (exact too).
+pub fn reference_f16(
+    m: usize,
+    lhs: &[half::f16],
+    w: &FloatWeights<'_, half::f16>,
+    clamp: Clamp,
+    dst: &mut [f32],
+) -> Result<()> {
+    w.validate()?;
+    error::nonzero(m, "m")?;
+    error::at_least(lhs.len(), error::mul(m, w.k, "lhs")?, "lhs")?;
+    let x: Vec<f32> = lhs[..m * w.k].iter().map(|v| v.to_f32()).collect();
+    let data: Vec<f32> = w.data[..w.n * w.k].iter().map(|v| v.to_f32()).collect();
+    let bias: Option<Vec<f32>> = w.bias.map(|b| b[..w.n].iter().map(|v| v.to_f32()).collect());
+    let wf = FloatWeights { n: w.n, k: w.k, order: w.order, data: &data, bias: bias.as_deref() };
+    reference(m, &x, &wf, clamp, dst)
+}
+
 #[cfg(target_arch = "aarch64")]
 pub use imp::*;
 
@@ -100,7 +124,19 @@ mod imp {
     use sys::interfaces::matmul_clamp_f32_bf16p_bf16p::{Interface, KERNELS};
 
     pub(super) const RHS_FORMAT: &str = "bf16p12x4biasf32";
-    const RHS_PACKERS: &[&str] = &["kai_rhs_quant_pack_kxn_bf16p12x4biasf32_f32_neon"];
+    const RHS_PACKERS: &[&str] =
+        &["kai_rhs_quant_pack_kxn_bf16p12x4biasf32_f32_neon", "kai_rhs_pack_kxn_bf16p12x4biasf32_f16_neon"];
+    const RHS_F16_PACKER: &str = "kai_rhs_pack_kxn_bf16p12x4biasf32_f16_neon";
+    const LHS_F16_PACKER: &str = "kai_lhs_pack_bf16p8x4_f16_neon";
+
+    /// The f16 packers need FEAT_FP16 besides the kernels' FEAT_BF16.
+    fn need_fp16(packer: &'static str) -> Result<()> {
+        if Features::current().has(crate::cpu::CpuFeature::Fp16) {
+            Ok(())
+        } else {
+            Err(crate::Error::Unsupported { kernel: packer, why: "needs fp16".into() })
+        }
+    }
     const LHS_GEMV: &str = "kai_lhs_quant_pack_bf16p1x4_f32_neon";
     const LHS_GEMM: &str = "kai_lhs_quant_pack_bf16p8x4_f32_neon";
 
@@ -363,6 +399,125 @@ mod imp {
             Ok(())
         }
 
+        /// As [`pack_rhs`](Self::pack_rhs) for f16 weights and bias (upstream's
+        /// `kai_rhs_pack_kxn_bf16p12x4biasf32_f16_neon`, which also needs
+        /// FEAT_FP16): the same packed format, usable by both kernels.
+        pub fn pack_rhs_f16(&self, w: &FloatWeights<'_, half::f16>) -> Result<PackedRhs> {
+            w.validate()?;
+            let layout = self.rhs_layout(w.n, w.k)?;
+            need_fp16(RHS_F16_PACKER)?;
+            let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
+            let kp = roundup(k, kr, "k")?;
+            let block = error::mul(kp, 2, "packed rhs")?.checked_add(4).ok_or_else(|| overflow("packed rhs"))?;
+            error::mul(roundup(n, nr, "n")?, block, "packed rhs")?;
+            let stride = error::mul(n, 2, "rhs stride")?;
+            let kxn = w.kxn();
+            let bias: Option<Vec<f32>> = w.bias.map(|b| b[..n].iter().map(|v| v.to_f32()).collect());
+            let bias_ptr = bias.as_ref().map_or(core::ptr::null(), |b| b.as_ptr().cast::<c_void>());
+            // SAFETY: size query, arithmetic only (no overflow: checked above).
+            let size = unsafe { sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p12x4biasf32_f16_neon(n, k) };
+            let mut buf = AlignedBuf::zeroed(size);
+            // SAFETY: `kxn` holds k rows of n f16 `stride` bytes apart, the
+            // bias is null or n f32; the destination has the packer's size
+            // for (n, k); nr 12, kr 4, sr 1 are the values it asserts; one
+            // group, no scale, no extra bytes, no params. The CPU has BF16
+            // (rhs_layout) and FP16 (need_fp16).
+            unsafe {
+                sys::kai_run_rhs_pack_kxn_bf16p12x4biasf32_f16_neon(
+                    1,
+                    n,
+                    k,
+                    nr,
+                    kr,
+                    sr,
+                    stride,
+                    kxn.as_ptr().cast(),
+                    bias_ptr,
+                    core::ptr::null(),
+                    buf.as_mut_ptr().cast(),
+                    0,
+                    core::ptr::null(),
+                );
+            }
+            zero_k_padding(buf.as_mut_slice(), n, k, nr, kr);
+            Ok(PackedRhs::new(layout, buf))
+        }
+
+        /// As [`pack_lhs_f16_into`](Self::pack_lhs_f16_into), allocating.
+        pub fn pack_lhs_f16(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[half::f16],
+            lhs_stride: usize,
+            par: Parallelism,
+        ) -> Result<PackedLhs> {
+            let mut out = PackedLhs::empty();
+            self.pack_lhs_f16_into(m, k, lhs, lhs_stride, par, &mut out)?;
+            Ok(out)
+        }
+
+        /// As [`pack_lhs`](Self::pack_lhs) for an f16 LHS: the GEMM kernel
+        /// uses upstream's `kai_lhs_pack_bf16p8x4_f16_neon` (FEAT_FP16); the
+        /// GEMV kernel has no f16 packer upstream, so rows are widened to
+        /// f32 (exactly) and packed as f32, which rounds to the same bf16.
+        pub fn pack_lhs_f16_into(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[half::f16],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            error::nonzero(m, "m")?;
+            error::nonzero(k, "k")?;
+            if lhs_stride < k {
+                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+            }
+            let need = error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| overflow("lhs"))?;
+            error::at_least(lhs.len(), need, "lhs")?;
+            if self.is_gemv() {
+                let mut wide = Vec::with_capacity(error::mul(m, k, "lhs")?);
+                for r in 0..m {
+                    wide.extend(lhs[r * lhs_stride..r * lhs_stride + k].iter().map(|v| v.to_f32()));
+                }
+                return self.pack_lhs_into(m, k, &wide, k, par, out);
+            }
+            let layout = self.lhs_layout(m, k)?;
+            need_fp16(LHS_F16_PACKER)?;
+            let stride_bytes = error::mul(lhs_stride, 2, "lhs stride")?;
+            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            let row_bytes = error::mul(roundup(k, kr, "k")?, 2, "packed lhs")?;
+            let size = error::mul(roundup(m, mr, "m")?, row_bytes, "packed lhs")?;
+            out.reset(layout, size);
+            let dst = SendPtr(out.data_mut().as_mut_ptr());
+            let src = SendPtr(lhs.as_ptr() as *mut half::f16);
+            engine::run_rows(par, &self.0.info, m, k, mr, |rows| {
+                let (src, dst) = (src, dst);
+                // SAFETY: as in pack_lhs_into: whole row blocks from a
+                // multiple of mr, pre-offset pointers (m_idx_start 0), source
+                // rows inside `lhs`, destination inside the `size` bytes
+                // reserved; mr/kr/sr (8, 4, 1) as the packer asserts; the CPU
+                // has BF16 (lhs_layout) and FP16 (need_fp16).
+                unsafe {
+                    let off = sys::kai_get_lhs_packed_offset_lhs_pack_bf16p8x4_f16_neon(rows.start, k, mr, kr, sr);
+                    sys::kai_run_lhs_pack_bf16p8x4_f16_neon(
+                        rows.len(),
+                        k,
+                        mr,
+                        kr,
+                        sr,
+                        0,
+                        src.0.add(rows.start * lhs_stride).cast(),
+                        stride_bytes,
+                        dst.0.add(off).cast(),
+                    );
+                }
+            });
+            Ok(())
+        }
+
         /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
         pub fn run(
             &self,
@@ -572,6 +727,7 @@ mod tests {
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
     use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+    use half::f16;
 
     #[test]
     fn conformance() {
@@ -622,6 +778,31 @@ mod tests {
                     unpack_rhs_row(&packed, r, &mut row).map_err(e(cases))?;
                     if row[..] != wq[r * k..(r + 1) * k] {
                         return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} differs from bf16(weights)")));
+                    }
+                }
+                // The f16 packers, on every third case (where FP16 exists).
+                if ci % 3 == 1 && crate::cpu::Features::current().has(crate::cpu::CpuFeature::Fp16) {
+                    let h = |v: &[f32]| -> Vec<f16> { v.iter().map(|&x| f16::from_f32(x)).collect() };
+                    let (dh, bh, lh) = (h(&data), h(&bias_v), h(&lhs));
+                    let wh = FloatWeights { n, k, order, data: &dh, bias: bias.map(|_| &bh[..]) };
+                    let mut want = vec![0f32; m * n];
+                    reference_f16(m, &lh, &wh, clamp, &mut want).map_err(e(cases))?;
+                    let wq: Vec<f32> = wh.to_nxk().unwrap().iter().map(|v| round_bf16(v.to_f32())).collect();
+                    let b: Vec<f32> = (0..n).map(|j| wh.bias_f32(j)).collect();
+                    let lf: Vec<f32> = lh.iter().map(|v| v.to_f32()).collect();
+                    let mags = magnitudes(m, &lf, k, &wq, &b);
+                    let packed = kernel.pack_rhs_f16(&wh).map_err(e(cases))?;
+                    let mut scratch = PackedLhs::empty();
+                    let mut dst = vec![f32::NAN; m * n];
+                    let par = Parallelism::Rayon(3);
+                    kernel.pack_lhs_f16_into(m, k, &lh, k, par, &mut scratch).map_err(e(cases))?;
+                    kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(e(cases))?;
+                    let err = compare(&dst, &want, |i, _| bf16_tolerance(k, mags[i]))
+                        .map_err(|x| (cases, format!("f16 inputs m={m} n={n} k={k}: {x}")))?;
+                    worst = worst.max(err);
+                    unpack_rhs_row(&packed, n - 1, &mut row).map_err(e(cases))?;
+                    if row[..] != wq[(n - 1) * k..n * k] {
+                        return Err((cases, format!("f16-packed unpack_rhs_row n={n} k={k} differs")));
                     }
                 }
                 cases += 1;
