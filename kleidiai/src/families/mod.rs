@@ -8,13 +8,21 @@ pub(crate) mod qai8dxp_common;
 #[cfg(target_arch = "aarch64")]
 mod uker;
 
+pub mod dwconv_f16_f16_f16p;
+pub mod dwconv_f32_f32_f32p;
+pub mod imatmul_clamp_f16_f16p_f16p;
+pub mod imatmul_clamp_f32_f32_f32p;
+pub mod imatmul_clamp_f32_f32p_f32p;
+pub mod imatmul_clamp_qai8_qai8p_qsi8cxp;
 pub mod matmul_clamp_bf16_qai8dxp_qsi4c32p;
 pub mod matmul_clamp_bf16_qai8dxp_qsi4cxp;
+pub mod matmul_clamp_f16_bf16p_bf16p;
 pub mod matmul_clamp_f16_f16_f16p;
 pub mod matmul_clamp_f16_f16p_f16p;
 pub mod matmul_clamp_f16_qai8dxp_qsi4cxp;
 pub mod matmul_clamp_f16_qai8dxp_qsi8cxp;
 pub mod matmul_clamp_f16_qsi8d32p_qai4c32p;
+pub mod matmul_clamp_f32_bf16p_bf16p;
 pub mod matmul_clamp_f32_f16p_qsi4c32p;
 pub mod matmul_clamp_f32_f32_f32p;
 pub mod matmul_clamp_f32_f32p_f32p;
@@ -25,6 +33,7 @@ pub mod matmul_clamp_f32_qai8dxp_qsu2cxp;
 pub mod matmul_clamp_f32_qsi8d32p_qai4c32p;
 pub mod matmul_clamp_f32_qsi8d32p_qsi4c32p;
 pub mod matmul_clamp_f32_u8p_u8p;
+pub mod matmul_clamp_fp32_bf16p_bf16p;
 pub mod matmul_clamp_qai8_qai8_qsi4cxp;
 pub mod matmul_clamp_qai8_qai8_qsi8cxp;
 pub mod matmul_clamp_qai8_qai8p_qsi4cxp;
@@ -77,13 +86,21 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
     let mut v = Vec::new();
     #[cfg(target_arch = "aarch64")]
     {
+        v.extend(dwconv_f16_f16_f16p::infos());
+        v.extend(dwconv_f32_f32_f32p::infos());
+        v.extend(imatmul_clamp_f16_f16p_f16p::infos());
+        v.extend(imatmul_clamp_f32_f32_f32p::infos());
+        v.extend(imatmul_clamp_f32_f32p_f32p::infos());
+        v.extend(imatmul_clamp_qai8_qai8p_qsi8cxp::infos());
         v.extend(matmul_clamp_bf16_qai8dxp_qsi4c32p::infos());
         v.extend(matmul_clamp_bf16_qai8dxp_qsi4cxp::infos());
+        v.extend(matmul_clamp_f16_bf16p_bf16p::infos());
         v.extend(matmul_clamp_f16_f16_f16p::infos());
         v.extend(matmul_clamp_f16_f16p_f16p::infos());
         v.extend(matmul_clamp_f16_qai8dxp_qsi4cxp::infos());
         v.extend(matmul_clamp_f16_qai8dxp_qsi8cxp::infos());
         v.extend(matmul_clamp_f16_qsi8d32p_qai4c32p::infos());
+        v.extend(matmul_clamp_f32_bf16p_bf16p::infos());
         v.extend(matmul_clamp_f32_f16p_qsi4c32p::infos());
         v.extend(matmul_clamp_f32_f32_f32p::infos());
         v.extend(matmul_clamp_f32_f32p_f32p::infos());
@@ -94,6 +111,7 @@ pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
         v.extend(matmul_clamp_f32_qsi8d32p_qai4c32p::infos());
         v.extend(matmul_clamp_f32_qsi8d32p_qsi4c32p::infos());
         v.extend(matmul_clamp_f32_u8p_u8p::infos());
+        v.extend(matmul_clamp_fp32_bf16p_bf16p::infos());
         v.extend(matmul_clamp_qai8_qai8_qsi4cxp::infos());
         v.extend(matmul_clamp_qai8_qai8_qsi8cxp::infos());
         v.extend(matmul_clamp_qai8_qai8p_qsi4cxp::infos());

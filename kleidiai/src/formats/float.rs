@@ -1,66 +1,72 @@
-//! Dense floating-point weights (f32 or f16) with an optional bias: the
-//! input of the float matmul families (`matmul_clamp_f32_f32_f32p`,
-//! `matmul_clamp_f16_f16_f16p`, and their packed-LHS siblings).
+//! Dense floating-point weights (f32, f16 or bf16) with an optional bias:
+//! the input of the float and bf16 families.
 
 use super::Order;
 use crate::error::{self, Result};
-use half::f16;
+use half::{bf16, f16};
+use std::borrow::Cow;
 
 mod sealed {
     pub trait Sealed {}
     impl Sealed for f32 {}
     impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
 }
 
-/// A floating-point element type the float families read and write:
-/// `f32` or [`half::f16`].
+/// A floating-point element type the kernels read and write: `f32`,
+/// [`struct@f16`] or [`struct@bf16`].
 pub trait FloatElement: Copy + Default + PartialEq + Send + Sync + core::fmt::Debug + 'static + sealed::Sealed {
+    /// Zero.
+    const ZERO: Self;
     /// Bytes per element.
     const BYTES: usize;
     /// The value as f64 (exact).
     fn to_f64(self) -> f64;
-    /// The value as f32 (exact).
+    /// The value as f32 (exact for all three types).
     fn to_f32(self) -> f32;
     /// The nearest element to `v` (round to nearest, ties to even).
     fn from_f64(v: f64) -> Self;
+    /// The nearest element to `v` (round to nearest, ties to even).
+    fn from_f32(v: f32) -> Self;
 }
 
-impl FloatElement for f32 {
-    const BYTES: usize = 4;
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn to_f32(self) -> f32 {
-        self
-    }
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
+macro_rules! float_element {
+    ($t:ty, $zero:expr, $bytes:expr, |$x:ident| $to64:expr, $to32:expr, |$v:ident| $from64:expr, |$w:ident| $from32:expr) => {
+        impl FloatElement for $t {
+            const ZERO: Self = $zero;
+            const BYTES: usize = $bytes;
+            fn to_f64(self) -> f64 {
+                let $x = self;
+                $to64
+            }
+            fn to_f32(self) -> f32 {
+                let $x = self;
+                $to32
+            }
+            fn from_f64($v: f64) -> Self {
+                $from64
+            }
+            fn from_f32($w: f32) -> Self {
+                $from32
+            }
+        }
+    };
 }
 
-impl FloatElement for f16 {
-    const BYTES: usize = 2;
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn to_f32(self) -> f32 {
-        self.to_f32()
-    }
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-}
+float_element!(f32, 0.0, 4, |x| x as f64, x, |v| v as f32, |w| w);
+float_element!(f16, f16::ZERO, 2, |x| x.to_f64(), x.to_f32(), |v| f16::from_f64(v), |w| f16::from_f32(w));
+float_element!(bf16, bf16::ZERO, 2, |x| x.to_f64(), x.to_f32(), |v| bf16::from_f64(v), |w| bf16::from_f32(w));
 
-/// A dense `n x k` weight matrix of `n` output channels by `k` inputs, stored
-/// in `order`, with an optional bias per output channel (same element type).
+/// Dense weights of `n` output channels by `k` inputs, `w[n][k]`, stored in
+/// `order`, with an optional bias per output channel of the same type.
 ///
 /// ```
 /// use kleidiai::formats::{FloatWeights, Order};
-/// // 2 channels x 3 inputs, stored K x N (one row per input).
+/// // 2 channels x 3 inputs stored K x N: rows are inputs.
 /// let data = [1.0f32, 4.0, 2.0, 5.0, 3.0, 6.0];
 /// let w = FloatWeights { n: 2, k: 3, order: Order::KxN, data: &data, bias: None };
 /// assert_eq!(w.value(1, 2).unwrap(), 6.0);
-/// assert_eq!(w.to_f32_nxk().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+/// assert_eq!(w.to_nxk().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct FloatWeights<'a, T> {
@@ -70,19 +76,18 @@ pub struct FloatWeights<'a, T> {
     pub k: usize,
     /// Storage order of `data`.
     pub order: Order,
-    /// `n * k` values, rows of `k` (N x K) or rows of `n` (K x N).
+    /// `n * k` values.
     pub data: &'a [T],
-    /// Optional bias, one per output channel.
+    /// Optional bias per output channel (`n` values).
     pub bias: Option<&'a [T]>,
 }
 
 impl<T: FloatElement> FloatWeights<'_, T> {
-    /// Checks the dimensions are non-zero and the buffers long enough.
+    /// Checks dimensions and lengths (an overflowing `n * k` is an error).
     pub fn validate(&self) -> Result<()> {
         error::nonzero(self.n, "n")?;
         error::nonzero(self.k, "k")?;
         error::at_least(self.data.len(), error::mul(self.n, self.k, "weights")?, "weight data")?;
-        error::mul(self.n * self.k, T::BYTES, "weight bytes")?;
         if let Some(b) = self.bias {
             error::at_least(b.len(), self.n, "bias")?;
         }
@@ -105,7 +110,44 @@ impl<T: FloatElement> FloatWeights<'_, T> {
         }
     }
 
-    /// All weights as f32, `n x k` (exact for both element types).
+    /// Bias of channel `n` as f32 (0 without bias).
+    pub(crate) fn bias_f32(&self, n: usize) -> f32 {
+        self.bias.map_or(0.0, |b| b[n].to_f32())
+    }
+
+    /// All weights, `n x k` (one row per output channel).
+    pub fn to_nxk(&self) -> Result<Vec<T>> {
+        self.validate()?;
+        Ok(match self.order {
+            Order::NxK => self.data[..self.n * self.k].to_vec(),
+            Order::KxN => (0..self.n * self.k).map(|i| self.value_unchecked(i / self.k, i % self.k)).collect(),
+        })
+    }
+
+    /// All weights, `k x n` (one row per input): what the K x N packers read.
+    /// Borrows when already stored that way. Call after [`validate`](Self::validate).
+    pub(crate) fn kxn(&self) -> Cow<'_, [T]> {
+        match self.order {
+            Order::KxN => Cow::Borrowed(&self.data[..self.n * self.k]),
+            Order::NxK => {
+                let mut out = Vec::with_capacity(self.n * self.k);
+                for kk in 0..self.k {
+                    out.extend((0..self.n).map(|nn| self.data[nn * self.k + kk]));
+                }
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    /// The bias, `n` values (zeros without bias): for packers that need one.
+    pub(crate) fn bias_or_zeros(&self) -> Cow<'_, [T]> {
+        match self.bias {
+            Some(b) => Cow::Borrowed(&b[..self.n]),
+            None => Cow::Owned(vec![T::ZERO; self.n]),
+        }
+    }
+
+    /// All weights as f32, `n x k` (exact for every element type).
     pub fn to_f32_nxk(&self) -> Result<Vec<f32>> {
         self.validate()?;
         Ok((0..self.n * self.k).map(|i| self.value_unchecked(i / self.k, i % self.k).to_f32()).collect())
@@ -126,6 +168,30 @@ mod tests {
 
     #[test]
     fn orders_agree() {
+        let data: Vec<f32> = (0..12).map(|x| x as f32).collect();
+        let a = FloatWeights { n: 3, k: 4, order: Order::NxK, data: &data, bias: None };
+        let kxn = a.kxn().into_owned();
+        let b = FloatWeights { n: 3, k: 4, order: Order::KxN, data: &kxn, bias: None };
+        assert_eq!(a.to_nxk().unwrap(), b.to_nxk().unwrap());
+        assert_eq!(b.kxn().as_ref(), &kxn[..]);
+        assert_eq!(a.value(2, 1).unwrap(), 9.0);
+        assert!(a.value(3, 0).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_shapes() {
+        let w = FloatWeights { n: 2, k: 3, order: Order::NxK, data: &[0f32; 5], bias: None };
+        assert!(matches!(w.validate(), Err(crate::Error::BufferLength { need: 6, .. })));
+        let w = FloatWeights { n: 2, k: 3, order: Order::NxK, data: &[0f32; 6], bias: Some(&[0.0]) };
+        assert!(w.validate().is_err());
+        let w = FloatWeights { n: usize::MAX, k: 3, order: Order::NxK, data: &[0f32; 6], bias: None };
+        assert!(matches!(w.validate(), Err(crate::Error::Overflow(_))));
+        let w = FloatWeights { n: 0, k: 3, order: Order::NxK, data: &[0f32; 6], bias: None };
+        assert!(w.validate().is_err());
+    }
+
+    #[test]
+    fn orders_agree_dense() {
         let nxk = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
         let a = FloatWeights { n: 2, k: 3, order: Order::NxK, data: &nxk, bias: None };
         let kxn = a.data_in(Order::KxN);

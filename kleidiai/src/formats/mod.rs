@@ -1,7 +1,9 @@
 //! Unpacked weight formats the families take as input, with their checks.
 //! One file per format kind.
 
+mod depthwise;
 mod float;
+mod indirection;
 mod int4;
 mod int4_asym_block;
 mod int4_block;
@@ -10,7 +12,9 @@ mod static_int;
 mod uint2;
 mod uint8;
 
+pub use depthwise::{DepthwiseShape, DepthwiseWeights};
 pub use float::{FloatElement, FloatWeights};
+pub use indirection::Indirection;
 pub use int4::{Int4Encoding, Int4PerChannel, Order};
 pub use int4_asym_block::{Int4AsymBlock, NibbleOrder};
 pub use int4_block::{BlockInt4, BlockScales, Int4Blocks, Q4_0, Q4_0_BLOCK, Q4_0_BLOCK_BYTES, ScaleType};

@@ -1,0 +1,399 @@
+//! `dwconv_f16_f16_f16p`: 3x3, stride-1 depthwise convolution in half
+//! precision over one NHWC image with zero padding (see [`DepthwiseShape`]):
+//! `dst[y][x][c] = clamp(bias[c] + Σ_{dy,dx<3} src[y+dy-top][x+dx-left][c] · w[dy][dx][c])`,
+//! accumulated **in f16** by the kernel (nine `FMLA .h` from the bias), then
+//! clamped with the bounds rounded to f16.
+//!
+//! Kernel (1 upstream): `f16p1vlx1b_3x3_s1_4x4_sme2_mla` (SME2,
+//! "depth-first": tiles of 4x4 output pixels, one SVE vector of channels at
+//! a time, reading 6x6 input pixels through a pointer table it builds from
+//! the strides). Weight packer `kai_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme`
+//! (format `x16p1vlx1b-dwconv3x3`: per block of SVL/2 channels, the biases
+//! then the 9 taps; bias required, zeros when there is none). Output rows
+//! are split among threads in blocks of 4 (each thread gets the matching
+//! window of the input and its own top padding).
+//!
+//! Tolerance of the conformance test: each of the 9 fused steps rounds to
+//! f16 (at most 2⁻¹¹ of a partial sum bounded by `M = |bias| + Σ |src·w|`,
+//! or 2⁻²⁵ in the subnormal range), and the reference (f64, rounded once to
+//! f16) is itself within half an f16 ulp of the exact value:
+//! `|err| <= 10 · 2⁻¹¹ · M + 2⁻¹⁰ · |want| + 2⁻²⁰`.
+
+use crate::error::Result;
+use crate::formats::{DepthwiseShape, DepthwiseWeights};
+use crate::packed::Clamp;
+use half::f16;
+
+/// Upstream family directory.
+pub const FAMILY: &str = "dwconv_f16_f16_f16p";
+
+/// The portable reference (test oracle and fallback): f64 accumulation,
+/// clamp, one rounding to f16; `src` is `in_h x in_w x channels`, `dst`
+/// `out_h x out_w x channels`, both dense NHWC.
+///
+/// ```
+/// use half::f16;
+/// use kleidiai::families::dwconv_f16_f16_f16p::reference;
+/// use kleidiai::formats::{DepthwiseShape, DepthwiseWeights};
+/// use kleidiai::Clamp;
+/// let s = DepthwiseShape { in_h: 1, in_w: 1, channels: 1, pad_top: 1, pad_bottom: 1, pad_left: 1, pad_right: 1 };
+/// let mut taps = [f16::ZERO; 9];
+/// taps[4] = f16::from_f32(2.0); // the centre tap
+/// let w = DepthwiseWeights { channels: 1, data: &taps, bias: None };
+/// let mut y = [f16::ZERO];
+/// reference(&s, &[f16::from_f32(3.0)], &w, Clamp::NONE, &mut y).unwrap();
+/// assert_eq!(y[0].to_f32(), 6.0);
+/// ```
+pub fn reference(
+    shape: &DepthwiseShape,
+    src: &[f16],
+    w: &DepthwiseWeights<'_, f16>,
+    clamp: Clamp,
+    dst: &mut [f16],
+) -> Result<()> {
+    super::dwconv_f32_f32_f32p::dwconv3x3_core(shape, src, w, clamp, dst)
+}
+
+#[cfg(target_arch = "aarch64")]
+pub use imp::*;
+
+#[cfg(target_arch = "aarch64")]
+mod imp {
+    use super::*;
+    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::cpu::Features;
+    use crate::error;
+    use crate::families::dwconv_f32_f32_f32p::dw_unpack;
+    use crate::families::engine::{self, Tiles};
+    use crate::packed::{PackedLayout, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use kleidiai_sys as sys;
+    use std::sync::OnceLock;
+    use sys::interfaces::dwconv_f16_f16_f16p::{Interface, KERNELS};
+
+    pub(super) const RHS_FORMAT: &str = "x16p1vlx1b-dwconv3x3";
+    const RHS_PACKERS: &[&str] = &["kai_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme"];
+    /// Output rows of one tile of the kernel.
+    const M_STEP: usize = 4;
+
+    struct Entry {
+        info: KernelInfo,
+        iface: &'static Interface,
+    }
+
+    fn entries() -> &'static [Entry] {
+        static E: OnceLock<Vec<Entry>> = OnceLock::new();
+        E.get_or_init(|| {
+            KERNELS
+                .iter()
+                .map(|(u, iface)| Entry {
+                    info: KernelInfo {
+                        name: u.name,
+                        family: FAMILY,
+                        features: u.features,
+                        vector_length: VectorLength::Any,
+                        tile: tile_kind_for(u.name),
+                        lhs_packer: None,
+                        rhs_packers: RHS_PACKERS,
+                        rank: rank_for(u.name, u.features),
+                    },
+                    iface,
+                })
+                .collect()
+        })
+    }
+
+    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
+        entries().iter().map(|e| &e.info).collect()
+    }
+
+    /// One kernel of the family, with its packing.
+    #[derive(Clone, Copy)]
+    pub struct Kernel(&'static Entry);
+
+    impl core::fmt::Debug for Kernel {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+        }
+    }
+
+    impl Kernel {
+        /// Every kernel of the family in this build.
+        pub fn all() -> impl Iterator<Item = Kernel> {
+            entries().iter().map(Kernel)
+        }
+
+        /// The kernel with this upstream name.
+        pub fn by_name(name: &str) -> Option<Kernel> {
+            entries().iter().find(|e| e.info.name == name).map(Kernel)
+        }
+
+        /// The best kernel that can run with `f` (there is one).
+        pub fn select(f: &Features) -> Option<Kernel> {
+            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), 2, f)?;
+            Self::by_name(best.name)
+        }
+
+        /// Registry information.
+        pub fn info(&self) -> &'static KernelInfo {
+            &self.0.info
+        }
+
+        fn features(&self) -> Result<Features> {
+            let f = engine::ensure_supported(&self.0.info)?;
+            let i = self.0.iface;
+            // SAFETY: the CPU has SME2 (ensure_supported); plain getters.
+            let (fh, fw) = unsafe { (i.get_filter_height.expect("fh")(), i.get_filter_width.expect("fw")()) };
+            if (fh, fw) != (3, 3) {
+                return Err(crate::Error::InvalidArgument(format!("{}: filter {fh}x{fw}, not 3x3", self.0.info.name)));
+            }
+            Ok(f)
+        }
+
+        /// The packed-weights layout for `channels` channels (it depends on
+        /// the SME vector length in force).
+        pub fn rhs_layout(&self, channels: usize) -> Result<PackedLayout> {
+            let f = self.features()?;
+            let vb = engine::layout_vector_bytes(&self.0.info, &f);
+            Ok(PackedLayout {
+                format: RHS_FORMAT,
+                rows: channels,
+                k: 9,
+                r: vb / 2,
+                kr: 1,
+                sr: 1,
+                bl: 0,
+                vector_bytes: vb,
+            })
+        }
+
+        /// Packs the 3x3 f16 weights and the f16 bias.
+        pub fn pack_rhs(&self, w: &DepthwiseWeights<'_, f16>) -> Result<PackedRhs> {
+            w.validate()?;
+            let layout = self.rhs_layout(w.channels)?;
+            let c = w.channels;
+            // SAFETY: SME instruction (RDSVL) on a CPU with SME2 (rhs_layout).
+            let vl = unsafe { sys::kai_get_sme_vector_length_u8() } as usize / 2;
+            if vl != layout.r || vl == 0 {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "SME vector length {vl} x f16 differs from the detected {}",
+                    layout.r
+                )));
+            }
+            let need = error::mul(error::mul(c.div_ceil(vl), vl, "channels")?, 20, "packed weights")?;
+            let zeros;
+            let bias = match w.bias {
+                Some(b) => &b[..c],
+                None => {
+                    zeros = vec![f16::ZERO; c];
+                    &zeros[..]
+                }
+            };
+            // SAFETY: size query (reads the SME vector length; SME2 present).
+            let size = unsafe { sys::kai_rhs_get_dst_size_dwconv_pack_x16p1vlx1b_x16_x16_sme(3, 3, c) };
+            if size != need {
+                return Err(crate::Error::InvalidArgument(format!("packer size {size} differs from {need}")));
+            }
+            let mut buf = AlignedBuf::zeroed(size);
+            // SAFETY: `w.data` holds 9 * c f16 (validate), `bias` c f16, never
+            // null; the destination holds the packer's size for (3, 3, c);
+            // height and width equal the filter's, as the packer asserts.
+            unsafe {
+                sys::kai_run_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme(
+                    3,
+                    3,
+                    3,
+                    3,
+                    c,
+                    w.data.as_ptr().cast(),
+                    bias.as_ptr().cast(),
+                    buf.as_mut_ptr().cast(),
+                );
+            }
+            Ok(PackedRhs::new(layout, buf))
+        }
+
+        /// The convolution: `src` is `in_h x in_w x channels`, `dst`
+        /// `out_h x out_w x channels`, both dense NHWC.
+        pub fn run(
+            &self,
+            shape: &DepthwiseShape,
+            src: &[f16],
+            rhs: &PackedRhs,
+            dst: &mut [f16],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            shape.validate()?;
+            rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
+            error::at_least(src.len(), shape.src_len()?, "src")?;
+            error::at_least(dst.len(), shape.dst_len()?, "dst")?;
+            let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
+            let run = self.0.iface.run_dwconv.expect("run");
+            let t = Tiles { m_step: M_STEP, n_step: 1, mr: M_STEP, nr: 1, kr: 1, sr: 1 };
+            let (sp, rp, dp) =
+                (SendPtr(src.as_ptr() as *mut f16), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
+            engine::run_grid(par, &self.0.info, oh, 1, ow * c * 9, &t, |rows, _| {
+                let (sp, rp, dp) = (sp, rp, dp);
+                let y0 = rows.start;
+                let pad_top = s.pad_top.saturating_sub(y0);
+                let iy = y0.saturating_sub(s.pad_top);
+                // Windows starting at or past the bottom read nothing (the
+                // pointer then stays at the start of `src`).
+                let (iy, src_rows) = if iy < s.in_h { (iy, s.in_h - iy) } else { (0, 0) };
+                // SAFETY: the kernel reads input pixels (r, x) with r <
+                // src_rows and x < in_w only, at src + r * row + x * col
+                // bytes: rows iy.. of `src` (length checked), c channels each;
+                // it writes output rows y0..rows.end (this tile's alone) of
+                // ow pixels inside `dst` (length checked); the packed weights
+                // have this kernel's layout for c channels at the current
+                // vector length (checked); dimensions fit the kernel's 32-bit
+                // coordinates (validate); the CPU has SME2.
+                unsafe {
+                    run(
+                        sp.0.add(iy * s.in_w * c).cast(),
+                        rp.0.cast(),
+                        dp.0.add(y0 * ow * c).cast(),
+                        c,
+                        src_rows,
+                        s.in_w,
+                        rows.len(),
+                        ow,
+                        s.pad_left,
+                        pad_top,
+                        s.in_w * c * 2,
+                        c * 2,
+                        ow * c * 2,
+                        c * 2,
+                        clamp.min,
+                        clamp.max,
+                    );
+                }
+            });
+            Ok(())
+        }
+    }
+
+    /// The 9 taps (`dy * 3 + dx` order) of channel `channel` of a packed RHS
+    /// of this family, as f32.
+    pub fn unpack_rhs_row(rhs: &PackedRhs, channel: usize, out: &mut [f32]) -> Result<()> {
+        dw_unpack(rhs, RHS_FORMAT, channel, out, 2, |b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+    }
+}
+
+#[cfg(all(test, target_arch = "aarch64"))]
+mod tests {
+    use super::*;
+    use crate::families::dwconv_f32_f32_f32p::test_support::*;
+    use crate::par::Parallelism;
+    use crate::testing::{self, Rng, THREADS, bit_identical, compare};
+
+    fn h(v: Vec<f32>) -> Vec<f16> {
+        v.into_iter().map(f16::from_f32).collect()
+    }
+
+    fn f(v: &[f16]) -> Vec<f32> {
+        v.iter().map(|x| x.to_f32()).collect()
+    }
+
+    #[test]
+    fn conformance() {
+        testing::conformance(FAMILY, |info| {
+            let kernel = Kernel::by_name(info.name).unwrap();
+            let e = |c: usize| move |x: crate::Error| (c, x.to_string());
+            let vl = kernel.rhs_layout(1).map_err(e(0))?.r;
+            let mut rng = Rng::new(0xd16);
+            let (mut cases, mut worst) = (0, 0f64);
+            for (ci, s) in shapes(vl).into_iter().enumerate() {
+                let c = s.channels;
+                let src = h(rng.vec_f32(s.src_len().unwrap()));
+                let taps = h(rng.vec_f32(9 * c));
+                let bias_v = h(rng.vec_f32(c));
+                let bias = if ci % 3 == 2 { None } else { Some(&bias_v[..]) };
+                let w = DepthwiseWeights { channels: c, data: &taps, bias };
+                let clamp = if ci % 4 == 3 { Clamp { min: -0.75, max: 0.5 } } else { Clamp::NONE };
+                let mut want = vec![f16::ZERO; s.dst_len().unwrap()];
+                reference(&s, &src, &w, clamp, &mut want).map_err(e(cases))?;
+                let want = f(&want);
+                let b: Vec<f32> = (0..c).map(|j| bias.map_or(0.0, |b| b[j].to_f32())).collect();
+                let mags = magnitudes(&s, &f(&src), &f(&taps), &b);
+                let packed = kernel.pack_rhs(&w).map_err(e(cases))?;
+                let mut first: Option<Vec<f32>> = None;
+                for threads in THREADS {
+                    let mut dst = vec![f16::NAN; want.len()];
+                    kernel.run(&s, &src, &packed, &mut dst, clamp, Parallelism::Rayon(threads)).map_err(e(cases))?;
+                    let dst = f(&dst);
+                    let err = compare(&dst, &want, |i, y| {
+                        (10.0 * f64::powi(2.0, -11) * mags[i]) as f32
+                            + y.abs() * f32::powi(2.0, -10)
+                            + f32::powi(2.0, -20)
+                    })
+                    .map_err(|x| (cases, format!("{s:?} threads={threads}: {x}")))?;
+                    worst = worst.max(err);
+                    match &first {
+                        None => first = Some(dst),
+                        Some(fst) if !bit_identical(fst, &dst) => {
+                            return Err((cases, format!("{s:?}: {threads} threads differ from 1")));
+                        }
+                        _ => {}
+                    }
+                }
+                let mut row = [0f32; 9];
+                for ch in [0, c / 2, c - 1] {
+                    unpack_rhs_row(&packed, ch, &mut row).map_err(e(cases))?;
+                    let expect: Vec<f32> = (0..9).map(|t| taps[t * c + ch].to_f32()).collect();
+                    if row[..] != expect[..] {
+                        return Err((cases, format!("unpack_rhs_row({ch}) of {c} channels differs")));
+                    }
+                }
+                cases += 1;
+            }
+            Ok((cases, worst))
+        });
+    }
+
+    #[test]
+    fn mixing_layouts_is_an_error() {
+        let feats = crate::cpu::Features::current();
+        let Some(kern) = Kernel::select(&feats) else {
+            return;
+        };
+        let s = DepthwiseShape { in_h: 4, in_w: 4, channels: 3, pad_top: 1, pad_bottom: 1, pad_left: 1, pad_right: 1 };
+        let one = f16::from_f32(1.0);
+        let taps = vec![one; 27];
+        let packed = kern.pack_rhs(&DepthwiseWeights { channels: 3, data: &taps, bias: None }).unwrap();
+        let src = vec![one; 48];
+        let mut dst = vec![f16::ZERO; 48];
+        kern.run(&s, &src, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential).unwrap();
+        assert_eq!((dst[0].to_f32(), dst[3].to_f32(), dst[5 * 3].to_f32()), (4.0, 6.0, 9.0));
+        // The f32 family's packed weights are refused.
+        if let Some(k32) = crate::families::dwconv_f32_f32_f32p::Kernel::select(&feats) {
+            let t32 = vec![1.0f32; 27];
+            let p = k32.pack_rhs(&DepthwiseWeights { channels: 3, data: &t32, bias: None }).unwrap();
+            let r = kern.run(&s, &src, &p, &mut dst, Clamp::NONE, Parallelism::Sequential);
+            assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let feats = crate::cpu::Features::current();
+        let Some(kern) = Kernel::select(&feats) else {
+            return;
+        };
+        let s = DepthwiseShape { in_h: 4, in_w: 4, channels: 2, pad_top: 0, pad_bottom: 0, pad_left: 0, pad_right: 0 };
+        let taps = vec![f16::ZERO; 18];
+        let w = DepthwiseWeights { channels: 2, data: &taps, bias: None };
+        let packed = kern.pack_rhs(&w).unwrap();
+        let (src, mut dst) = (vec![f16::ZERO; 32], vec![f16::ZERO; 8]);
+        let seq = Parallelism::Sequential;
+        kern.run(&s, &src, &packed, &mut dst, Clamp::NONE, seq).unwrap();
+        assert!(kern.run(&s, &src[..31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short src");
+        assert!(kern.run(&s, &src, &packed, &mut dst[..7], Clamp::NONE, seq).is_err(), "short dst");
+        let huge = DepthwiseShape { pad_left: usize::MAX / 2, ..s };
+        assert!(kern.run(&huge, &src, &packed, &mut dst, Clamp::NONE, seq).is_err(), "padding too large");
+        assert!(kern.pack_rhs(&DepthwiseWeights { data: &taps[..17], ..w }).is_err(), "short taps");
+    }
+}

@@ -1,0 +1,513 @@
+//! `dwconv_f32_f32_f32p`: 3x3, stride-1 depthwise convolution in f32 over
+//! one NHWC image with zero padding (see [`DepthwiseShape`]):
+//! `dst[y][x][c] = clamp(bias[c] + Σ_{dy,dx<3} src[y+dy-top][x+dx-left][c] · w[dy][dx][c])`,
+//! with the source zero outside the image.
+//!
+//! Kernel (1 upstream): `f32p1vlx1b_3x3_s1_4xc_sme2_mla` (SME2, "planar":
+//! each call produces up to 4 output rows of every column and channel,
+//! accumulating with `FMLA` into ZA). Weight packer
+//! `kai_rhs_dwconv_pack_x32p1vlx1b_x32_x32_sme` (format
+//! `x32p1vlx1b-dwconv3x3`: per block of SVL/4 channels, the biases then the
+//! 9 taps; bias required, zeros when there is none). Upstream derives the
+//! channel count and both row widths from the strides, so source and
+//! destination must be dense NHWC (which this API requires); it supports
+//! zero padding only. Output rows are split among threads in blocks of 4.
+//!
+//! Tolerance of the conformance test: fused multiply-adds in f32 (9 steps
+//! from the bias), each off by at most 2⁻²⁴ of a partial sum bounded by
+//! `M = |bias| + Σ |src·w|`, against an f64 reference rounded once:
+//! `|err| <= 11 · 2⁻²⁴ · M`.
+
+use crate::error::{self, Result};
+use crate::formats::{DepthwiseShape, DepthwiseWeights, FloatElement};
+use crate::packed::Clamp;
+
+/// Upstream family directory.
+pub const FAMILY: &str = "dwconv_f32_f32_f32p";
+
+/// Generic depthwise 3x3 reference: f64 accumulation, rounding to f32, the
+/// clamp, then conversion to `T` (round to nearest even).
+pub(crate) fn dwconv3x3_core<T: FloatElement>(
+    s: &DepthwiseShape,
+    src: &[T],
+    w: &DepthwiseWeights<'_, T>,
+    clamp: Clamp,
+    dst: &mut [T],
+) -> Result<()> {
+    s.validate()?;
+    w.validate()?;
+    clamp.check()?;
+    if w.channels != s.channels {
+        return Err(crate::Error::InvalidArgument(format!(
+            "weights have {} channels, the shape {}",
+            w.channels, s.channels
+        )));
+    }
+    error::at_least(src.len(), s.src_len()?, "src")?;
+    error::at_least(dst.len(), s.dst_len()?, "dst")?;
+    let (oh, ow, c) = (s.out_h()?, s.out_w()?, s.channels);
+    for y in 0..oh {
+        for x in 0..ow {
+            for ch in 0..c {
+                let mut acc = w.bias.map_or(0.0, |b| b[ch].to_f32() as f64);
+                for dy in 0..3 {
+                    for dx in 0..3 {
+                        let (iy, ix) = (y + dy, x + dx);
+                        if iy < s.pad_top || ix < s.pad_left {
+                            continue;
+                        }
+                        let (iy, ix) = (iy - s.pad_top, ix - s.pad_left);
+                        if iy >= s.in_h || ix >= s.in_w {
+                            continue;
+                        }
+                        let v = src[(iy * s.in_w + ix) * c + ch].to_f32() as f64;
+                        acc += v * w.data[(dy * 3 + dx) * c + ch].to_f32() as f64;
+                    }
+                }
+                dst[(y * ow + x) * c + ch] = T::from_f32((acc as f32).max(clamp.min).min(clamp.max));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The portable reference (test oracle and fallback); `src` is `in_h x
+/// in_w x channels`, `dst` `out_h x out_w x channels`, both dense NHWC.
+///
+/// ```
+/// use kleidiai::families::dwconv_f32_f32_f32p::reference;
+/// use kleidiai::formats::{DepthwiseShape, DepthwiseWeights};
+/// use kleidiai::Clamp;
+/// // One channel, 3x3 input of ones, no padding: one output = sum of the taps + bias.
+/// let s = DepthwiseShape { in_h: 3, in_w: 3, channels: 1, pad_top: 0, pad_bottom: 0, pad_left: 0, pad_right: 0 };
+/// let taps: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+/// let w = DepthwiseWeights { channels: 1, data: &taps, bias: Some(&[0.5]) };
+/// let mut y = [0f32];
+/// reference(&s, &[1.0; 9], &w, Clamp::NONE, &mut y).unwrap();
+/// assert_eq!(y[0], 45.5);
+/// ```
+pub fn reference(
+    shape: &DepthwiseShape,
+    src: &[f32],
+    w: &DepthwiseWeights<'_, f32>,
+    clamp: Clamp,
+    dst: &mut [f32],
+) -> Result<()> {
+    dwconv3x3_core(shape, src, w, clamp, dst)
+}
+
+#[cfg(target_arch = "aarch64")]
+pub use imp::*;
+
+#[cfg(target_arch = "aarch64")]
+mod imp {
+    use super::*;
+    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::cpu::Features;
+    use crate::families::engine::{self, Tiles};
+    use crate::packed::{PackedLayout, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use kleidiai_sys as sys;
+    use std::sync::OnceLock;
+    use sys::interfaces::dwconv_f32_f32_f32p::{Interface, KERNELS};
+
+    pub(super) const RHS_FORMAT: &str = "x32p1vlx1b-dwconv3x3";
+    const RHS_PACKERS: &[&str] = &["kai_rhs_dwconv_pack_x32p1vlx1b_x32_x32_sme"];
+
+    struct Entry {
+        info: KernelInfo,
+        iface: &'static Interface,
+    }
+
+    fn entries() -> &'static [Entry] {
+        static E: OnceLock<Vec<Entry>> = OnceLock::new();
+        E.get_or_init(|| {
+            KERNELS
+                .iter()
+                .map(|(u, iface)| Entry {
+                    info: KernelInfo {
+                        name: u.name,
+                        family: FAMILY,
+                        features: u.features,
+                        vector_length: VectorLength::Any,
+                        tile: tile_kind_for(u.name),
+                        lhs_packer: None,
+                        rhs_packers: RHS_PACKERS,
+                        rank: rank_for(u.name, u.features),
+                    },
+                    iface,
+                })
+                .collect()
+        })
+    }
+
+    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
+        entries().iter().map(|e| &e.info).collect()
+    }
+
+    /// Byte offset of tap `tap` (`-1`: the bias, else `dy * 3 + dx`) of
+    /// channel `c` in a depthwise packed RHS with blocks of `vl` channels of
+    /// `esize`-byte elements.
+    pub(crate) fn dw_offset(c: usize, tap: isize, vl: usize, esize: usize) -> usize {
+        ((c / vl) * vl * 10 + ((tap + 1) as usize) * vl + c % vl) * esize
+    }
+
+    /// Channel `c`'s 9 taps (`dy * 3 + dx` order) of a depthwise packed RHS
+    /// of `esize`-byte elements, decoded by `read`.
+    pub(crate) fn dw_unpack<F: Fn(&[u8]) -> f32>(
+        rhs: &PackedRhs,
+        format: &str,
+        c: usize,
+        out: &mut [f32],
+        esize: usize,
+        read: F,
+    ) -> Result<()> {
+        let l = *rhs.layout();
+        if l.format != format {
+            return Err(crate::Error::InvalidArgument(format!("{} is not a {format} packed RHS", l.format)));
+        }
+        if c >= l.rows {
+            return Err(crate::Error::InvalidArgument(format!("channel {c} of {}", l.rows)));
+        }
+        error::at_least(out.len(), 9, "taps output")?;
+        let b = rhs.as_bytes();
+        for (tap, o) in out.iter_mut().enumerate().take(9) {
+            let at = dw_offset(c, tap as isize, l.r, esize);
+            *o = read(&b[at..at + esize]);
+        }
+        Ok(())
+    }
+
+    /// One kernel of the family, with its packing.
+    #[derive(Clone, Copy)]
+    pub struct Kernel(&'static Entry);
+
+    impl core::fmt::Debug for Kernel {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+        }
+    }
+
+    impl Kernel {
+        /// Every kernel of the family in this build.
+        pub fn all() -> impl Iterator<Item = Kernel> {
+            entries().iter().map(Kernel)
+        }
+
+        /// The kernel with this upstream name.
+        pub fn by_name(name: &str) -> Option<Kernel> {
+            entries().iter().find(|e| e.info.name == name).map(Kernel)
+        }
+
+        /// The best kernel that can run with `f` (any `m`: there is one).
+        pub fn select(f: &Features) -> Option<Kernel> {
+            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), 2, f)?;
+            Self::by_name(best.name)
+        }
+
+        /// Registry information.
+        pub fn info(&self) -> &'static KernelInfo {
+            &self.0.info
+        }
+
+        /// (output rows per call, channels per vector).
+        fn steps(&self) -> Result<(usize, Features)> {
+            let f = engine::ensure_supported(&self.0.info)?;
+            // SAFETY: the CPU has SME2 (ensure_supported): the getter may run.
+            let m_step = unsafe { self.0.iface.get_m_step.expect("m_step")() };
+            Ok((m_step, f))
+        }
+
+        /// The packed-weights layout for `channels` channels (it depends on
+        /// the SME vector length in force).
+        pub fn rhs_layout(&self, channels: usize) -> Result<PackedLayout> {
+            let (_, f) = self.steps()?;
+            let vb = engine::layout_vector_bytes(&self.0.info, &f);
+            Ok(PackedLayout {
+                format: RHS_FORMAT,
+                rows: channels,
+                k: 9,
+                r: vb / 4,
+                kr: 1,
+                sr: 1,
+                bl: 0,
+                vector_bytes: vb,
+            })
+        }
+
+        /// Packs the 3x3 weights and the bias.
+        pub fn pack_rhs(&self, w: &DepthwiseWeights<'_, f32>) -> Result<PackedRhs> {
+            w.validate()?;
+            let layout = self.rhs_layout(w.channels)?;
+            let c = w.channels;
+            // SAFETY: SME instruction (RDSVL) on a CPU with SME2 (rhs_layout).
+            let vl = unsafe { sys::kai_get_sme_vector_length_u8() } as usize / 4;
+            if vl != layout.r || vl == 0 {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "SME vector length {vl} x f32 differs from the detected {}",
+                    layout.r
+                )));
+            }
+            let need = error::mul(error::mul(c.div_ceil(vl), vl, "channels")?, 40, "packed weights")?;
+            let zeros;
+            let bias = match w.bias {
+                Some(b) => &b[..c],
+                None => {
+                    zeros = vec![0f32; c];
+                    &zeros[..]
+                }
+            };
+            // SAFETY: size query (reads the SME vector length; SME2 present).
+            let size = unsafe { sys::kai_rhs_get_dst_size_dwconv_pack_x32p1vlx1b_x32_x32_sme(3, 3, c) };
+            if size != need {
+                return Err(crate::Error::InvalidArgument(format!("packer size {size} differs from {need}")));
+            }
+            let mut buf = AlignedBuf::zeroed(size);
+            // SAFETY: `w.data` holds 9 * c f32 (validate), `bias` c f32, never
+            // null; the destination holds the packer's size for (3, 3, c).
+            unsafe {
+                sys::kai_run_rhs_dwconv_pack_x32p1vlx1b_x32_x32_sme(
+                    3,
+                    3,
+                    3,
+                    3,
+                    c,
+                    w.data.as_ptr().cast(),
+                    bias.as_ptr().cast(),
+                    buf.as_mut_ptr().cast(),
+                );
+            }
+            Ok(PackedRhs::new(layout, buf))
+        }
+
+        /// The convolution: `src` is `in_h x in_w x channels`, `dst`
+        /// `out_h x out_w x channels`, both dense NHWC.
+        pub fn run(
+            &self,
+            shape: &DepthwiseShape,
+            src: &[f32],
+            rhs: &PackedRhs,
+            dst: &mut [f32],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            shape.validate()?;
+            rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
+            error::at_least(src.len(), shape.src_len()?, "src")?;
+            error::at_least(dst.len(), shape.dst_len()?, "dst")?;
+            let (m_step, _) = self.steps()?;
+            let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
+            let (in_row, col, out_row) = (s.in_w * c * 4, c * 4, ow * c * 4);
+            let run = self.0.iface.run_dwconv.expect("run");
+            let t = Tiles { m_step, n_step: 1, mr: m_step, nr: 1, kr: 1, sr: 1 };
+            let (sp, rp, dp) =
+                (SendPtr(src.as_ptr() as *mut f32), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
+            engine::run_grid(par, &self.0.info, oh, 1, ow * c * 9, &t, |rows, _| {
+                let (sp, rp, dp) = (sp, rp, dp);
+                for y0 in rows.clone().step_by(m_step) {
+                    let pad_top = s.pad_top.saturating_sub(y0);
+                    let iy = y0.saturating_sub(s.pad_top);
+                    // Rows at or past the bottom: nothing is read (the
+                    // pointer then stays at the start of `src`).
+                    let (iy, valid_in) = if iy < s.in_h { (iy, s.in_h - iy) } else { (0, 0) };
+                    let valid_out = (rows.end - y0).min(m_step);
+                    // SAFETY: src row iy and the valid_in rows after it lie
+                    // inside `src` (length checked; the kernel reads at most
+                    // those rows, as it is told, and in_w columns of c
+                    // channels, which it derives from the strides of the
+                    // dense layout); the packed weights have this kernel's
+                    // layout for c channels at the current vector length
+                    // (checked); output rows y0..y0 + valid_out (at most 4,
+                    // the kernel's step) lie inside `dst` and belong to this
+                    // tile alone; zero padding (pad_value 0.0, as upstream
+                    // requires); the CPU has SME2.
+                    unsafe {
+                        run(
+                            sp.0.add(iy * s.in_w * c).cast(),
+                            rp.0.cast(),
+                            dp.0.add(y0 * ow * c).cast(),
+                            in_row,
+                            col,
+                            out_row,
+                            col,
+                            valid_in,
+                            valid_out,
+                            s.pad_left,
+                            pad_top,
+                            0.0,
+                            clamp.min,
+                            clamp.max,
+                        );
+                    }
+                }
+            });
+            Ok(())
+        }
+    }
+
+    /// The 9 taps (`dy * 3 + dx` order) of channel `channel` of a packed RHS
+    /// of this family.
+    pub fn unpack_rhs_row(rhs: &PackedRhs, channel: usize, out: &mut [f32]) -> Result<()> {
+        dw_unpack(rhs, RHS_FORMAT, channel, out, 4, |b| f32::from_le_bytes(b.try_into().unwrap()))
+    }
+}
+
+/// Test helpers shared by the depthwise families.
+#[cfg(all(test, target_arch = "aarch64"))]
+pub(crate) mod test_support {
+    use crate::formats::DepthwiseShape;
+
+    /// Shapes and paddings from one pixel to several 4-row blocks, odd
+    /// channel counts around the vector length `vl`, and upstream's large
+    /// asymmetric padding.
+    pub(crate) fn shapes(vl: usize) -> Vec<DepthwiseShape> {
+        let s = |in_h, in_w, channels, (pad_top, pad_bottom, pad_left, pad_right)| DepthwiseShape {
+            in_h,
+            in_w,
+            channels,
+            pad_top,
+            pad_bottom,
+            pad_left,
+            pad_right,
+        };
+        vec![
+            s(4, 4, 1, (0, 0, 0, 0)),
+            s(1, 1, 3, (1, 1, 1, 1)),
+            s(5, 5, vl - 1, (1, 1, 1, 1)),
+            s(7, 9, vl + 1, (0, 1, 0, 1)),
+            s(10, 6, 2, (1, 1, 1, 1)),
+            s(9, 5, 2 * vl + 3, (5, 3, 5, 11)),
+            s(13, 3, 5, (7, 3, 2, 0)),
+        ]
+    }
+
+    /// Per output `|bias| + Σ |src·w|` (as f64).
+    pub(crate) fn magnitudes(s: &DepthwiseShape, src: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
+        let (oh, ow, c) = (s.out_h().unwrap(), s.out_w().unwrap(), s.channels);
+        let mut out = vec![0f64; oh * ow * c];
+        for y in 0..oh {
+            for x in 0..ow {
+                for ch in 0..c {
+                    let mut m = bias[ch].abs() as f64;
+                    for dy in 0..3 {
+                        for dx in 0..3 {
+                            let (iy, ix) = (y + dy, x + dx);
+                            if iy < s.pad_top || ix < s.pad_left {
+                                continue;
+                            }
+                            let (iy, ix) = (iy - s.pad_top, ix - s.pad_left);
+                            if iy < s.in_h && ix < s.in_w {
+                                m += (src[(iy * s.in_w + ix) * c + ch] as f64 * w[(dy * 3 + dx) * c + ch] as f64).abs();
+                            }
+                        }
+                    }
+                    out[(y * ow + x) * c + ch] = m;
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(all(test, target_arch = "aarch64"))]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+    use crate::par::Parallelism;
+    use crate::testing::{self, Rng, THREADS, bit_identical, compare};
+
+    #[test]
+    fn conformance() {
+        testing::conformance(FAMILY, |info| {
+            let kernel = Kernel::by_name(info.name).unwrap();
+            let e = |c: usize| move |x: crate::Error| (c, x.to_string());
+            let vl = kernel.rhs_layout(1).map_err(e(0))?.r;
+            let mut rng = Rng::new(0xd3);
+            let (mut cases, mut worst) = (0, 0f64);
+            for (ci, s) in shapes(vl).into_iter().enumerate() {
+                let c = s.channels;
+                let src = rng.vec_f32(s.src_len().unwrap());
+                let taps = rng.vec_f32(9 * c);
+                let bias_v = rng.vec_f32(c);
+                let bias = if ci % 3 == 2 { None } else { Some(&bias_v[..]) };
+                let w = DepthwiseWeights { channels: c, data: &taps, bias };
+                let clamp = if ci % 4 == 3 { Clamp { min: -0.75, max: 0.5 } } else { Clamp::NONE };
+                let mut want = vec![0f32; s.dst_len().unwrap()];
+                reference(&s, &src, &w, clamp, &mut want).map_err(e(cases))?;
+                let b: Vec<f32> = (0..c).map(|j| bias.map_or(0.0, |b| b[j])).collect();
+                let mags = magnitudes(&s, &src, &taps, &b);
+                let packed = kernel.pack_rhs(&w).map_err(e(cases))?;
+                let mut first: Option<Vec<f32>> = None;
+                for threads in THREADS {
+                    let mut dst = vec![f32::NAN; want.len()];
+                    kernel.run(&s, &src, &packed, &mut dst, clamp, Parallelism::Rayon(threads)).map_err(e(cases))?;
+                    let err = compare(&dst, &want, |i, _| (11.0 * f64::powi(2.0, -24) * mags[i] + 1e-30) as f32)
+                        .map_err(|x| (cases, format!("{s:?} threads={threads}: {x}")))?;
+                    worst = worst.max(err);
+                    match &first {
+                        None => first = Some(dst),
+                        Some(f) if !bit_identical(f, &dst) => {
+                            return Err((cases, format!("{s:?}: {threads} threads differ from 1")));
+                        }
+                        _ => {}
+                    }
+                }
+                let mut row = [0f32; 9];
+                for ch in [0, c / 2, c - 1] {
+                    unpack_rhs_row(&packed, ch, &mut row).map_err(e(cases))?;
+                    let expect: Vec<f32> = (0..9).map(|t| taps[t * c + ch]).collect();
+                    if row[..] != expect[..] {
+                        return Err((cases, format!("unpack_rhs_row({ch}) of {c} channels differs")));
+                    }
+                }
+                cases += 1;
+            }
+            Ok((cases, worst))
+        });
+    }
+
+    #[test]
+    fn mixing_layouts_is_an_error() {
+        let f = crate::cpu::Features::current();
+        let Some(kern) = Kernel::select(&f) else {
+            return;
+        };
+        let s = DepthwiseShape { in_h: 4, in_w: 4, channels: 3, pad_top: 1, pad_bottom: 1, pad_left: 1, pad_right: 1 };
+        let taps = vec![1.0f32; 27];
+        let packed = kern.pack_rhs(&DepthwiseWeights { channels: 3, data: &taps, bias: None }).unwrap();
+        let src = vec![1.0f32; 48];
+        let mut dst = vec![0f32; 48];
+        kern.run(&s, &src, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential).unwrap();
+        // Corners see 4 pixels, edges 6, the inside 9.
+        assert_eq!((dst[0], dst[3], dst[5 * 3]), (4.0, 6.0, 9.0));
+        let other = DepthwiseShape { channels: 2, ..s };
+        let r = kern.run(&other, &src, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential);
+        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let f = crate::cpu::Features::current();
+        let Some(kern) = Kernel::select(&f) else {
+            return;
+        };
+        let s = DepthwiseShape { in_h: 4, in_w: 4, channels: 2, pad_top: 0, pad_bottom: 0, pad_left: 0, pad_right: 0 };
+        let taps = vec![0f32; 18];
+        let w = DepthwiseWeights { channels: 2, data: &taps, bias: None };
+        let packed = kern.pack_rhs(&w).unwrap();
+        let (src, mut dst) = (vec![0f32; 32], vec![0f32; 8]);
+        let seq = Parallelism::Sequential;
+        kern.run(&s, &src, &packed, &mut dst, Clamp::NONE, seq).unwrap();
+        assert!(kern.run(&s, &src[..31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short src");
+        assert!(kern.run(&s, &src, &packed, &mut dst[..7], Clamp::NONE, seq).is_err(), "short dst");
+        let tiny = DepthwiseShape { in_h: 2, ..s };
+        assert!(kern.run(&tiny, &src, &packed, &mut dst, Clamp::NONE, seq).is_err(), "output of zero rows");
+        assert!(kern.pack_rhs(&DepthwiseWeights { data: &taps[..17], ..w }).is_err(), "short taps");
+        assert!(kern.pack_rhs(&DepthwiseWeights { bias: Some(&[0.0]), ..w }).is_err(), "short bias");
+        let bad = Clamp { min: f32::NAN, max: 0.0 };
+        assert!(kern.run(&s, &src, &packed, &mut dst, bad, seq).is_err(), "NaN clamp");
+        assert!(reference(&s, &src, &DepthwiseWeights { channels: 3, ..w }, Clamp::NONE, &mut dst).is_err());
+    }
+}
