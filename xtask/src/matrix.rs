@@ -37,7 +37,12 @@ const MODELS: &[Model] = &[
     Model { cpu: "neoverse-n1", tiers: &["neon", "fp16", "dotprod"], sve_bytes: 0, sme_bytes: 0 },
     // qemu >= 10.2 gives neoverse-v1 no bf16.
     Model { cpu: "neoverse-v1", tiers: &["neon", "fp16", "dotprod", "i8mm", "sve"], sve_bytes: 32, sme_bytes: 0 },
-    Model { cpu: "neoverse-n2", tiers: &["neon", "fp16", "bf16", "dotprod", "i8mm", "sve"], sve_bytes: 16, sme_bytes: 0 },
+    Model {
+        cpu: "neoverse-n2",
+        tiers: &["neon", "fp16", "bf16", "dotprod", "i8mm", "sve"],
+        sve_bytes: 16,
+        sme_bytes: 0,
+    },
     Model {
         cpu: "max,sme=off",
         tiers: &["neon", "fp16", "bf16", "dotprod", "i8mm", "sve", "sve2p1"],

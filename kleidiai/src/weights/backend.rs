@@ -14,8 +14,9 @@ pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     fn info(&self) -> &'static KernelInfo;
     /// A boxed copy (backends are small `Copy` handles).
     fn boxed(&self) -> Box<dyn Backend>;
-    /// The packed-RHS layout for `n x k` weights.
-    fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout>;
+    /// The packed-RHS layout for `n x k` weights (`bl`: block length of
+    /// block-quantised weights, else 0).
+    fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout>;
     /// Packs `w` (errors if the weight kind is not the family's).
     fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs>;
     /// `y (m x n) = x (m x k) · wᵀ` (+ bias packed in `rhs`), clamped.
@@ -30,6 +31,11 @@ pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
         par: Parallelism,
         scratch: &mut PackedLhs,
     ) -> Result<()>;
+    /// Whether the family's packers take a bias (two block-int4 families
+    /// take none: weights with a bias go to the others).
+    fn takes_bias(&self) -> bool {
+        !matches!(self.info().family, "matmul_clamp_f32_qsi8d32p_qsi4c32p" | "matmul_clamp_f32_f16p_qsi4c32p")
+    }
     /// Row `row` of the packed weights as f32.
     fn unpack_row(&self, rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()>;
 }
@@ -48,26 +54,36 @@ mod families {
     /// Weights a family takes, from the high-level enum: `$pat => $expr`
     /// arms giving the family's input, or the kind error.
     macro_rules! weights_for {
-        ($self:ident, $w:ident, { $($pat:pat => $e:expr),+ $(,)? }) => {{
+        ($self:ident, $w:ident, { $($pat:pat $(if $g:expr)? => $e:expr),+ $(,)? }) => {{
             #[allow(unreachable_patterns)]
             match $w {
-                $($pat => $e,)+
+                $($pat $(if $g)? => $e,)+
                 other => return Err(wrong_kind($self.info(), other.kind_name())),
             }
         }};
     }
 
-    /// The Backend methods every family shares.
+    /// The Backend methods every family shares. `nobl` families have no
+    /// block length in their layouts; `@bl` ones take it.
     macro_rules! common {
-        ($module:ident) => {
+        ($module:ident, nobl) => {
+            common!(@base $module);
+            fn rhs_layout(&self, n: usize, k: usize, _bl: usize) -> Result<PackedLayout> {
+                fam::$module::Kernel::rhs_layout(self, n, k)
+            }
+        };
+        ($module:ident, bl) => {
+            common!(@base $module);
+            fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
+                fam::$module::Kernel::rhs_layout(self, n, k, bl)
+            }
+        };
+        (@base $module:ident) => {
             fn info(&self) -> &'static KernelInfo {
                 fam::$module::Kernel::info(self)
             }
             fn boxed(&self) -> Box<dyn Backend> {
                 Box::new(*self)
-            }
-            fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
-                fam::$module::Kernel::rhs_layout(self, n, k)
             }
             fn unpack_row(&self, rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
                 fam::$module::unpack_rhs_row(rhs, row, out)
@@ -75,11 +91,22 @@ mod families {
         };
     }
 
+    /// How a packed-LHS family's `pack_lhs_into` is called: without or with
+    /// the block length (the LHS is quantised per block of `bl`).
+    macro_rules! pack_lhs_call {
+        (nobl, $s:ident, $m:ident, $k:ident, $bl:ident, $x:ident, $par:ident, $out:ident) => {
+            $s.pack_lhs_into($m, $k, $x, $k, $par, $out)
+        };
+        (lhsbl, $s:ident, $m:ident, $k:ident, $bl:ident, $x:ident, $par:ident, $out:ident) => {
+            $s.pack_lhs_into($m, $k, $bl, $x, $k, $par, $out)
+        };
+    }
+
     /// A family whose kernels read a packed LHS: pack into `scratch`, run.
     macro_rules! packed_lhs {
-        ($module:ident, $act:ident, |$s:ident, $w:ident| $pack:block) => {
+        ($module:ident, $act:ident, $layout:tt, $lhs:tt, |$s:ident, $w:ident| $pack:block) => {
             impl Backend for fam::$module::Kernel {
-                common!($module);
+                common!($module, $layout);
                 fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
                     let ($s, $w) = (self, w);
                     $pack
@@ -98,8 +125,9 @@ mod families {
                     let (Activation::$act(x), ActivationMut::$act(y)) = (x, y) else {
                         return Err(wrong_kind(self.info(), "these activation types"));
                     };
-                    let k = rhs.layout().k;
-                    self.pack_lhs_into(m, k, x, k, par, scratch)?;
+                    let (k, bl) = (rhs.layout().k, rhs.layout().bl);
+                    let _ = bl;
+                    pack_lhs_call!($lhs, self, m, k, bl, x, par, scratch)?;
                     fam::$module::Kernel::run(self, scratch, rhs, y, clamp, par)
                 }
             }
@@ -110,7 +138,7 @@ mod families {
     macro_rules! direct_lhs {
         ($module:ident, $act:ident, |$s:ident, $w:ident| $pack:block) => {
             impl Backend for fam::$module::Kernel {
-                common!($module);
+                common!($module, nobl);
                 fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
                     let ($s, $w) = (self, w);
                     $pack
@@ -151,19 +179,57 @@ mod families {
         }
     }
 
-    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32, |s, w| {
-        weights_for!(s, w, { WeightsRef::Int4PerChannel(w) => s.pack_rhs(w) })
-    });
-    packed_lhs!(matmul_clamp_f32_f32p_f32p, F32, |s, w| {
-        weights_for!(s, w, { x @ (WeightsRef::F32(_) | WeightsRef::F16(_)) => pack_as_f32(x, |w| s.pack_rhs(w)) })
+    fn is_dense(w: &WeightsRef<'_>) -> bool {
+        matches!(w, WeightsRef::F32(_) | WeightsRef::F16(_) | WeightsRef::Bf16(_))
+    }
+
+    // Dense float weights, f32 activations.
+    packed_lhs!(matmul_clamp_f32_f32p_f32p, F32, nobl, nobl, |s, w| {
+        weights_for!(s, w, { x if is_dense(x) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
     direct_lhs!(matmul_clamp_f32_f32_f32p, F32, |s, w| {
-        weights_for!(s, w, { x @ (WeightsRef::F32(_) | WeightsRef::F16(_)) => pack_as_f32(x, |w| s.pack_rhs(w)) })
+        weights_for!(s, w, { x if is_dense(x) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
-    packed_lhs!(matmul_clamp_f16_f16p_f16p, F16, |s, w| {
+    // bf16 weights (exactly representable) on the bf16 kernels.
+    packed_lhs!(matmul_clamp_f32_bf16p_bf16p, F32, nobl, nobl, |s, w| {
+        weights_for!(s, w, { x @ WeightsRef::Bf16(_) => pack_as_f32(x, |w| s.pack_rhs(w)) })
+    });
+    packed_lhs!(matmul_clamp_fp32_bf16p_bf16p, F32, nobl, nobl, |s, w| {
+        weights_for!(s, w, { x @ WeightsRef::Bf16(_) => pack_as_f32(x, |w| s.pack_rhs(w)) })
+    });
+    // f16 activations.
+    packed_lhs!(matmul_clamp_f16_f16p_f16p, F16, nobl, nobl, |s, w| {
         weights_for!(s, w, { WeightsRef::F16(w) => s.pack_rhs(w) })
     });
     direct_lhs!(matmul_clamp_f16_f16_f16p, F16, |s, w| { weights_for!(s, w, { WeightsRef::F16(w) => s.pack_rhs(w) }) });
+    // Quantised weights.
+    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi8cxp, F32, nobl, nobl, |s, w| {
+        weights_for!(s, w, { WeightsRef::Int8PerChannel(w) => s.pack_rhs(w) })
+    });
+    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32, nobl, nobl, |s, w| {
+        weights_for!(s, w, { WeightsRef::Int4PerChannel(w) => s.pack_rhs(w) })
+    });
+    packed_lhs!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16, nobl, nobl, |s, w| {
+        weights_for!(s, w, { WeightsRef::Int4PerChannel(w) => s.pack_rhs(w) })
+    });
+    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32, bl, nobl, |s, w| {
+        weights_for!(s, w, { WeightsRef::Int4Block(w) => s.pack_rhs(*w) })
+    });
+    packed_lhs!(matmul_clamp_bf16_qai8dxp_qsi4c32p, Bf16, bl, nobl, |s, w| {
+        weights_for!(s, w, { WeightsRef::Int4Block(w) => s.pack_rhs(*w) })
+    });
+    packed_lhs!(matmul_clamp_f32_qsi8d32p_qsi4c32p, F32, bl, lhsbl, |s, w| {
+        weights_for!(s, w, { WeightsRef::Int4Block(w) => s.pack_rhs(*w) })
+    });
+    packed_lhs!(matmul_clamp_f32_f16p_qsi4c32p, F32, bl, nobl, |s, w| {
+        weights_for!(s, w, { WeightsRef::Int4Block(w) => s.pack_rhs(*w) })
+    });
+    packed_lhs!(matmul_clamp_f32_qsi8d32p_qai4c32p, F32, bl, lhsbl, |s, w| {
+        weights_for!(s, w, { WeightsRef::Int4AsymBlock(w) => s.pack_rhs(w) })
+    });
+    packed_lhs!(matmul_clamp_f16_qsi8d32p_qai4c32p, F16, bl, lhsbl, |s, w| {
+        weights_for!(s, w, { WeightsRef::Int4AsymBlock(w) => s.pack_rhs(w) })
+    });
 
     fn boxed<K: Backend + 'static>(it: impl Iterator<Item = K>) -> impl Iterator<Item = Box<dyn Backend>> {
         it.map(|k| Box::new(k) as Box<dyn Backend>)
@@ -171,19 +237,35 @@ mod families {
 
     /// Every kernel serving weights of `kind` with `act` activations.
     pub(crate) fn candidates(kind: WeightKind, act: DType) -> Vec<Box<dyn Backend>> {
+        use WeightKind as K;
         let mut v: Vec<Box<dyn Backend>> = Vec::new();
         match (kind, act) {
-            (WeightKind::Int4PerChannel, DType::F32) => {
-                v.extend(boxed(fam::matmul_clamp_f32_qai8dxp_qsi4cxp::Kernel::all()))
-            }
-            (WeightKind::F32 | WeightKind::F16, DType::F32) => {
+            (K::F32 | K::F16, DType::F32) => {
                 v.extend(boxed(fam::matmul_clamp_f32_f32p_f32p::Kernel::all()));
                 v.extend(boxed(fam::matmul_clamp_f32_f32_f32p::Kernel::all()));
             }
-            (WeightKind::F16, DType::F16) => {
+            (K::Bf16, DType::F32) => {
+                v.extend(boxed(fam::matmul_clamp_fp32_bf16p_bf16p::Kernel::all()));
+                v.extend(boxed(fam::matmul_clamp_f32_bf16p_bf16p::Kernel::all()));
+                // bf16 widens exactly: the f32 kernels serve where bf16 ones cannot.
+                v.extend(boxed(fam::matmul_clamp_f32_f32p_f32p::Kernel::all()));
+                v.extend(boxed(fam::matmul_clamp_f32_f32_f32p::Kernel::all()));
+            }
+            (K::F16, DType::F16) => {
                 v.extend(boxed(fam::matmul_clamp_f16_f16p_f16p::Kernel::all()));
                 v.extend(boxed(fam::matmul_clamp_f16_f16_f16p::Kernel::all()));
             }
+            (K::Int8PerChannel, DType::F32) => v.extend(boxed(fam::matmul_clamp_f32_qai8dxp_qsi8cxp::Kernel::all())),
+            (K::Int4PerChannel, DType::F32) => v.extend(boxed(fam::matmul_clamp_f32_qai8dxp_qsi4cxp::Kernel::all())),
+            (K::Int4PerChannel, DType::Bf16) => v.extend(boxed(fam::matmul_clamp_bf16_qai8dxp_qsi4cxp::Kernel::all())),
+            (K::Int4Block, DType::F32) => {
+                v.extend(boxed(fam::matmul_clamp_f32_qai8dxp_qsi4c32p::Kernel::all()));
+                v.extend(boxed(fam::matmul_clamp_f32_qsi8d32p_qsi4c32p::Kernel::all()));
+                v.extend(boxed(fam::matmul_clamp_f32_f16p_qsi4c32p::Kernel::all()));
+            }
+            (K::Int4Block, DType::Bf16) => v.extend(boxed(fam::matmul_clamp_bf16_qai8dxp_qsi4c32p::Kernel::all())),
+            (K::Int4AsymBlock, DType::F32) => v.extend(boxed(fam::matmul_clamp_f32_qsi8d32p_qai4c32p::Kernel::all())),
+            (K::Int4AsymBlock, DType::F16) => v.extend(boxed(fam::matmul_clamp_f16_qsi8d32p_qai4c32p::Kernel::all())),
             _ => {}
         }
         v

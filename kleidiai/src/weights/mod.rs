@@ -32,7 +32,11 @@ pub mod file;
 
 use crate::cpu::Features;
 use crate::error::{Error, Result};
-use crate::formats::{FloatWeights, Int4Encoding, Int4PerChannel, Order};
+use crate::formats::{
+    BlockInt4, BlockScales, FloatElement, FloatWeights, Int4AsymBlock, Int4Blocks, Int4Encoding, Int4PerChannel,
+    Int8PerChannel, NibbleOrder, Order, Q4_0,
+};
+use crate::ggml::{BlockQ8_0, QK8_0};
 use crate::packed::{Clamp, PackedLhs, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::{self, KernelInfo, TileKind};
@@ -118,17 +122,38 @@ pub enum WeightKind {
     F32,
     /// Dense f16.
     F16,
+    /// Dense bf16.
+    Bf16,
+    /// Int8 values with one f32 scale per output channel (also ggml Q8_0,
+    /// requantised per row the way ggml's KleidiAI path does).
+    Int8PerChannel,
     /// Int4 values with one f32 scale per output channel.
     Int4PerChannel,
+    /// Int4 values with one scale per block of `bl` along K (also ggml Q4_0).
+    Int4Block,
+    /// Asymmetric int4 blocks: scale and offset per block.
+    Int4AsymBlock,
 }
 
 impl WeightKind {
-    const ALL: [WeightKind; 3] = [WeightKind::F32, WeightKind::F16, WeightKind::Int4PerChannel];
+    const ALL: [WeightKind; 7] = [
+        WeightKind::F32,
+        WeightKind::F16,
+        WeightKind::Bf16,
+        WeightKind::Int8PerChannel,
+        WeightKind::Int4PerChannel,
+        WeightKind::Int4Block,
+        WeightKind::Int4AsymBlock,
+    ];
     fn id(self) -> u32 {
         match self {
             WeightKind::F32 => 1,
             WeightKind::F16 => 2,
+            WeightKind::Bf16 => 3,
+            WeightKind::Int8PerChannel => 4,
             WeightKind::Int4PerChannel => 5,
+            WeightKind::Int4Block => 6,
+            WeightKind::Int4AsymBlock => 7,
         }
     }
     fn from_id(id: u32) -> Option<WeightKind> {
@@ -144,24 +169,51 @@ pub enum WeightsRef<'a> {
     F32(FloatWeights<'a, f32>),
     /// Dense f16 weights (and bias).
     F16(FloatWeights<'a, f16>),
+    /// Dense bf16 weights (and bias).
+    Bf16(FloatWeights<'a, bf16>),
+    /// Int8 per-channel weights.
+    Int8PerChannel(Int8PerChannel<'a>),
     /// Int4 per-channel weights.
     Int4PerChannel(Int4PerChannel<'a>),
+    /// Block-quantised int4 weights, including ggml `Q4_0` bytes.
+    Int4Block(BlockInt4<'a>),
+    /// Asymmetric block int4 weights.
+    Int4AsymBlock(Int4AsymBlock<'a>),
+    /// ggml `Q8_0` rows (`n` rows of `k / 32` blocks): requantised per row to
+    /// int8 with one f32 scale (`max|v| / 127`), as ggml's KleidiAI path does.
+    GgmlQ8_0 {
+        /// Output channels.
+        n: usize,
+        /// Inputs per channel (a multiple of 32).
+        k: usize,
+        /// The blocks, row after row.
+        blocks: &'a [BlockQ8_0],
+    },
 }
 
 impl WeightsRef<'_> {
-    /// The weight kind.
+    /// The weight kind of the packed result.
     pub fn kind(&self) -> WeightKind {
         match self {
             WeightsRef::F32(_) => WeightKind::F32,
             WeightsRef::F16(_) => WeightKind::F16,
+            WeightsRef::Bf16(_) => WeightKind::Bf16,
+            WeightsRef::Int8PerChannel(_) | WeightsRef::GgmlQ8_0 { .. } => WeightKind::Int8PerChannel,
             WeightsRef::Int4PerChannel(_) => WeightKind::Int4PerChannel,
+            WeightsRef::Int4Block(_) => WeightKind::Int4Block,
+            WeightsRef::Int4AsymBlock(_) => WeightKind::Int4AsymBlock,
         }
     }
     pub(crate) fn kind_name(&self) -> &'static str {
         match self {
             WeightsRef::F32(_) => "f32 weights",
             WeightsRef::F16(_) => "f16 weights",
+            WeightsRef::Bf16(_) => "bf16 weights",
+            WeightsRef::Int8PerChannel(_) => "int8 per-channel weights",
             WeightsRef::Int4PerChannel(_) => "int4 per-channel weights",
+            WeightsRef::Int4Block(_) => "block int4 weights",
+            WeightsRef::Int4AsymBlock(_) => "asymmetric block int4 weights",
+            WeightsRef::GgmlQ8_0 { .. } => "ggml Q8_0 weights",
         }
     }
     /// `(n, k)`.
@@ -169,49 +221,163 @@ impl WeightsRef<'_> {
         match self {
             WeightsRef::F32(w) => (w.n, w.k),
             WeightsRef::F16(w) => (w.n, w.k),
+            WeightsRef::Bf16(w) => (w.n, w.k),
+            WeightsRef::Int8PerChannel(w) => (w.n, w.k),
             WeightsRef::Int4PerChannel(w) => (w.n, w.k),
+            WeightsRef::Int4Block(w) => (w.n(), w.k()),
+            WeightsRef::Int4AsymBlock(w) => (w.n, w.k),
+            WeightsRef::GgmlQ8_0 { n, k, .. } => (*n, *k),
+        }
+    }
+    /// Whether a bias comes with the weights.
+    pub fn has_bias(&self) -> bool {
+        match self {
+            WeightsRef::F32(w) => w.bias.is_some(),
+            WeightsRef::F16(w) => w.bias.is_some(),
+            WeightsRef::Bf16(w) => w.bias.is_some(),
+            WeightsRef::Int8PerChannel(w) => w.bias.is_some(),
+            WeightsRef::Int4PerChannel(w) => w.bias.is_some(),
+            WeightsRef::Int4Block(BlockInt4::Q4_0(w)) => w.bias.is_some(),
+            WeightsRef::Int4Block(BlockInt4::Blocks(w)) => w.bias.is_some(),
+            WeightsRef::Int4AsymBlock(w) => w.bias.is_some(),
+            WeightsRef::GgmlQ8_0 { .. } => false,
+        }
+    }
+
+    /// Quantisation block length along K (0: none).
+    pub fn bl(&self) -> usize {
+        match self {
+            WeightsRef::Int4Block(w) => w.bl(),
+            WeightsRef::Int4AsymBlock(w) => w.bl,
+            _ => 0,
         }
     }
     fn validate(&self) -> Result<()> {
         match self {
             WeightsRef::F32(w) => w.validate(),
             WeightsRef::F16(w) => w.validate(),
+            WeightsRef::Bf16(w) => w.validate(),
+            WeightsRef::Int8PerChannel(w) => w.validate(),
             WeightsRef::Int4PerChannel(w) => w.validate(),
+            WeightsRef::Int4Block(w) => w.validate(),
+            WeightsRef::Int4AsymBlock(w) => w.validate(),
+            WeightsRef::GgmlQ8_0 { n, k, blocks } => {
+                crate::error::nonzero(*n, "n")?;
+                crate::error::nonzero(*k, "k")?;
+                crate::error::multiple_of(*k, QK8_0, "k", "ggml Q8_0 rows are whole blocks of 32")?;
+                crate::error::at_least(blocks.len(), crate::error::mul(*n, *k / QK8_0, "Q8_0 blocks")?, "Q8_0 blocks")
+            }
         }
     }
     /// Dense f32 weights (N x K) and bias, for families that take f32.
     pub(crate) fn to_f32(self) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+        fn bias<T: FloatElement>(b: Option<&[T]>, n: usize) -> Option<Vec<f32>> {
+            b.map(|b| b[..n].iter().map(|x| x.to_f32()).collect())
+        }
         match self {
-            WeightsRef::F32(w) => Ok((w.to_f32_nxk()?, w.bias.map(|b| b[..w.n].to_vec()))),
-            WeightsRef::F16(w) => {
-                Ok((w.to_f32_nxk()?, w.bias.map(|b| b[..w.n].iter().map(|x| f32::from(*x)).collect())))
-            }
+            WeightsRef::F32(w) => Ok((w.to_f32_nxk()?, bias(w.bias, w.n))),
+            WeightsRef::F16(w) => Ok((w.to_f32_nxk()?, bias(w.bias, w.n))),
+            WeightsRef::Bf16(w) => Ok((w.to_f32_nxk()?, bias(w.bias, w.n))),
             other => Err(Error::InvalidArgument(format!("{} are not dense floats", other.kind_name()))),
         }
     }
+    /// A private copy (Q8_0 requantised to int8 per channel).
     fn to_owned_weights(self) -> Result<OwnedWeights> {
         self.validate()?;
+        let v = |b: Option<&[f32]>, n: usize| b.map(|b| b[..n].to_vec());
         Ok(match self {
             WeightsRef::F32(w) => {
-                OwnedWeights::F32 { n: w.n, k: w.k, data: w.to_f32_nxk()?, bias: w.bias.map(|b| b[..w.n].to_vec()) }
+                OwnedWeights::F32 { n: w.n, k: w.k, data: w.data_in(Order::NxK), bias: v(w.bias, w.n) }
             }
             WeightsRef::F16(w) => OwnedWeights::F16 {
                 n: w.n,
                 k: w.k,
-                data: (0..w.n * w.k).map(|i| w.value_unchecked(i / w.k, i % w.k)).collect(),
+                data: w.data_in(Order::NxK),
                 bias: w.bias.map(|b| b[..w.n].to_vec()),
             },
-            WeightsRef::Int4PerChannel(w) => OwnedWeights::Int4PerChannel {
+            WeightsRef::Bf16(w) => OwnedWeights::Bf16 {
+                n: w.n,
+                k: w.k,
+                data: w.data_in(Order::NxK),
+                bias: w.bias.map(|b| b[..w.n].to_vec()),
+            },
+            WeightsRef::Int8PerChannel(w) => OwnedWeights::Int8 {
+                n: w.n,
+                k: w.k,
+                order: w.order,
+                data: w.data[..w.n * w.k].to_vec(),
+                scales: w.scales[..w.n].to_vec(),
+                bias: v(w.bias, w.n),
+            },
+            WeightsRef::GgmlQ8_0 { n, k, blocks } => requantize_q8_0(n, k, blocks)?,
+            WeightsRef::Int4PerChannel(w) => OwnedWeights::Int4 {
                 n: w.n,
                 k: w.k,
                 order: w.order,
                 encoding: w.encoding,
                 data: w.data[..w.data_len()?].to_vec(),
                 scales: w.scales[..w.n].to_vec(),
-                bias: w.bias.map(|b| b[..w.n].to_vec()),
+                bias: v(w.bias, w.n),
+            },
+            WeightsRef::Int4Block(BlockInt4::Q4_0(q)) => OwnedWeights::Q4_0 {
+                n: q.n,
+                k: q.k,
+                data: q.data[..q.n * q.k / 32 * 18].to_vec(),
+                bias: v(q.bias, q.n),
+            },
+            WeightsRef::Int4Block(BlockInt4::Blocks(b)) => OwnedWeights::Int4Blocks {
+                n: b.n,
+                k: b.k,
+                bl: b.bl,
+                order: b.order,
+                encoding: b.encoding,
+                data: b.data.to_vec(),
+                scales: match b.scales {
+                    BlockScales::F16(s) => OwnedScales::F16(s.to_vec()),
+                    BlockScales::Bf16(s) => OwnedScales::Bf16(s.to_vec()),
+                },
+                bias: v(b.bias, b.n),
+            },
+            WeightsRef::Int4AsymBlock(a) => OwnedWeights::Int4Asym {
+                n: a.n,
+                k: a.k,
+                bl: a.bl,
+                encoding: a.encoding,
+                nibbles: a.nibbles,
+                data: a.data.to_vec(),
+                scales: a.scales.to_vec(),
+                offsets: a.offsets.to_vec(),
+                bias: v(a.bias, a.n),
             },
         })
     }
+}
+
+/// ggml's KleidiAI repack of Q8_0: per row, the dequantised values' `max|v|`
+/// gives one scale `max / 127`; values are `round(v / scale)` clamped to ±127.
+fn requantize_q8_0(n: usize, k: usize, blocks: &[BlockQ8_0]) -> Result<OwnedWeights> {
+    let per_row = k / QK8_0;
+    let mut data = vec![0i8; crate::error::mul(n, k, "Q8_0 weights")?];
+    let mut scales = vec![0f32; n];
+    for row in 0..n {
+        let vals: Vec<f32> = blocks[row * per_row..(row + 1) * per_row].iter().flat_map(|b| b.dequantize()).collect();
+        let max_abs = vals.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let scale = if max_abs > 0.0 { max_abs / 127.0 } else { 0.0 };
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        scales[row] = scale;
+        for (j, v) in vals.iter().enumerate() {
+            // C's lround: halves away from zero, like f32::round.
+            let q = if scale > 0.0 { (v * inv).round() as i32 } else { 0 };
+            data[row * k + j] = q.clamp(-127, 127) as i8;
+        }
+    }
+    Ok(OwnedWeights::Int8 { n, k, order: Order::NxK, data, scales, bias: None })
+}
+
+#[derive(Clone, Debug)]
+enum OwnedScales {
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
 }
 
 /// A private copy of unpacked weights, for the reference path.
@@ -229,13 +395,54 @@ enum OwnedWeights {
         data: Vec<f16>,
         bias: Option<Vec<f16>>,
     },
-    Int4PerChannel {
+    Bf16 {
+        n: usize,
+        k: usize,
+        data: Vec<bf16>,
+        bias: Option<Vec<bf16>>,
+    },
+    Int8 {
+        n: usize,
+        k: usize,
+        order: Order,
+        data: Vec<i8>,
+        scales: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    },
+    Int4 {
         n: usize,
         k: usize,
         order: Order,
         encoding: Int4Encoding,
         data: Vec<u8>,
         scales: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    },
+    Q4_0 {
+        n: usize,
+        k: usize,
+        data: Vec<u8>,
+        bias: Option<Vec<f32>>,
+    },
+    Int4Blocks {
+        n: usize,
+        k: usize,
+        bl: usize,
+        order: Order,
+        encoding: Int4Encoding,
+        data: Vec<u8>,
+        scales: OwnedScales,
+        bias: Option<Vec<f32>>,
+    },
+    Int4Asym {
+        n: usize,
+        k: usize,
+        bl: usize,
+        encoding: Int4Encoding,
+        nibbles: NibbleOrder,
+        data: Vec<u8>,
+        scales: Vec<f32>,
+        offsets: Vec<f32>,
         bias: Option<Vec<f32>>,
     },
 }
@@ -249,7 +456,18 @@ impl OwnedWeights {
             OwnedWeights::F16 { n, k, data, bias } => {
                 WeightsRef::F16(FloatWeights { n: *n, k: *k, order: Order::NxK, data, bias: bias.as_deref() })
             }
-            OwnedWeights::Int4PerChannel { n, k, order, encoding, data, scales, bias } => {
+            OwnedWeights::Bf16 { n, k, data, bias } => {
+                WeightsRef::Bf16(FloatWeights { n: *n, k: *k, order: Order::NxK, data, bias: bias.as_deref() })
+            }
+            OwnedWeights::Int8 { n, k, order, data, scales, bias } => WeightsRef::Int8PerChannel(Int8PerChannel {
+                n: *n,
+                k: *k,
+                order: *order,
+                data,
+                scales,
+                bias: bias.as_deref(),
+            }),
+            OwnedWeights::Int4 { n, k, order, encoding, data, scales, bias } => {
                 WeightsRef::Int4PerChannel(Int4PerChannel {
                     n: *n,
                     k: *k,
@@ -260,6 +478,37 @@ impl OwnedWeights {
                     bias: bias.as_deref(),
                 })
             }
+            OwnedWeights::Q4_0 { n, k, data, bias } => {
+                WeightsRef::Int4Block(BlockInt4::Q4_0(Q4_0 { n: *n, k: *k, data, bias: bias.as_deref() }))
+            }
+            OwnedWeights::Int4Blocks { n, k, bl, order, encoding, data, scales, bias } => {
+                WeightsRef::Int4Block(BlockInt4::Blocks(Int4Blocks {
+                    n: *n,
+                    k: *k,
+                    bl: *bl,
+                    order: *order,
+                    encoding: *encoding,
+                    data,
+                    scales: match scales {
+                        OwnedScales::F16(s) => BlockScales::F16(s),
+                        OwnedScales::Bf16(s) => BlockScales::Bf16(s),
+                    },
+                    bias: bias.as_deref(),
+                }))
+            }
+            OwnedWeights::Int4Asym { n, k, bl, encoding, nibbles, data, scales, offsets, bias } => {
+                WeightsRef::Int4AsymBlock(Int4AsymBlock {
+                    n: *n,
+                    k: *k,
+                    bl: *bl,
+                    encoding: *encoding,
+                    nibbles: *nibbles,
+                    data,
+                    scales,
+                    offsets,
+                    bias: bias.as_deref(),
+                })
+            }
         }
     }
 }
@@ -267,20 +516,37 @@ impl OwnedWeights {
 /// The family reference for `w` with these activations: the portable path.
 fn reference(w: WeightsRef<'_>, m: usize, x: Activation<'_>, y: ActivationMut<'_>, clamp: Clamp) -> Result<()> {
     use crate::families as fam;
+    use Activation as A;
+    use ActivationMut as Y;
     match (w, x, y) {
-        (WeightsRef::Int4PerChannel(w), Activation::F32(x), ActivationMut::F32(y)) => {
-            fam::matmul_clamp_f32_qai8dxp_qsi4cxp::reference(m, x, &w, clamp, y)
-        }
-        (WeightsRef::F32(w), Activation::F32(x), ActivationMut::F32(y)) => {
-            fam::matmul_clamp_f32_f32_f32p::reference(m, x, &w, clamp, y)
-        }
-        (WeightsRef::F16(w), Activation::F32(x), ActivationMut::F32(y)) => {
-            let (data, bias) = WeightsRef::F16(w).to_f32()?;
-            let w32 = FloatWeights { n: w.n, k: w.k, order: Order::NxK, data: &data, bias: bias.as_deref() };
+        (WeightsRef::F32(w), A::F32(x), Y::F32(y)) => fam::matmul_clamp_f32_f32_f32p::reference(m, x, &w, clamp, y),
+        (w @ (WeightsRef::F16(_) | WeightsRef::Bf16(_)), A::F32(x), Y::F32(y)) => {
+            let (n, k) = w.shape();
+            let (data, bias) = w.to_f32()?;
+            let w32 = FloatWeights { n, k, order: Order::NxK, data: &data, bias: bias.as_deref() };
             fam::matmul_clamp_f32_f32_f32p::reference(m, x, &w32, clamp, y)
         }
-        (WeightsRef::F16(w), Activation::F16(x), ActivationMut::F16(y)) => {
-            fam::matmul_clamp_f16_f16_f16p::reference(m, x, &w, clamp, y)
+        (WeightsRef::F16(w), A::F16(x), Y::F16(y)) => fam::matmul_clamp_f16_f16_f16p::reference(m, x, &w, clamp, y),
+        (WeightsRef::Int8PerChannel(w), A::F32(x), Y::F32(y)) => {
+            fam::matmul_clamp_f32_qai8dxp_qsi8cxp::reference(m, x, &w, clamp, y)
+        }
+        (WeightsRef::Int4PerChannel(w), A::F32(x), Y::F32(y)) => {
+            fam::matmul_clamp_f32_qai8dxp_qsi4cxp::reference(m, x, &w, clamp, y)
+        }
+        (WeightsRef::Int4PerChannel(w), A::Bf16(x), Y::Bf16(y)) => {
+            fam::matmul_clamp_bf16_qai8dxp_qsi4cxp::reference(m, x, &w, clamp, y)
+        }
+        (WeightsRef::Int4Block(w), A::F32(x), Y::F32(y)) => {
+            fam::matmul_clamp_f32_qai8dxp_qsi4c32p::reference(m, x, w, clamp, y)
+        }
+        (WeightsRef::Int4Block(w), A::Bf16(x), Y::Bf16(y)) => {
+            fam::matmul_clamp_bf16_qai8dxp_qsi4c32p::reference(m, x, w, clamp, y)
+        }
+        (WeightsRef::Int4AsymBlock(w), A::F32(x), Y::F32(y)) => {
+            fam::matmul_clamp_f32_qsi8d32p_qai4c32p::reference(m, x, &w, clamp, y)
+        }
+        (WeightsRef::Int4AsymBlock(w), A::F16(x), Y::F16(y)) => {
+            fam::matmul_clamp_f16_qsi8d32p_qai4c32p::reference(m, x, &w, clamp, y)
         }
         (w, x, y) => Err(Error::InvalidArgument(format!(
             "no operation takes {} with {:?} activations and {:?} outputs",
@@ -357,13 +623,52 @@ fn backend_by_name(name: &str) -> Option<Box<dyn Backend>> {
     None
 }
 
+/// Row `row` of unpacked weights as f32.
+fn dequantized_row(w: &WeightsRef<'_>, row: usize) -> Result<Vec<f32>> {
+    let (_, k) = w.shape();
+    Ok(match w {
+        WeightsRef::Int4PerChannel(w) => (0..k).map(|c| w.value_unchecked(row, c) as f32 * w.scales[row]).collect(),
+        WeightsRef::Int8PerChannel(w) => {
+            let all = w.dequantize()?;
+            all[row * k..(row + 1) * k].to_vec()
+        }
+        WeightsRef::Int4Block(w) => {
+            let all = w.dequantize()?;
+            all[row * k..(row + 1) * k].to_vec()
+        }
+        WeightsRef::Int4AsymBlock(w) => {
+            let all = w.dequantize()?;
+            all[row * k..(row + 1) * k].to_vec()
+        }
+        other => {
+            let (all, _) = other.to_f32()?;
+            all[row * k..(row + 1) * k].to_vec()
+        }
+    })
+}
+
 impl PackedWeights {
     /// Packs `w` for the best GEMM and GEMV kernels `opts` allows.
     pub fn pack(w: &WeightsRef<'_>, opts: &PackOptions) -> Result<PackedWeights> {
         w.validate()?;
+        // ggml Q8_0 is repacked as int8 per channel (ggml's own requantisation).
+        let requantized;
+        let view;
+        let w = match w {
+            WeightsRef::GgmlQ8_0 { n, k, blocks } => {
+                requantized = requantize_q8_0(*n, *k, blocks)?;
+                view = requantized.as_ref();
+                &view
+            }
+            other => other,
+        };
         let (n, k) = w.shape();
+        let bl = w.bl();
         let f = opts.features.unwrap_or_else(Features::current);
-        let cands = backend::candidates(w.kind(), opts.activation);
+        let mut cands = backend::candidates(w.kind(), opts.activation);
+        if w.has_bias() {
+            cands.retain(|b| b.takes_bias());
+        }
         let mut slots: Vec<Slot> = Vec::new();
         let passes: &[bool] = if opts.non_sme_layout { &[true, false] } else { &[true] };
         for &sme in passes {
@@ -372,12 +677,12 @@ impl PackedWeights {
             if slots.iter().any(|s| s.gemm.info().name == gemm.info().name) {
                 continue;
             }
-            let layout = gemm.rhs_layout(n, k)?;
+            let layout = gemm.rhs_layout(n, k, bl)?;
             let gemv = best(&cands, TileKind::Gemv, &f, sme).filter(|g| g.info().name != gemm.info().name);
             // GEMM and GEMV share one packed layout when their nr/kr/sr agree;
             // otherwise the GEMV kernel gets a slot of its own.
             let (shared, own) = match gemv {
-                Some(g) if g.rhs_layout(n, k)? == layout => (Some(g.boxed()), None),
+                Some(g) if g.rhs_layout(n, k, bl)? == layout => (Some(g.boxed()), None),
                 Some(g) => (None, Some(g)),
                 None => (None, None),
             };
@@ -477,16 +782,12 @@ impl PackedWeights {
         if let Some(s) = self.slots.first() {
             return s.gemm.unpack_row(&s.rhs, row, out);
         }
-        match self.reference.as_ref().map(OwnedWeights::as_ref) {
-            Some(WeightsRef::Int4PerChannel(w)) => {
-                for (c, o) in out.iter_mut().enumerate().take(w.k) {
-                    *o = w.value_unchecked(row, c) as f32 * w.scales[row];
-                }
-                Ok(())
-            }
-            Some(w @ (WeightsRef::F32(_) | WeightsRef::F16(_))) => {
-                let (data, _) = w.to_f32()?;
-                out[..self.k].copy_from_slice(&data[row * self.k..(row + 1) * self.k]);
+        match self.reference.as_ref() {
+            Some(r) => {
+                // The reference copy's rows, dequantised: run the reference
+                // on a one-hot LHS row would cost n*k; dequantise instead.
+                let row_vals = dequantized_row(&r.as_ref(), row)?;
+                out[..self.k].copy_from_slice(&row_vals);
                 Ok(())
             }
             None => Err(Error::InvalidArgument("no packed layout and no reference copy".into())),
@@ -575,7 +876,7 @@ impl PackedWeights {
                 why.push(format!("slot {i}: {} {e}", s.gemm_kernel));
                 continue;
             }
-            let want = gemm.rhs_layout(n, k)?;
+            let want = gemm.rhs_layout(n, k, s.bl as usize)?;
             let stored =
                 (s.format.as_str(), s.r as usize, s.kr as usize, s.sr as usize, s.bl as usize, s.vector_bytes as usize);
             if stored != (want.format, want.r, want.kr, want.sr, want.bl, want.vector_bytes) {
@@ -605,7 +906,7 @@ impl PackedWeights {
                 let g = backend_by_name(&s.gemv_kernel).ok_or_else(|| {
                     Error::InvalidArgument(format!("slot {i}: GEMV kernel {} is not in this build", s.gemv_kernel))
                 })?;
-                if g.rhs_layout(n, k)? != want {
+                if g.rhs_layout(n, k, s.bl as usize)? != want {
                     return Err(Error::InvalidArgument(format!(
                         "slot {i}: GEMV kernel {} needs another layout",
                         s.gemv_kernel

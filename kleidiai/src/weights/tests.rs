@@ -16,51 +16,110 @@ struct Case {
 }
 
 fn cases(rng: &mut Rng, n: usize, k: usize) -> Vec<Case> {
-    let f32s = |rng: &mut Rng, len: usize| rng.vec_f32(len);
+    assert!(k % 32 == 0, "block kinds need whole blocks");
     let mut v = Vec::new();
-    let data = f32s(rng, n * k);
-    let bias = f32s(rng, n);
+    let data = rng.vec_f32(n * k);
+    let bias = rng.vec_f32(n);
+    let h = |x: &[f32]| x.iter().map(|v| f16::from_f32(*v)).collect::<Vec<f16>>();
+    let b = |x: &[f32]| x.iter().map(|v| bf16::from_f32(*v)).collect::<Vec<bf16>>();
+    let scales = |rng: &mut Rng, len: usize| (0..len).map(|_| 0.01 + 0.02 * (rng.f32() + 1.0)).collect::<Vec<f32>>();
     v.push(Case {
         weights: OwnedWeights::F32 { n, k, data: data.clone(), bias: Some(bias.clone()) },
         act: DType::F32,
         tol: 1e-5,
     });
-    let data16: Vec<f16> = data.iter().map(|x| f16::from_f32(*x)).collect();
-    let bias16: Vec<f16> = bias.iter().map(|x| f16::from_f32(*x)).collect();
     v.push(Case {
-        weights: OwnedWeights::F16 { n, k, data: data16.clone(), bias: Some(bias16.clone()) },
+        weights: OwnedWeights::F16 { n, k, data: h(&data), bias: Some(h(&bias)) },
         act: DType::F32,
         tol: 1e-5,
     });
     // f16 activations and outputs: f16 accumulation in the NEON kernels.
-    v.push(Case { weights: OwnedWeights::F16 { n, k, data: data16, bias: Some(bias16) }, act: DType::F16, tol: 2e-2 });
     v.push(Case {
-        weights: OwnedWeights::Int4PerChannel {
+        weights: OwnedWeights::F16 { n, k, data: h(&data), bias: Some(h(&bias)) },
+        act: DType::F16,
+        tol: 2e-2,
+    });
+    // bf16 kernels round the activations to bf16 (8 bits): the reference does not.
+    v.push(Case {
+        weights: OwnedWeights::Bf16 { n, k, data: b(&data), bias: Some(b(&bias)) },
+        act: DType::F32,
+        tol: 1e-2,
+    });
+    let int8: Vec<i8> = (0..n * k).map(|_| rng.next_u64() as i8).collect();
+    v.push(Case {
+        weights: OwnedWeights::Int8 {
             n,
             k,
             order: Order::NxK,
-            encoding: Int4Encoding::Offset8,
-            data: rng.bytes(n * k.div_ceil(2)),
-            scales: (0..n).map(|_| 0.01 + 0.02 * (rng.f32() + 1.0)).collect(),
-            bias: Some(bias),
+            data: int8,
+            scales: scales(rng, n),
+            bias: Some(bias.clone()),
         },
         act: DType::F32,
         tol: 1e-5,
     });
+    let int4 = OwnedWeights::Int4 {
+        n,
+        k,
+        order: Order::NxK,
+        encoding: Int4Encoding::Offset8,
+        data: rng.bytes(n * k.div_ceil(2)),
+        scales: scales(rng, n),
+        bias: Some(bias.clone()),
+    };
+    v.push(Case { weights: int4.clone(), act: DType::F32, tol: 1e-5 });
+    v.push(Case { weights: int4, act: DType::Bf16, tol: 2e-2 });
+    // ggml Q4_0 bytes: the selected kernel may quantise the LHS per block
+    // (qsi8d32) rather than per row (qai8dx) like the reference: allow one
+    // LHS quantisation step per product.
+    let q4 = crate::ggml::quantize_q4_0(&data, k).unwrap();
+    let q4 = OwnedWeights::Q4_0 { n, k, data: crate::ggml::q4_0_as_bytes(&q4).to_vec(), bias: None };
+    v.push(Case { weights: q4.clone(), act: DType::F32, tol: 2e-2 });
+    v.push(Case { weights: q4, act: DType::Bf16, tol: 3e-2 });
+    let blocks = k / 64;
+    v.push(Case {
+        weights: OwnedWeights::Int4Blocks {
+            n,
+            k,
+            bl: 64,
+            order: Order::NxK,
+            encoding: Int4Encoding::Signed,
+            data: rng.bytes(n * k / 2),
+            scales: OwnedScales::F16(scales(rng, n * blocks).iter().map(|v| f16::from_f32(*v)).collect()),
+            bias: Some(bias.clone()),
+        },
+        act: DType::F32,
+        tol: 2e-2,
+    });
+    let asym = OwnedWeights::Int4Asym {
+        n,
+        k,
+        bl: 32,
+        encoding: Int4Encoding::Offset8,
+        nibbles: NibbleOrder::LowFirst,
+        data: rng.bytes(n * k / 2),
+        scales: scales(rng, n * k / 32),
+        offsets: rng.vec_f32(n * k / 32),
+        bias: Some(bias),
+    };
+    v.push(Case { weights: asym.clone(), act: DType::F32, tol: 1e-5 });
+    v.push(Case { weights: asym, act: DType::F16, tol: 1e-2 });
     v
 }
 
-fn act_vec(dt: DType, x: &[f32]) -> (Vec<f32>, Vec<f16>) {
+/// Activations in each element type (only the one for `dt` is filled).
+fn act_vec(dt: DType, x: &[f32]) -> (Vec<f32>, Vec<f16>, Vec<bf16>) {
     match dt {
-        DType::F16 => (Vec::new(), x.iter().map(|v| f16::from_f32(*v)).collect()),
-        _ => (x.to_vec(), Vec::new()),
+        DType::F16 => (Vec::new(), x.iter().map(|v| f16::from_f32(*v)).collect(), Vec::new()),
+        DType::Bf16 => (Vec::new(), Vec::new(), x.iter().map(|v| bf16::from_f32(*v)).collect()),
+        DType::F32 => (x.to_vec(), Vec::new(), Vec::new()),
     }
 }
 
 /// Runs `w` on `x` (m rows) and returns the output widened to f32.
 fn run(w: &PackedWeights, dt: DType, m: usize, x: &[f32], par: Parallelism) -> Result<Vec<f32>> {
     let n = w.n();
-    let (x32, x16) = act_vec(dt, x);
+    let (x32, x16, xb) = act_vec(dt, x);
     let mut scratch = Scratch::default();
     match dt {
         DType::F16 => {
@@ -68,7 +127,12 @@ fn run(w: &PackedWeights, dt: DType, m: usize, x: &[f32], par: Parallelism) -> R
             w.matmul(m, Activation::F16(&x16), ActivationMut::F16(&mut y), Clamp::NONE, par, &mut scratch)?;
             Ok(y.iter().map(|v| v.to_f32()).collect())
         }
-        _ => {
+        DType::Bf16 => {
+            let mut y = vec![bf16::ZERO; m * n];
+            w.matmul(m, Activation::Bf16(&xb), ActivationMut::Bf16(&mut y), Clamp::NONE, par, &mut scratch)?;
+            Ok(y.iter().map(|v| v.to_f32()).collect())
+        }
+        DType::F32 => {
             let mut y = vec![0f32; m * n];
             w.matmul(m, Activation::F32(&x32), ActivationMut::F32(&mut y), Clamp::NONE, par, &mut scratch)?;
             Ok(y)
@@ -77,17 +141,20 @@ fn run(w: &PackedWeights, dt: DType, m: usize, x: &[f32], par: Parallelism) -> R
 }
 
 fn reference_out(c: &Case, m: usize, x: &[f32]) -> Vec<f32> {
-    let n = match &c.weights {
-        OwnedWeights::F32 { n, .. } | OwnedWeights::F16 { n, .. } | OwnedWeights::Int4PerChannel { n, .. } => *n,
-    };
-    let (x32, x16) = act_vec(c.act, x);
+    let (n, _) = c.weights.as_ref().shape();
+    let (x32, x16, xb) = act_vec(c.act, x);
     match c.act {
         DType::F16 => {
             let mut y = vec![f16::ZERO; m * n];
             reference(c.weights.as_ref(), m, Activation::F16(&x16), ActivationMut::F16(&mut y), Clamp::NONE).unwrap();
             y.iter().map(|v| v.to_f32()).collect()
         }
-        _ => {
+        DType::Bf16 => {
+            let mut y = vec![bf16::ZERO; m * n];
+            reference(c.weights.as_ref(), m, Activation::Bf16(&xb), ActivationMut::Bf16(&mut y), Clamp::NONE).unwrap();
+            y.iter().map(|v| v.to_f32()).collect()
+        }
+        DType::F32 => {
             let mut y = vec![0f32; m * n];
             reference(c.weights.as_ref(), m, Activation::F32(&x32), ActivationMut::F32(&mut y), Clamp::NONE).unwrap();
             y
@@ -99,14 +166,15 @@ fn magnitude(c: &Case, m: usize, x: &[f32]) -> Vec<f32> {
     // sum_k |x * w| per output, with w dequantised: the scale of rounding.
     let w = c.weights.as_ref();
     let (n, k) = w.shape();
-    let dense: Vec<f32> = match w {
-        WeightsRef::Int4PerChannel(w) => w.dequantize().unwrap(),
-        other => other.to_f32().unwrap().0,
-    };
+    let dense: Vec<f32> = (0..n).flat_map(|r| dequantized_row(&w, r).unwrap()).collect();
     let mut out = vec![0f32; m * n];
     for i in 0..m {
         for j in 0..n {
             out[i * n + j] = (0..k).map(|p| (x[i * k + p] * dense[j * k + p]).abs()).sum::<f32>() + 1.0;
+            if c.act != DType::F32 {
+                // Half-precision outputs round to 8 (bf16) or 11 (f16) bits.
+                out[i * n + j] += 1.0;
+            }
         }
     }
     out
@@ -116,7 +184,7 @@ fn magnitude(c: &Case, m: usize, x: &[f32]) -> Vec<f32> {
 fn every_kind_matches_its_reference_and_is_deterministic() {
     crate::testing::enable_threading_for_tests();
     let mut rng = Rng::new(11);
-    let (n, k) = (37, 64);
+    let (n, k) = (37, 128);
     for c in cases(&mut rng, n, k) {
         let packed =
             PackedWeights::pack(&c.weights.as_ref(), &PackOptions { activation: c.act, ..Default::default() }).unwrap();
