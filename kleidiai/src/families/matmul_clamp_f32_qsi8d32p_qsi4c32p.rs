@@ -13,8 +13,9 @@
 //!   `kai_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0` (format `qsi4c32pscalef16`);
 //! - NEON i8mm GEMM `16x4`: LHS `kai_lhs_quant_pack_qsi8d32p4x8sb_f32_neon`
 //!   (ggml's choice; it rounds halves to even), same RHS;
-//! - SVE dotprod GEMV `1x8` (two) and SVE i8mm GEMM `16x8`: same packers as
-//!   the NEON ones, but the kernels only work with 256-bit SVE and `bl = 32`;
+//! - SVE dotprod GEMV `1x8` (two): same packers as the NEON GEMVs; SVE i8mm
+//!   GEMM `16x8`: LHS `kai_lhs_quant_pack_qsi8d32p4x8sb_f32_neon` as ggml
+//!   pairs it. The SVE kernels only work with 256-bit SVE and `bl = 32`;
 //! - SME2 MOPA GEMM and SDOT GEMV: LHS `kai_lhs_quant_pack_qsi8d32p_f32_neon`,
 //!   RHS `kai_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon` (format
 //!   `qsi4c32ps1s0scalef16`, shared with `matmul_clamp_f32_f16p_qsi4c32p`);
@@ -180,7 +181,10 @@ mod imp {
                     let sve = u.features.contains(&CpuFeature::Sve);
                     let lhs = if sme {
                         LhsPacker::Neon
-                    } else if u.name.contains("qsi8d32p4x8_qsi4c32p4x8_16x4_neon_i8mm") {
+                    } else if u.name.contains("qsi8d32p4x8_qsi4c32p4x8_16x4_neon_i8mm")
+                        || u.name.contains("qsi8d32p4x8_qsi4c32p8x8_16x8_sve_i8mm")
+                    {
+                        // ggml's LHS packer for these two GEMMs.
                         LhsPacker::Sb4x8
                     } else {
                         LhsPacker::Scalar

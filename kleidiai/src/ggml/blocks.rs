@@ -138,6 +138,18 @@ macro_rules! byte_views {
     };
 }
 
+/// Q8_0 blocks parsed (copied) from raw bytes of any alignment.
+pub fn q8_0_blocks_from_bytes(bytes: &[u8]) -> Result<Vec<BlockQ8_0>> {
+    let size = core::mem::size_of::<BlockQ8_0>();
+    if bytes.len() % size != 0 {
+        return Err(Error::InvalidArgument(format!("{} bytes are not whole Q8_0 blocks of {size}", bytes.len())));
+    }
+    Ok(bytes
+        .chunks_exact(size)
+        .map(|c| BlockQ8_0 { d: f16::from_le_bytes([c[0], c[1]]), qs: core::array::from_fn(|j| c[2 + j] as i8) })
+        .collect())
+}
+
 byte_views!(BlockQ4_0, q4_0_as_bytes, q4_0_from_bytes, "Q4_0");
 byte_views!(BlockQ8_0, q8_0_as_bytes, q8_0_from_bytes, "Q8_0");
 

@@ -1,12 +1,18 @@
-//! ggml compatibility: ggml's quantised block types, and (as the crate grows)
-//! repacking of ggml weights, `mul_mat` with ggml's tensor semantics and
-//! `get_rows` from packed weights.
+//! ggml compatibility: ggml's quantised block types ([`BlockQ4_0`],
+//! [`BlockQ8_0`]), tensor descriptions ([`Tensor`]), and its KleidiAI path:
+//! [`GgmlWeights::repack`] once, then [`GgmlWeights::mul_mat`] and
+//! [`GgmlWeights::get_rows`] with ggml's semantics and kernel order.
 
 mod blocks;
+mod mul_mat;
 mod tensor;
 
 pub use blocks::{
-    BlockQ4_0, BlockQ8_0, QK4_0, QK8_0, q4_0_as_bytes, q4_0_from_bytes, q8_0_as_bytes, q8_0_from_bytes, quantize_q4_0,
-    quantize_q8_0,
+    BlockQ4_0, BlockQ8_0, QK4_0, QK8_0, q4_0_as_bytes, q4_0_from_bytes, q8_0_as_bytes, q8_0_blocks_from_bytes,
+    q8_0_from_bytes, quantize_q4_0, quantize_q8_0,
 };
+pub use mul_mat::{GgmlWeights, MulMatScratch, SME_ENV, kernel_table, parse_sme_setting, sme_setting};
+
+#[cfg(test)]
+mod tests;
 pub use tensor::{GgmlType, Tensor, TensorMut};

@@ -194,8 +194,9 @@ mod families {
     packed_lhs!(matmul_clamp_f32_bf16p_bf16p, F32, nobl, nobl, |s, w| {
         weights_for!(s, w, { x @ WeightsRef::Bf16(_) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
+    // ggml's F16 weights go to the SME2 bf16 kernel (rounded to bf16 there).
     packed_lhs!(matmul_clamp_fp32_bf16p_bf16p, F32, nobl, nobl, |s, w| {
-        weights_for!(s, w, { x @ WeightsRef::Bf16(_) => pack_as_f32(x, |w| s.pack_rhs(w)) })
+        weights_for!(s, w, { x @ (WeightsRef::Bf16(_) | WeightsRef::F16(_)) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
     // f16 activations.
     packed_lhs!(matmul_clamp_f16_f16p_f16p, F16, nobl, nobl, |s, w| {

@@ -695,6 +695,55 @@ impl PackedWeights {
         Ok(PackedWeights { n, k, kind: w.kind(), activation: opts.activation, slots, reference })
     }
 
+    /// Packs `w` for exactly these kernels, in this order of preference:
+    /// each entry a GEMM kernel and optionally a GEMV kernel that must read
+    /// the same packed layout (ggml's tables). Entries whose kernels cannot
+    /// run with `f` are skipped.
+    pub(crate) fn pack_kernels(
+        w: &WeightsRef<'_>,
+        act: DType,
+        pairs: &[(&str, Option<&str>)],
+        f: &Features,
+    ) -> Result<PackedWeights> {
+        w.validate()?;
+        let requantized;
+        let view;
+        let w = match w {
+            WeightsRef::GgmlQ8_0 { n, k, blocks } => {
+                requantized = requantize_q8_0(*n, *k, blocks)?;
+                view = requantized.as_ref();
+                &view
+            }
+            other => other,
+        };
+        let (n, k) = w.shape();
+        let bl = w.bl();
+        let mut slots = Vec::new();
+        for (gemm, gemv) in pairs {
+            let Some(g) = backend_by_name(gemm) else { continue };
+            if g.info().supported(f).is_err() {
+                continue;
+            }
+            let layout = g.rhs_layout(n, k, bl)?;
+            let v = match gemv {
+                Some(name) => {
+                    let v = backend_by_name(name).ok_or_else(|| Error::UnknownKernel((*name).to_string()))?;
+                    if v.info().supported(f).is_err() {
+                        None
+                    } else if v.rhs_layout(n, k, bl)? != layout {
+                        return Err(Error::InvalidArgument(format!("{name} does not read {gemm}'s packed layout")));
+                    } else {
+                        Some(v)
+                    }
+                }
+                None => None,
+            };
+            slots.push(Slot { rhs: g.pack(w)?, gemm: g, gemv: v });
+        }
+        let reference = if slots.is_empty() { Some(w.to_owned_weights()?) } else { None };
+        Ok(PackedWeights { n, k, kind: w.kind(), activation: act, slots, reference })
+    }
+
     /// Output channels.
     pub fn n(&self) -> usize {
         self.n

@@ -1,0 +1,304 @@
+//! ggml's KleidiAI path: repack `src0` weights (Q4_0, Q8_0, F16, F32) once,
+//! then `mul_mat` and `get_rows` with ggml's tensor semantics.
+//!
+//! Kernels follow ggml's tables (`ggml-cpu/kleidiai/kernels.cpp`), first
+//! runnable entry wins, and a weight holds up to two packed layouts like
+//! ggml's two slots (an SME one and a NEON one, used when SME is off):
+//!
+//! | type | SME2 | SME | SVE (256-bit VL only) | I8MM | DOTPROD |
+//! |---|---|---|---|---|---|
+//! | Q4_0 | f16p1vlx2 mopa / qsi8d32p1x4 sdot | - | qsi8d32p4x8 16x8 i8mm / 1x8 dotprod | qsi8d32p4x8 16x4 / 1x4x32 dotprod | qsi8d32p4x4 16x4 / 1x4 |
+//! | Q8_0 | qai8dxp1vlx4 mopa / 1x4 dot | same, SME | - | qai8dxp4x8 16x4 / 1x8 dotprod | qai8dxp4x4 16x4 / 1x4 |
+//! | F32 | f32p2vlx1 mopa / f32 1x16vl mla | f32p2vlx1 mopa | - | - | - |
+//! | F16 | bf16p2vlx2 mopa | - | - | - | - |
+//!
+//! `GGML_KLEIDIAI_SME`: unset, use SME when the CPU has it; `0`, never; `N`,
+//! at most N threads run SME kernels at once (the crate's SME worker cap).
+
+use super::tensor::{GgmlType, Tensor, TensorMut};
+use crate::cpu::{CpuFeature, Features};
+use crate::error::{Error, Result};
+use crate::formats::{BlockInt4, FloatWeights, Order, Q4_0};
+use crate::packed::Clamp;
+use crate::par::Parallelism;
+use crate::weights::{Activation, ActivationMut, DType, PackedWeights, Scratch, WeightsRef};
+use half::f16;
+
+/// Environment variable with ggml's meaning (see the module docs).
+pub const SME_ENV: &str = "GGML_KLEIDIAI_SME";
+
+type Pair = (&'static str, Option<&'static str>);
+
+const Q4_0_TABLE: &[Pair] = &[
+    (
+        "kai_matmul_clamp_f32_f16p1vlx2_qsi4c32p4vlx2_1vlx4vl_sme2_mopa",
+        Some("kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot"),
+    ),
+    (
+        "kai_matmul_clamp_f32_qsi8d32p4x8_qsi4c32p8x8_16x8_sve_i8mm",
+        Some("kai_matmul_clamp_f32_qsi8d32p1x8_qsi4c32p8x8_1x8_sve_dotprod"),
+    ),
+    (
+        "kai_matmul_clamp_f32_qsi8d32p4x8_qsi4c32p4x8_16x4_neon_i8mm",
+        Some("kai_matmul_clamp_f32_qsi8d32p1x8_qsi4c32p4x8_1x4x32_neon_dotprod"),
+    ),
+    (
+        "kai_matmul_clamp_f32_qsi8d32p4x4_qsi4c32p4x4_16x4_neon_dotprod",
+        Some("kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4x4_1x4_neon_dotprod"),
+    ),
+];
+
+const Q8_0_TABLE: &[Pair] = &[
+    (
+        "kai_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa",
+        Some("kai_matmul_clamp_f32_qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot"),
+    ),
+    (
+        "kai_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme_mopa",
+        Some("kai_matmul_clamp_f32_qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme_dot"),
+    ),
+    (
+        "kai_matmul_clamp_f32_qai8dxp4x8_qsi8cxp4x8_16x4_neon_i8mm",
+        Some("kai_matmul_clamp_f32_qai8dxp1x8_qsi8cxp4x8_1x4_neon_dotprod"),
+    ),
+    (
+        "kai_matmul_clamp_f32_qai8dxp4x4_qsi8cxp4x4_16x4_neon_dotprod",
+        Some("kai_matmul_clamp_f32_qai8dxp1x4_qsi8cxp4x4_1x4_neon_dotprod"),
+    ),
+];
+
+const F32_TABLE: &[Pair] = &[
+    (
+        "kai_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa",
+        Some("kai_matmul_clamp_f32_f32_f32p2vlx1b_1x16vl_sme2_mla"),
+    ),
+    ("kai_matmul_clamp_f32_f32p2vlx1_f32p2vlx1b_2vlx2vl_sme_mopa", None),
+];
+
+const F16_TABLE: &[Pair] = &[("kai_matmul_clamp_f32_bf16p2vlx2_bf16p2vlx2_2vlx2vl_sme2_mopa", None)];
+
+/// ggml's table for a weight type.
+pub fn kernel_table(typ: GgmlType) -> &'static [(&'static str, Option<&'static str>)] {
+    match typ {
+        GgmlType::Q4_0 => Q4_0_TABLE,
+        GgmlType::Q8_0 => Q8_0_TABLE,
+        GgmlType::F32 => F32_TABLE,
+        GgmlType::F16 => F16_TABLE,
+    }
+}
+
+/// Reads `GGML_KLEIDIAI_SME`: None when unset (use SME if present),
+/// Some(0) to switch SME off, Some(n) to cap SME threads at n. A value that
+/// is not a non-negative integer is an error (ggml logs and ignores it; a
+/// library should say so).
+pub fn sme_setting() -> Result<Option<usize>> {
+    parse_sme_setting(std::env::var(SME_ENV).ok().as_deref())
+}
+
+/// [`sme_setting`] for a given value of the variable.
+pub fn parse_sme_setting(value: Option<&str>) -> Result<Option<usize>> {
+    match value {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<usize>()
+            .map(Some)
+            .map_err(|_| Error::InvalidArgument(format!("{SME_ENV}='{v}' is not a non-negative integer"))),
+    }
+}
+
+/// The features ggml's selection may use now: the crate's current
+/// features, without SME when `GGML_KLEIDIAI_SME=0`; with a cap applied
+/// (process-wide, as in ggml) when `GGML_KLEIDIAI_SME=N`.
+fn ggml_features() -> Result<Features> {
+    let f = Features::current();
+    Ok(match sme_setting()? {
+        Some(0) => f.without(&[CpuFeature::Sme]),
+        Some(n) => {
+            crate::par::set_sme_thread_cap(n);
+            f
+        }
+        None => f,
+    })
+}
+
+/// Weights repacked for ggml's kernels (one [`PackedWeights`] per `ne02`
+/// batch; only F16 weights may have several).
+#[derive(Debug)]
+pub struct GgmlWeights {
+    typ: GgmlType,
+    k: usize,
+    n: usize,
+    batches: Vec<PackedWeights>,
+}
+
+/// Reused buffers of [`GgmlWeights::mul_mat`]: the packed LHS and dense
+/// copies of strided operands.
+#[derive(Debug, Default)]
+pub struct MulMatScratch {
+    inner: Scratch,
+    lhs: Vec<f32>,
+    out: Vec<f32>,
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
+}
+
+impl GgmlWeights {
+    /// Repacks a weight tensor `src0` (`ne[0] = k`, `ne[1] = n`; F16 may have
+    /// `ne[2]` batches; rows contiguous). Q4_0 and Q8_0 rows need `k` a
+    /// multiple of 32.
+    pub fn repack(src0: &Tensor<'_>) -> Result<GgmlWeights> {
+        let d = src0.check("src0")?;
+        let (k, n) = (d[0], d[1]);
+        if d[3] != 1 || (d[2] != 1 && src0.typ != GgmlType::F16) {
+            return Err(Error::InvalidArgument(format!(
+                "src0 of type {:?} must be 2-D here (ne = {:?}); only F16 weights may be batched (ne[2])",
+                src0.typ, src0.ne
+            )));
+        }
+        let f = ggml_features()?;
+        let row_bytes = src0.typ.row_bytes(k)?;
+        let mut batches = Vec::with_capacity(d[2]);
+        for b in 0..d[2] {
+            // Rows are contiguous but may be `nb[1]` apart: gather them.
+            let mut bytes = Vec::with_capacity(n * row_bytes);
+            for r in 0..n {
+                let at = b * src0.nb[2] + r * src0.nb[1];
+                bytes.extend_from_slice(&src0.data[at..at + row_bytes]);
+            }
+            let table = kernel_table(src0.typ);
+            let packed = match src0.typ {
+                GgmlType::Q4_0 => {
+                    let w = WeightsRef::Int4Block(BlockInt4::Q4_0(Q4_0 { n, k, data: &bytes, bias: None }));
+                    PackedWeights::pack_kernels(&w, DType::F32, table, &f)?
+                }
+                GgmlType::Q8_0 => {
+                    let blocks = super::blocks::q8_0_blocks_from_bytes(&bytes)?;
+                    let w = WeightsRef::GgmlQ8_0 { n, k, blocks: &blocks };
+                    PackedWeights::pack_kernels(&w, DType::F32, table, &f)?
+                }
+                GgmlType::F32 => {
+                    let data = f32s(&bytes);
+                    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
+                    PackedWeights::pack_kernels(&w, DType::F32, table, &f)?
+                }
+                GgmlType::F16 => {
+                    let data: Vec<f16> = bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect();
+                    let w = WeightsRef::F16(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
+                    PackedWeights::pack_kernels(&w, DType::F32, table, &f)?
+                }
+            };
+            batches.push(packed);
+        }
+        Ok(GgmlWeights { typ: src0.typ, k, n, batches })
+    }
+
+    /// The weight type.
+    pub fn typ(&self) -> GgmlType {
+        self.typ
+    }
+
+    /// `(k, n)`.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.k, self.n)
+    }
+
+    /// The packed layouts (GEMM kernel, GEMV kernel) of the first batch, in
+    /// ggml's slot order. Empty: no kernel runs here (the reference serves).
+    pub fn layouts(&self) -> Vec<(&'static str, Option<&'static str>)> {
+        self.batches[0].layouts()
+    }
+
+    /// The kernel that serves `m` activation rows now (None: the reference).
+    pub fn kernel_for(&self, m: usize) -> Option<&'static str> {
+        self.batches[0].kernel_for(m)
+    }
+
+    /// An upper bound of the scratch bytes `mul_mat` uses for `m` rows
+    /// (ggml's work-size query): dense copies of one LHS batch and one output
+    /// batch, plus the packed LHS (at most 4 bytes a value plus per-row and
+    /// per-block metadata, with rows rounded up to a tile).
+    pub fn work_size(&self, m: usize) -> Result<usize> {
+        let dense = crate::error::mul(m, self.k.max(self.n), "work size")?;
+        let dense = crate::error::mul(dense, 8, "work size")?;
+        // Packed LHS: at most one byte per value plus per-row and per-block
+        // metadata, rounded up generously (f32 LHS layouts are 4 bytes a value).
+        let packed =
+            crate::error::mul(crate::error::mul(m.div_ceil(16) * 16 + 16, self.k + 64, "work size")?, 4, "work size")?;
+        dense.checked_add(packed).ok_or_else(|| Error::Overflow("work size".into()))
+    }
+
+    /// ggml `mul_mat`: `dst[b][i][j] = sum_k src1[b][i][k] * w[b'][j][k]`
+    /// with `b' = b / (ne12 / ne02)` (F16 batch broadcast). `src1` is F32
+    /// `[k, m, ne12]`, `dst` F32 `[n, m, ne12]`; rows must be contiguous
+    /// (row strides may be larger than a row).
+    pub fn mul_mat(
+        &self,
+        src1: &Tensor<'_>,
+        dst: &mut TensorMut<'_>,
+        par: Parallelism,
+        scratch: &mut MulMatScratch,
+    ) -> Result<()> {
+        if src1.typ != GgmlType::F32 || dst.typ != GgmlType::F32 {
+            return Err(Error::InvalidArgument(format!(
+                "mul_mat takes F32 activations and output (got {:?} and {:?})",
+                src1.typ, dst.typ
+            )));
+        }
+        let a = src1.check("src1")?;
+        let o = dst.check("dst")?;
+        let (k, n) = (self.k, self.n);
+        let (m, ne12) = (a[1], a[2]);
+        if a[0] != k {
+            return Err(Error::InvalidArgument(format!("src1 rows hold {} values, the weights take k = {k}", a[0])));
+        }
+        if a[3] != 1 || o[3] != 1 {
+            return Err(Error::InvalidArgument("4-D (ne[3] > 1) mul_mat is not supported".into()));
+        }
+        if o[0] != n || o[1] != m || o[2] != ne12 {
+            return Err(Error::InvalidArgument(format!("dst ne {:?} must be [{n}, {m}, {ne12}, 1]", dst.ne)));
+        }
+        let ne02 = self.batches.len();
+        if ne12 % ne02 != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "src1 batches ({ne12}) are not a multiple of the weight batches ({ne02})"
+            )));
+        }
+        let r = ne12 / ne02;
+        let MulMatScratch { inner, lhs, out } = scratch;
+        lhs.resize(crate::error::mul(m, k, "src1")?, 0.0);
+        out.resize(crate::error::mul(m, n, "dst")?, 0.0);
+        for b in 0..ne12 {
+            for i in 0..m {
+                let at = b * src1.nb[2] + i * src1.nb[1];
+                for (j, c) in src1.data[at..at + 4 * k].chunks_exact(4).enumerate() {
+                    lhs[i * k + j] = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+                }
+            }
+            self.batches[b / r].matmul(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, par, inner)?;
+            for i in 0..m {
+                let at = b * dst.nb[2] + i * dst.nb[1];
+                for (j, v) in out[i * n..(i + 1) * n].iter().enumerate() {
+                    dst.data[at + 4 * j..at + 4 * j + 4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// ggml `get_rows`: weight rows `rows` (of batch 0) as f32, into `dst`
+    /// (`rows.len()` rows of `k`, contiguous).
+    pub fn get_rows(&self, rows: &[i64], dst: &mut [f32]) -> Result<()> {
+        crate::error::at_least(dst.len(), crate::error::mul(rows.len(), self.k, "get_rows")?, "get_rows output")?;
+        for (i, &r) in rows.iter().enumerate() {
+            let r = usize::try_from(r)
+                .ok()
+                .filter(|r| *r < self.n)
+                .ok_or_else(|| Error::InvalidArgument(format!("row index {r} outside 0..{}", self.n)))?;
+            self.batches[0].row(r, &mut dst[i * self.k..(i + 1) * self.k])?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,291 @@
+//! Tests of the ggml path: results against a plain reference, ggml's kernel
+//! order, F16 batch broadcast, strided tensors, get_rows, bad input, and
+//! bit-equality with the same kernel driven directly through its family.
+
+use super::*;
+use crate::packed::Clamp;
+use crate::par::Parallelism;
+use crate::registry;
+use crate::testing::{Rng, bit_identical};
+use half::f16;
+
+fn bytes_f32(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn weights_bytes(typ: GgmlType, w: &[f32], n: usize, k: usize) -> Vec<u8> {
+    match typ {
+        GgmlType::F32 => bytes_f32(w),
+        GgmlType::F16 => w.iter().flat_map(|x| f16::from_f32(*x).to_le_bytes()).collect(),
+        GgmlType::Q4_0 => q4_0_as_bytes(&quantize_q4_0(w, k).unwrap()).to_vec(),
+        GgmlType::Q8_0 => q8_0_as_bytes(&quantize_q8_0(w, k).unwrap()).to_vec(),
+    }
+    .into_iter()
+    .take(n * typ.row_bytes(k).unwrap())
+    .collect()
+}
+
+/// The weights as the kernels see them (after ggml's quantisation).
+fn dequant(typ: GgmlType, bytes: &[u8], n: usize, k: usize) -> Vec<f32> {
+    let all: Vec<f32> = match typ {
+        GgmlType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+        GgmlType::F16 => bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        GgmlType::Q4_0 => q4_0_from_bytes(bytes).unwrap().iter().flat_map(|b| b.dequantize()).collect(),
+        GgmlType::Q8_0 => q8_0_blocks_from_bytes(bytes).unwrap().iter().flat_map(|b| b.dequantize()).collect(),
+    };
+    all.into_iter().take(n * k).collect()
+}
+
+/// Relative tolerance per output (scaled by sum |x w| + 1): F32 kernels
+/// round only in summation; Q4_0/Q8_0 quantise the activations to int8 (one
+/// step of 1/127 of the block maximum, or 1/255 of the row range), and Q8_0
+/// weights are requantised per row; F16 goes through bf16 (8-bit mantissa).
+fn tol(typ: GgmlType) -> f32 {
+    match typ {
+        GgmlType::F32 => 1e-5,
+        GgmlType::F16 => 1.5e-2,
+        GgmlType::Q4_0 => 1.5e-2,
+        GgmlType::Q8_0 => 2e-2,
+    }
+}
+
+fn run_case(typ: GgmlType, n: usize, k: usize, m: usize, ne02: usize, ne12: usize, pad: usize, rng: &mut Rng) {
+    let row = typ.row_bytes(k).unwrap();
+    let wf: Vec<Vec<f32>> = (0..ne02).map(|_| rng.vec_f32(n * k)).collect();
+    let wb: Vec<Vec<u8>> = wf.iter().map(|w| weights_bytes(typ, w, n, k)).collect();
+    let src0_bytes: Vec<u8> = wb.concat();
+    let ne0 = [k as i64, n as i64, ne02 as i64, 1];
+    let nb0 = Tensor::contiguous_strides(typ, ne0).unwrap();
+    let src0 = Tensor { typ, ne: ne0, nb: nb0, data: &src0_bytes };
+    let packed = GgmlWeights::repack(&src0).unwrap();
+    assert_eq!(packed.shape(), (k, n));
+    let _ = row;
+
+    // src1 with rows `pad` floats longer than k (a strided view).
+    let x: Vec<f32> = rng.vec_f32(ne12 * m * k);
+    let rs = k + pad;
+    let mut x_strided = vec![0f32; ne12 * m * rs];
+    for b in 0..ne12 {
+        for i in 0..m {
+            x_strided[(b * m + i) * rs..(b * m + i) * rs + k].copy_from_slice(&x[(b * m + i) * k..(b * m + i + 1) * k]);
+        }
+    }
+    let xb = bytes_f32(&x_strided);
+    let src1 = Tensor {
+        typ: GgmlType::F32,
+        ne: [k as i64, m as i64, ne12 as i64, 1],
+        nb: [4, 4 * rs, 4 * rs * m, 4 * rs * m * ne12],
+        data: &xb,
+    };
+    let ds = n + pad;
+    let ne_d = [n as i64, m as i64, ne12 as i64, 1];
+    let nb_d = [4, 4 * ds, 4 * ds * m, 4 * ds * m * ne12];
+    let mut out = vec![0u8; 4 * ds * m * ne12];
+    let mut out1 = vec![0u8; out.len()];
+    let mut scratch = MulMatScratch::default();
+    let mut dst = TensorMut { typ: GgmlType::F32, ne: ne_d, nb: nb_d, data: &mut out };
+    packed.mul_mat(&src1, &mut dst, Parallelism::Rayon(3), &mut scratch).unwrap();
+    let mut dst1 = TensorMut { typ: GgmlType::F32, ne: ne_d, nb: nb_d, data: &mut out1 };
+    packed.mul_mat(&src1, &mut dst1, Parallelism::Sequential, &mut scratch).unwrap();
+    assert_eq!(out, out1, "{typ:?}: thread counts differ");
+
+    let r = ne12 / ne02;
+    for b in 0..ne12 {
+        let wd = dequant(typ, &wb[b / r], n, k);
+        for i in 0..m {
+            for j in 0..n {
+                let xs = &x[(b * m + i) * k..(b * m + i + 1) * k];
+                let want: f64 = (0..k).map(|p| xs[p] as f64 * wd[j * k + p] as f64).sum();
+                let mag: f64 = (0..k).map(|p| (xs[p] * wd[j * k + p]).abs() as f64).sum::<f64>() + 1.0;
+                let at = 4 * ((b * m + i) * ds + j);
+                let got = f32::from_le_bytes(out[at..at + 4].try_into().unwrap()) as f64;
+                assert!(
+                    (got - want).abs() <= tol(typ) as f64 * mag,
+                    "{typ:?} b={b} i={i} j={j}: {got} vs {want} via {:?}",
+                    packed.kernel_for(m)
+                );
+            }
+            // Padding columns of dst are untouched.
+            for j in n..ds {
+                let at = 4 * ((b * m + i) * ds + j);
+                assert_eq!(&out[at..at + 4], &[0, 0, 0, 0]);
+            }
+        }
+    }
+}
+
+#[test]
+fn mul_mat_matches_reference_for_every_type() {
+    crate::testing::enable_threading_for_tests();
+    let mut rng = Rng::new(21);
+    for typ in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
+        for m in [1, 7] {
+            run_case(typ, 37, 64, m, 1, 2, 3, &mut rng);
+        }
+    }
+    // F16 broadcast: 2 weight batches serve 4 activation batches.
+    run_case(GgmlType::F16, 9, 32, 3, 2, 4, 0, &mut rng);
+}
+
+#[test]
+fn kernel_order_is_ggmls() {
+    let f = crate::cpu::Features::current();
+    let mut rng = Rng::new(22);
+    for typ in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
+        let (n, k) = (8, 64);
+        let bytes = weights_bytes(typ, &rng.vec_f32(n * k), n, k);
+        let ne = [k as i64, n as i64, 1, 1];
+        let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &bytes };
+        let packed = GgmlWeights::repack(&src0).unwrap();
+        let runnable: Vec<&str> = kernel_table(typ)
+            .iter()
+            .filter(|(g, _)| registry::by_name(g).is_some_and(|i| i.supported(&f).is_ok()))
+            .map(|(g, _)| *g)
+            .collect();
+        let held: Vec<&str> = packed.layouts().iter().map(|(g, _)| *g).collect();
+        assert_eq!(held, runnable, "{typ:?}: slots follow ggml's table order");
+        if let Some(first) = runnable.first() {
+            assert_eq!(packed.kernel_for(64), Some(*first));
+        } else {
+            assert_eq!(packed.kernel_for(64), None, "no kernel: the reference");
+        }
+        // SME and SME2 are exact: an SME2 entry never runs on SME-only CPUs.
+        for (g, _) in packed.layouts() {
+            let info = registry::by_name(g).unwrap();
+            assert!(info.supported(&f).is_ok());
+        }
+    }
+}
+
+#[test]
+fn same_bits_as_the_family_kernel() {
+    // The Q4_0 path with its first runnable kernel equals that kernel driven
+    // through its family API on the same bytes (what ggml computes).
+    let f = crate::cpu::Features::current();
+    let mut rng = Rng::new(23);
+    let (n, k, m) = (19, 128, 5);
+    let bytes = weights_bytes(GgmlType::Q4_0, &rng.vec_f32(n * k), n, k);
+    let ne = [k as i64, n as i64, 1, 1];
+    let src0 =
+        Tensor { typ: GgmlType::Q4_0, ne, nb: Tensor::contiguous_strides(GgmlType::Q4_0, ne).unwrap(), data: &bytes };
+    let packed = GgmlWeights::repack(&src0).unwrap();
+    let Some(name) = packed.kernel_for(m) else { return };
+    let x = rng.vec_f32(m * k);
+    let xb = bytes_f32(&x);
+    let src1 =
+        Tensor { typ: GgmlType::F32, ne: [k as i64, m as i64, 1, 1], nb: [4, 4 * k, 4 * k * m, 4 * k * m], data: &xb };
+    let mut out = vec![0u8; 4 * n * m];
+    let mut dst = TensorMut {
+        typ: GgmlType::F32,
+        ne: [n as i64, m as i64, 1, 1],
+        nb: [4, 4 * n, 4 * n * m, 4 * n * m],
+        data: &mut out,
+    };
+    packed.mul_mat(&src1, &mut dst, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap();
+    let got: Vec<f32> = out.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    #[cfg(target_arch = "aarch64")]
+    {
+        use crate::formats::{BlockInt4, Q4_0};
+        let w = BlockInt4::Q4_0(Q4_0 { n, k, data: &bytes, bias: None });
+        let mut want = vec![0f32; m * n];
+        if let Some(kern) = crate::families::matmul_clamp_f32_qsi8d32p_qsi4c32p::Kernel::by_name(name) {
+            let rhs = kern.pack_rhs(w).unwrap();
+            kern.matmul(m, &x, &rhs, &mut want, Clamp::NONE, Parallelism::Sequential).unwrap();
+        } else if let Some(kern) = crate::families::matmul_clamp_f32_f16p_qsi4c32p::Kernel::by_name(name) {
+            let rhs = kern.pack_rhs(w).unwrap();
+            kern.matmul(m, &x, &rhs, &mut want, Clamp::NONE, Parallelism::Sequential).unwrap();
+        } else {
+            panic!("{name} is not a Q4_0 kernel of ggml's table");
+        }
+        assert!(bit_identical(&got, &want), "{name}: ggml path and family call differ");
+    }
+    let _ = (f, got);
+}
+
+#[test]
+fn get_rows_returns_the_weights() {
+    let mut rng = Rng::new(24);
+    for typ in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
+        let (n, k) = (11, 64);
+        let bytes = weights_bytes(typ, &rng.vec_f32(n * k), n, k);
+        let ne = [k as i64, n as i64, 1, 1];
+        let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &bytes };
+        let packed = GgmlWeights::repack(&src0).unwrap();
+        let wd = dequant(typ, &bytes, n, k);
+        let rows = [0i64, 5, 10, 5];
+        let mut out = vec![0f32; rows.len() * k];
+        packed.get_rows(&rows, &mut out).unwrap();
+        for (i, &r) in rows.iter().enumerate() {
+            for c in 0..k {
+                let (got, want) = (out[i * k + c], wd[r as usize * k + c]);
+                // Q8_0 is requantised per row (half a step of max|row|/127);
+                // F16 may sit in bf16 on the SME2 path (8-bit mantissa).
+                let t = match typ {
+                    GgmlType::Q8_0 => {
+                        0.51 * wd[r as usize * k..(r as usize + 1) * k].iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0
+                    }
+                    GgmlType::F16 => want.abs() / 128.0,
+                    _ => 0.0,
+                };
+                assert!((got - want).abs() <= t, "{typ:?} row {r} col {c}: {got} vs {want}");
+            }
+        }
+        assert!(packed.get_rows(&[n as i64], &mut out).is_err());
+        assert!(packed.get_rows(&[-1], &mut out).is_err());
+        assert!(packed.get_rows(&rows, &mut out[..10]).is_err());
+    }
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let (n, k) = (4, 64);
+    let bytes = weights_bytes(GgmlType::Q4_0, &vec![0.5; n * k], n, k);
+    let ne = [k as i64, n as i64, 1, 1];
+    let nb = Tensor::contiguous_strides(GgmlType::Q4_0, ne).unwrap();
+    let src0 = Tensor { typ: GgmlType::Q4_0, ne, nb, data: &bytes };
+    // Row length not a multiple of 32.
+    assert!(GgmlWeights::repack(&Tensor { ne: [48, 4, 1, 1], ..src0 }).is_err());
+    // Non-contiguous rows.
+    assert!(GgmlWeights::repack(&Tensor { nb: [36, 36, 144, 144], ..src0 }).is_err());
+    // Truncated data.
+    assert!(GgmlWeights::repack(&Tensor { data: &bytes[..bytes.len() - 1], ..src0 }).is_err());
+    // Batched quantised weights.
+    assert!(GgmlWeights::repack(&Tensor { ne: [64, 2, 2, 1], nb: [18, 36, 72, 144], ..src0 }).is_err());
+    let packed = GgmlWeights::repack(&src0).unwrap();
+    let x = vec![0u8; 4 * k * 2];
+    let mut out = vec![0u8; 4 * n * 2];
+    let mut s = MulMatScratch::default();
+    let good1 = Tensor { typ: GgmlType::F32, ne: [k as i64, 2, 1, 1], nb: [4, 4 * k, 8 * k, 8 * k], data: &x };
+    fn dst(out: &mut [u8], n: usize) -> TensorMut<'_> {
+        TensorMut { typ: GgmlType::F32, ne: [n as i64, 2, 1, 1], nb: [4, 4 * n, 8 * n, 8 * n], data: out }
+    }
+    packed.mul_mat(&good1, &mut dst(&mut out, n), Parallelism::Sequential, &mut s).unwrap();
+    // Wrong activation type, wrong k, wrong dst shape, strided rows.
+    assert!(
+        packed
+            .mul_mat(&Tensor { typ: GgmlType::F16, ..good1 }, &mut dst(&mut out, n), Parallelism::Sequential, &mut s)
+            .is_err()
+    );
+    assert!(
+        packed
+            .mul_mat(&Tensor { ne: [32, 2, 1, 1], ..good1 }, &mut dst(&mut out, n), Parallelism::Sequential, &mut s)
+            .is_err()
+    );
+    assert!(
+        packed
+            .mul_mat(
+                &Tensor { nb: [8, 4 * k, 8 * k, 8 * k], ..good1 },
+                &mut dst(&mut out, n),
+                Parallelism::Sequential,
+                &mut s
+            )
+            .is_err()
+    );
+    let mut small = vec![0u8; 4 * n];
+    assert!(packed.mul_mat(&good1, &mut dst(&mut small, n), Parallelism::Sequential, &mut s).is_err());
+    // GGML_KLEIDIAI_SME values.
+    assert_eq!(parse_sme_setting(None).unwrap(), None);
+    assert_eq!(parse_sme_setting(Some("0")).unwrap(), Some(0));
+    assert_eq!(parse_sme_setting(Some(" 3 ")).unwrap(), Some(3));
+    assert!(parse_sme_setting(Some("-1")).is_err() && parse_sme_setting(Some("yes")).is_err());
+}
