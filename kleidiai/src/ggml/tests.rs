@@ -49,6 +49,7 @@ fn tol(typ: GgmlType) -> f32 {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // one test case: each is a dimension
 fn run_case(typ: GgmlType, n: usize, k: usize, m: usize, ne02: usize, ne12: usize, pad: usize, rng: &mut Rng) {
     let row = typ.row_bytes(k).unwrap();
     let wf: Vec<Vec<f32>> = (0..ne02).map(|_| rng.vec_f32(n * k)).collect();
@@ -199,7 +200,7 @@ fn same_bits_as_the_family_kernel() {
         }
         assert!(bit_identical(&got, &want), "{name}: ggml path and family call differ");
     }
-    let _ = (f, got);
+    let _ = (f, got, name);
 }
 
 #[test]
