@@ -39,6 +39,40 @@ impl fmt::Debug for Storage {
     }
 }
 
+impl PackedRhs {
+    /// The same bytes behind a shared, reference-counted buffer (no copy of
+    /// shared bytes; owned ones move into the Arc), so views are cheap.
+    pub(crate) fn into_shared(self) -> PackedRhs {
+        match self.data {
+            Storage::Owned(buf) => {
+                let len = buf.len();
+                PackedRhs { layout: self.layout, data: Storage::Shared { bytes: Arc::new(buf), range: 0..len } }
+            }
+            shared @ Storage::Shared { .. } => PackedRhs { layout: self.layout, data: shared },
+        }
+    }
+
+    /// Rows `rows` of a shared packed RHS as a packed RHS of their own
+    /// (no copy), when the format is whole blocks of `r` rows of equal size
+    /// and `rows.start` is a multiple of `r`. None otherwise.
+    pub(crate) fn row_view(&self, rows: Range<usize>) -> Option<PackedRhs> {
+        let Storage::Shared { bytes, range } = &self.data else { return None };
+        let (r, total) = (self.layout.r, self.layout.rows);
+        if r == 0 || rows.start % r != 0 || rows.start >= rows.end || rows.end > total {
+            return None;
+        }
+        let blocks = total.div_ceil(r);
+        if range.len() % blocks != 0 {
+            return None; // trailing data (e.g. a table): not plain row blocks
+        }
+        let stride = range.len() / blocks;
+        let start = range.start + rows.start / r * stride;
+        let end = (range.start + rows.end.div_ceil(r) * stride).min(range.end);
+        let layout = PackedLayout { rows: rows.len(), ..self.layout };
+        Some(PackedRhs { layout, data: Storage::Shared { bytes: bytes.clone(), range: start..end } })
+    }
+}
+
 /// Everything that determines the bytes of a packed operand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PackedLayout {

@@ -130,6 +130,7 @@ pub struct GgmlWeights {
     k: usize,
     n: usize,
     batches: Vec<PackedWeights>,
+    hybrid: bool,
 }
 
 /// Reused buffers of [`GgmlWeights::mul_mat`]: the packed LHS and dense
@@ -137,6 +138,7 @@ pub struct GgmlWeights {
 #[derive(Debug, Default)]
 pub struct MulMatScratch {
     inner: Scratch,
+    second: Scratch,
     lhs: Vec<f32>,
     out: Vec<f32>,
 }
@@ -192,7 +194,25 @@ impl GgmlWeights {
             };
             batches.push(packed);
         }
-        Ok(GgmlWeights { typ: src0.typ, k, n, batches })
+        Ok(GgmlWeights { typ: src0.typ, k, n, batches, hybrid: false })
+    }
+
+    /// Turns ggml's hybrid mode on or off (default off). With it on, when
+    /// the weights hold an SME and a non-SME layout and `mul_mat` gets more
+    /// threads than the SME cap ([`crate::par::sme_thread_cap`], set by
+    /// `GGML_KLEIDIAI_SME=N`), the SME kernel computes the first columns on
+    /// `cap` threads while the non-SME kernel computes the rest on the other
+    /// threads. The column split (a multiple of both kernels' column steps,
+    /// proportional to the threads) depends on the thread count, so results
+    /// do too (they repeat bit for bit for the same count); off, results are
+    /// the same for every thread count.
+    pub fn set_hybrid(&mut self, on: bool) {
+        self.hybrid = on;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn batch(&self, b: usize) -> &PackedWeights {
+        &self.batches[b]
     }
 
     /// The weight type.
@@ -267,7 +287,7 @@ impl GgmlWeights {
             )));
         }
         let r = ne12 / ne02;
-        let MulMatScratch { inner, lhs, out } = scratch;
+        let MulMatScratch { inner, second, lhs, out } = scratch;
         lhs.resize(crate::error::mul(m, k, "src1")?, 0.0);
         out.resize(crate::error::mul(m, n, "dst")?, 0.0);
         for b in 0..ne12 {
@@ -277,7 +297,19 @@ impl GgmlWeights {
                     lhs[i * k + j] = f32::from_le_bytes(c.try_into().expect("4 bytes"));
                 }
             }
-            self.batches[b / r].matmul(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, par, inner)?;
+            let w = &self.batches[b / r];
+            let threads = par.threads();
+            let hybrid = self.hybrid && {
+                let mut pair = [core::mem::take(inner), core::mem::take(second)];
+                let done =
+                    w.matmul_hybrid(m, lhs, out, Clamp::NONE, threads, crate::par::sme_thread_cap(), &mut pair)?;
+                let [a, b2] = pair;
+                (*inner, *second) = (a, b2);
+                done
+            };
+            if !hybrid {
+                w.matmul(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, par, inner)?;
+            }
             for i in 0..m {
                 let at = b * dst.nb[2] + i * dst.nb[1];
                 for (j, v) in out[i * n..(i + 1) * n].iter().enumerate() {

@@ -7,6 +7,7 @@ use crate::packed::Clamp;
 use crate::par::Parallelism;
 use crate::registry;
 use crate::testing::{Rng, bit_identical};
+use crate::weights::Scratch;
 use half::f16;
 
 fn bytes_f32(v: &[f32]) -> Vec<u8> {
@@ -143,8 +144,14 @@ fn kernel_order_is_ggmls() {
             .filter(|(g, _)| registry::by_name(g).is_some_and(|i| i.supported(&f).is_ok()))
             .map(|(g, _)| *g)
             .collect();
+        // ggml's slots: the first runnable entry, plus the first non-SME
+        // one when the first is SME.
+        let mut expect: Vec<&str> = runnable.iter().take(1).copied().collect();
+        if expect.first().is_some_and(|g| g.contains("_sme")) {
+            expect.extend(runnable.iter().find(|g| !g.contains("_sme")));
+        }
         let held: Vec<&str> = packed.layouts().iter().map(|(g, _)| *g).collect();
-        assert_eq!(held, runnable, "{typ:?}: slots follow ggml's table order");
+        assert_eq!(held, expect, "{typ:?}: slots follow ggml's table order");
         if let Some(first) = runnable.first() {
             assert_eq!(packed.kernel_for(64), Some(*first));
         } else {
@@ -289,4 +296,43 @@ fn bad_input_is_an_error() {
     assert_eq!(parse_sme_setting(Some("0")).unwrap(), Some(0));
     assert_eq!(parse_sme_setting(Some(" 3 ")).unwrap(), Some(3));
     assert!(parse_sme_setting(Some("-1")).is_err() && parse_sme_setting(Some("yes")).is_err());
+}
+
+#[test]
+fn hybrid_runs_sme_and_neon_on_disjoint_columns() {
+    // Two slots (SME2 + a NEON tier) exist on `max`; elsewhere hybrid does
+    // not apply and says so.
+    let mut rng = Rng::new(25);
+    for typ in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        let (n, k) = (200, 64);
+        let bytes = weights_bytes(typ, &rng.vec_f32(n * k), n, k);
+        let ne = [k as i64, n as i64, 1, 1];
+        let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &bytes };
+        let packed = GgmlWeights::repack(&src0).unwrap();
+        let w = packed.batch(0);
+        for m in [1, 9] {
+            let x = rng.vec_f32(m * k);
+            let mut y = vec![0f32; m * n];
+            let mut pair = [Scratch::default(), Scratch::default()];
+            let used = w.matmul_hybrid(m, &x, &mut y, Clamp::NONE, 3, 1, &mut pair).unwrap();
+            let sme_slot = packed.layouts().first().is_some_and(|(g, _)| g.contains("_sme"));
+            assert_eq!(used, sme_slot && packed.layouts().len() == 2, "{typ:?} {:?}", packed.layouts());
+            if !used {
+                continue;
+            }
+            let mut again = vec![0f32; m * n];
+            w.matmul_hybrid(m, &x, &mut again, Clamp::NONE, 3, 1, &mut pair).unwrap();
+            assert!(bit_identical(&y, &again), "hybrid repeats bit for bit");
+            let (mut y0, mut y1) = (vec![0f32; m * n], vec![0f32; m * n]);
+            w.matmul_slot(0, m, &x, &mut y0, &mut Scratch::default()).unwrap();
+            w.matmul_slot(1, m, &x, &mut y1, &mut Scratch::default()).unwrap();
+            // Every column comes bit for bit from one of the two kernels:
+            // a prefix from SME, the rest from NEON.
+            let from_sme = |j: usize| (0..m).all(|i| y[i * n + j].to_bits() == y0[i * n + j].to_bits());
+            let from_neon = |j: usize| (0..m).all(|i| y[i * n + j].to_bits() == y1[i * n + j].to_bits());
+            // (Where both kernels give the same bits, any split fits.)
+            let split = (0..=n).find(|&s| (0..s).all(from_sme) && (s..n).all(from_neon));
+            assert!(split.is_some(), "{typ:?} m={m}: output is not an SME prefix and a NEON suffix");
+        }
+    }
 }

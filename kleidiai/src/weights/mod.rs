@@ -623,6 +623,10 @@ fn backend_by_name(name: &str) -> Option<Box<dyn Backend>> {
     None
 }
 
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 /// Row `row` of unpacked weights as f32.
 fn dequantized_row(w: &WeightsRef<'_>, row: usize) -> Result<Vec<f32>> {
     let (_, k) = w.shape();
@@ -686,19 +690,20 @@ impl PackedWeights {
                 Some(g) => (None, Some(g)),
                 None => (None, None),
             };
-            slots.push(Slot { gemm: gemm.boxed(), gemv: shared, rhs: gemm.pack(w)? });
+            slots.push(Slot { gemm: gemm.boxed(), gemv: shared, rhs: gemm.pack(w)?.into_shared() });
             if let Some(g) = own {
-                slots.push(Slot { gemm: g.boxed(), gemv: None, rhs: g.pack(w)? });
+                slots.push(Slot { gemm: g.boxed(), gemv: None, rhs: g.pack(w)?.into_shared() });
             }
         }
         let reference = if slots.is_empty() || opts.keep_reference { Some(w.to_owned_weights()?) } else { None };
         Ok(PackedWeights { n, k, kind: w.kind(), activation: opts.activation, slots, reference })
     }
 
-    /// Packs `w` for exactly these kernels, in this order of preference:
-    /// each entry a GEMM kernel and optionally a GEMV kernel that must read
-    /// the same packed layout (ggml's tables). Entries whose kernels cannot
-    /// run with `f` are skipped.
+    /// Packs `w` like ggml packs its two slots: the first entry of `pairs`
+    /// whose kernels run with `f`, and, when that one is an SME kernel, also
+    /// the first runnable entry that is not (the layout used when SME is off
+    /// or busy). Each entry is a GEMM kernel and optionally a GEMV kernel
+    /// that must read the same packed layout.
     pub(crate) fn pack_kernels(
         w: &WeightsRef<'_>,
         act: DType,
@@ -718,11 +723,16 @@ impl PackedWeights {
         };
         let (n, k) = w.shape();
         let bl = w.bl();
-        let mut slots = Vec::new();
+        let mut slots: Vec<Slot> = Vec::new();
         for (gemm, gemv) in pairs {
             let Some(g) = backend_by_name(gemm) else { continue };
             if g.info().supported(f).is_err() {
                 continue;
+            }
+            match slots.first() {
+                None => {}
+                Some(first) if first.gemm.info().is_sme() && !g.info().is_sme() && slots.len() == 1 => {}
+                Some(_) => continue,
             }
             let layout = g.rhs_layout(n, k, bl)?;
             let v = match gemv {
@@ -738,7 +748,7 @@ impl PackedWeights {
                 }
                 None => None,
             };
-            slots.push(Slot { rhs: g.pack(w)?, gemm: g, gemv: v });
+            slots.push(Slot { rhs: g.pack(w)?.into_shared(), gemm: g, gemv: v });
         }
         let reference = if slots.is_empty() { Some(w.to_owned_weights()?) } else { None };
         Ok(PackedWeights { n, k, kind: w.kind(), activation: act, slots, reference })
@@ -780,6 +790,95 @@ impl PackedWeights {
             .filter(|s| runs(&*s.gemm))
             .max_by_key(|s| u32::from(s.gemm.info().tile == TileKind::Gemm) * 1000 + s.gemm.info().rank)
             .map(|s| (s, &*s.gemm))
+    }
+
+    /// ggml's hybrid mode: the first slot's SME kernel on the first columns
+    /// and the second slot's non-SME kernel on the rest, both at once, with
+    /// `sme_threads` workers for SME and `threads - sme_threads` for the
+    /// other. The split is a multiple of both layouts' row blocks (so of both
+    /// kernels' column steps) and proportional to the workers: fixed by
+    /// `(n, threads, sme_threads)`, so runs repeat bit for bit. Ok(false)
+    /// when it does not apply (one slot, no SME slot, too few threads, f16
+    /// or bf16 activations, or a layout that cannot be cut).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn matmul_hybrid(
+        &self,
+        m: usize,
+        x: &[f32],
+        y: &mut [f32],
+        clamp: Clamp,
+        threads: usize,
+        sme_threads: usize,
+        scratch: &mut [Scratch; 2],
+    ) -> Result<bool> {
+        if self.activation != DType::F32 || self.slots.len() < 2 || threads <= sme_threads || sme_threads == 0 {
+            return Ok(false);
+        }
+        let f = Features::current();
+        fn kernel<'s>(s: &'s Slot, m: usize, f: &Features) -> Option<&'s dyn Backend> {
+            let k = if m == 1 { s.gemv.as_deref().unwrap_or(&*s.gemm) } else { &*s.gemm };
+            k.info().supported(f).is_ok().then_some(k)
+        }
+        let (s0, s1) = (&self.slots[0], &self.slots[1]);
+        let (Some(k0), Some(k1)) = (kernel(s0, m, &f), kernel(s1, m, &f)) else { return Ok(false) };
+        if !k0.info().is_sme() || k1.info().is_sme() {
+            return Ok(false);
+        }
+        let (n, k) = (self.n, self.k);
+        crate::error::at_least(x.len(), crate::error::mul(m, k, "x")?, "x")?;
+        crate::error::at_least(y.len(), crate::error::mul(m, n, "y")?, "y")?;
+        let (r0, r1) = (s0.rhs.layout().r.max(1), s1.rhs.layout().r.max(1));
+        let step = r0 / gcd(r0, r1) * r1;
+        let n_sme = (n * sme_threads / threads) / step * step;
+        if n_sme == 0 || n_sme >= n {
+            return Ok(false);
+        }
+        let (Some(v0), Some(v1)) = (s0.rhs.row_view(0..n_sme), s1.rhs.row_view(n_sme..n)) else { return Ok(false) };
+        let (mut y0, mut y1) = (vec![0f32; m * n_sme], vec![0f32; m * (n - n_sme)]);
+        let [sc0, sc1] = scratch;
+        let l0 = sc0.lhs.get_or_insert_with(PackedLhs::empty);
+        let l1 = sc1.lhs.get_or_insert_with(PackedLhs::empty);
+        let x = &x[..m * k];
+        let (a, b) = rayon::join(
+            || {
+                k0.run(
+                    m,
+                    Activation::F32(x),
+                    &v0,
+                    ActivationMut::F32(&mut y0),
+                    clamp,
+                    Parallelism::Rayon(sme_threads),
+                    l0,
+                )
+            },
+            || {
+                let p = Parallelism::Rayon(threads - sme_threads);
+                k1.run(m, Activation::F32(x), &v1, ActivationMut::F32(&mut y1), clamp, p, l1)
+            },
+        );
+        a?;
+        b?;
+        for i in 0..m {
+            y[i * n..i * n + n_sme].copy_from_slice(&y0[i * n_sme..(i + 1) * n_sme]);
+            y[i * n + n_sme..(i + 1) * n].copy_from_slice(&y1[i * (n - n_sme)..(i + 1) * (n - n_sme)]);
+        }
+        Ok(true)
+    }
+
+    /// `matmul` with the kernel of slot `slot` (for tests of the slots).
+    #[cfg(test)]
+    pub(crate) fn matmul_slot(
+        &self,
+        slot: usize,
+        m: usize,
+        x: &[f32],
+        y: &mut [f32],
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        let s = &self.slots[slot];
+        let k = if m == 1 { s.gemv.as_deref().unwrap_or(&*s.gemm) } else { &*s.gemm };
+        let lhs = scratch.lhs.get_or_insert_with(PackedLhs::empty);
+        k.run(m, Activation::F32(x), &s.rhs, ActivationMut::F32(y), Clamp::NONE, Parallelism::Sequential, lhs)
     }
 
     /// The kernel that would serve `m` rows now (None: the reference).
