@@ -133,6 +133,21 @@ pub struct GgmlWeights {
     hybrid: bool,
 }
 
+const CONTAINER_MAGIC: [u8; 8] = *b"KAIRSGGM";
+const CONTAINER_FIXED: usize = 64;
+
+/// A range of shared bytes, itself shareable (a batch inside a container).
+struct SubBytes {
+    parent: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
+    range: core::ops::Range<usize>,
+}
+
+impl AsRef<[u8]> for SubBytes {
+    fn as_ref(&self) -> &[u8] {
+        &(*self.parent).as_ref()[self.range.clone()]
+    }
+}
+
 /// Reused buffers of [`GgmlWeights::mul_mat`]: the packed LHS and dense
 /// copies of strided operands.
 #[derive(Debug, Default)]
@@ -208,6 +223,86 @@ impl GgmlWeights {
     /// the same for every thread count.
     pub fn set_hybrid(&mut self, on: bool) {
         self.hybrid = on;
+    }
+
+    /// Serialises the repacked weights (ggml keeps them in the tensor's own
+    /// memory): a small container header, then one packed-weight file
+    /// ([`crate::weights::file`]) per batch, each 64-byte aligned.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let files: Vec<Vec<u8>> = self.batches.iter().map(PackedWeights::to_bytes).collect::<Result<_>>()?;
+        let table = CONTAINER_FIXED + (files.len() * 16).div_ceil(64) * 64;
+        let mut out = vec![0u8; table];
+        out[0..8].copy_from_slice(&CONTAINER_MAGIC);
+        out[8..12].copy_from_slice(&1u32.to_le_bytes());
+        out[12..16].copy_from_slice(&(self.typ as u32).to_le_bytes());
+        out[16..24].copy_from_slice(&(self.k as u64).to_le_bytes());
+        out[24..32].copy_from_slice(&(self.n as u64).to_le_bytes());
+        out[32..36].copy_from_slice(&(files.len() as u32).to_le_bytes());
+        out[36..40].copy_from_slice(&u32::from(self.hybrid).to_le_bytes());
+        for (i, f) in files.iter().enumerate() {
+            out.resize(out.len().div_ceil(64) * 64, 0);
+            let at = CONTAINER_FIXED + 16 * i;
+            let off = out.len() as u64;
+            out[at..at + 8].copy_from_slice(&off.to_le_bytes());
+            out[at + 8..at + 16].copy_from_slice(&(f.len() as u64).to_le_bytes());
+            out.extend_from_slice(f);
+        }
+        let crc = crc32fast::hash(&out[..table]);
+        out[40..44].copy_from_slice(&crc.to_le_bytes());
+        Ok(out)
+    }
+
+    /// Views serialised weights in place (no copy of the packed data): the
+    /// container and every batch's header, layouts and bounds are checked,
+    /// and the payload checksums too when `verify` (skip them only for bytes
+    /// verified before). `bytes` must keep each payload 64-byte aligned
+    /// (the start of the buffer 64-byte aligned).
+    pub fn from_shared(bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>, verify: bool) -> Result<GgmlWeights> {
+        let data = (*bytes).as_ref();
+        let bad = |why: String| Error::InvalidArgument(format!("repacked ggml weights rejected: {why}"));
+        if data.len() < CONTAINER_FIXED || data[0..8] != CONTAINER_MAGIC {
+            return Err(bad("not a kleidiai-rs ggml container (wrong magic or too short)".into()));
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().expect("4 bytes"));
+        let u64_at = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes"));
+        if u32_at(8) != 1 {
+            return Err(bad(format!("container version {}", u32_at(8))));
+        }
+        let typ = GgmlType::from_id(u32_at(12))?;
+        let (k, n) = (usize::try_from(u64_at(16)), usize::try_from(u64_at(24)));
+        let (Ok(k), Ok(n)) = (k, n) else { return Err(Error::Overflow("container shape".into())) };
+        let count = u32_at(32) as usize;
+        if count == 0 || count > 1 << 16 {
+            return Err(bad(format!("{count} batches")));
+        }
+        let table = CONTAINER_FIXED + (count * 16).div_ceil(64) * 64;
+        if data.len() < table {
+            return Err(bad("truncated batch table".into()));
+        }
+        let mut head = data[..table].to_vec();
+        head[40..44].fill(0);
+        if crc32fast::hash(&head) != u32_at(40) {
+            return Err(bad("container header checksum mismatch (corrupted or tampered)".into()));
+        }
+        let mut batches = Vec::with_capacity(count);
+        for i in 0..count {
+            let at = CONTAINER_FIXED + 16 * i;
+            let (off, len) = (u64_at(at), u64_at(at + 8));
+            let end = off.checked_add(len).filter(|e| *e <= data.len() as u64);
+            let Some(end) = end else { return Err(bad(format!("batch {i} lies outside the {} bytes", data.len()))) };
+            if off < table as u64 || off % 64 != 0 {
+                return Err(bad(format!("batch {i} offset {off} is misaligned or overlaps the header")));
+            }
+            let view: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> =
+                std::sync::Arc::new(SubBytes { parent: bytes.clone(), range: off as usize..end as usize });
+            let w =
+                if verify { PackedWeights::from_shared(view)? } else { PackedWeights::from_shared_unverified(view)? };
+            if w.n() != n || w.k() != k {
+                return Err(bad(format!("batch {i} is {}x{}, the container says {n}x{k}", w.n(), w.k())));
+            }
+            batches.push(w);
+        }
+        Ok(GgmlWeights { typ, k, n, batches, hybrid: u32_at(36) & 1 == 1 })
     }
 
     #[cfg(test)]

@@ -336,3 +336,53 @@ fn hybrid_runs_sme_and_neon_on_disjoint_columns() {
         }
     }
 }
+
+#[test]
+fn serialised_weights_round_trip_in_place() {
+    let mut rng = Rng::new(26);
+    for typ in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
+        let (n, k, m) = (13, 64, 3);
+        let ne02 = if typ == GgmlType::F16 { 2 } else { 1 };
+        let bytes: Vec<u8> = (0..ne02).flat_map(|_| weights_bytes(typ, &rng.vec_f32(n * k), n, k)).collect();
+        let ne = [k as i64, n as i64, ne02 as i64, 1];
+        let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &bytes };
+        let packed = GgmlWeights::repack(&src0).unwrap();
+        let Ok(ser) = packed.to_bytes() else {
+            assert!(packed.layouts().is_empty(), "only weights without a packed layout cannot be saved");
+            continue;
+        };
+        let mut aligned = crate::AlignedBuf::zeroed(ser.len());
+        aligned.as_mut_slice().copy_from_slice(&ser);
+        let shared = std::sync::Arc::new(aligned);
+        let view = GgmlWeights::from_shared(shared.clone(), true).unwrap();
+        let fast = GgmlWeights::from_shared(shared, false).unwrap();
+        assert_eq!(view.layouts(), packed.layouts());
+        let x = bytes_f32(&rng.vec_f32(m * k * ne02));
+        let src1 = Tensor {
+            typ: GgmlType::F32,
+            ne: [k as i64, m as i64, ne02 as i64, 1],
+            nb: [4, 4 * k, 4 * k * m, 4 * k * m * ne02],
+            data: &x,
+        };
+        let nb_d = [4, 4 * n, 4 * n * m, 4 * n * m * ne02];
+        let ne_d = [n as i64, m as i64, ne02 as i64, 1];
+        let mut outs = Vec::new();
+        for w in [&packed, &view, &fast] {
+            let mut out = vec![0u8; 4 * n * m * ne02];
+            let mut dst = TensorMut { typ: GgmlType::F32, ne: ne_d, nb: nb_d, data: &mut out };
+            w.mul_mat(&src1, &mut dst, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap();
+            outs.push(out);
+        }
+        assert!(outs[0] == outs[1] && outs[1] == outs[2], "{typ:?}: in-place view computes the same bits");
+        // Tampering with the container or a payload is caught (payloads only when verifying).
+        for at in [0usize, 12, 20, 33, 70, ser.len() / 2, ser.len() - 1] {
+            let mut t = crate::AlignedBuf::zeroed(ser.len());
+            t.as_mut_slice().copy_from_slice(&ser);
+            t.as_mut_slice()[at] ^= 0x40;
+            assert!(GgmlWeights::from_shared(std::sync::Arc::new(t), true).is_err(), "{typ:?}: flip at {at} accepted");
+        }
+        let mut t = crate::AlignedBuf::zeroed(ser.len() - 1);
+        t.as_mut_slice().copy_from_slice(&ser[..ser.len() - 1]);
+        assert!(GgmlWeights::from_shared(std::sync::Arc::new(t), false).is_err(), "truncated");
+    }
+}

@@ -157,6 +157,18 @@ impl FileHeader {
     /// bounds and checksums). Returns the header; payload `i` is
     /// `file[slots[i].offset..][..slots[i].len]`.
     pub fn parse(file: &[u8]) -> Result<FileHeader> {
+        Self::parse_with(file, true)
+    }
+
+    /// [`parse`](Self::parse) without the payload checksums: every bound is
+    /// still checked (so nothing is read out of bounds), but corrupted
+    /// payload bytes go unnoticed. For packed weights already verified once
+    /// and reloaded on every call (ggml keeps them in tensor memory).
+    pub fn parse_unverified(file: &[u8]) -> Result<FileHeader> {
+        Self::parse_with(file, false)
+    }
+
+    fn parse_with(file: &[u8], verify_payloads: bool) -> Result<FileHeader> {
         if file.len() < HEADER_FIXED {
             return Err(bad(format!("{} bytes is shorter than the {HEADER_FIXED}-byte header", file.len())));
         }
@@ -223,7 +235,7 @@ impl FileHeader {
                 return Err(bad(format!("truncated: slot {i} ends at byte {end}, file has {}", file.len())));
             }
             let payload = &file[s.offset as usize..end as usize];
-            if crc32fast::hash(payload) != s.crc32 {
+            if verify_payloads && crc32fast::hash(payload) != s.crc32 {
                 return Err(bad(format!("slot {i} payload checksum mismatch (corrupted or tampered)")));
             }
             prev_end = end;

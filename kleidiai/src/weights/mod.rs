@@ -986,19 +986,26 @@ impl PackedWeights {
 
     /// Loads a packed-weight file, copying the payloads.
     pub fn from_bytes(bytes: &[u8]) -> Result<PackedWeights> {
-        Self::load(Arc::new(bytes.to_vec()), false)
+        Self::load(Arc::new(bytes.to_vec()), false, true)
     }
 
     /// Loads a packed-weight file without copying: the payloads stay in
     /// `bytes` (e.g. a memory-mapped file), which must keep the payloads
     /// 64-byte aligned (a mapping's start is page aligned).
     pub fn from_shared(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<PackedWeights> {
-        Self::load(bytes, true)
+        Self::load(bytes, true, true)
     }
 
-    fn load(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>, zero_copy: bool) -> Result<PackedWeights> {
+    /// [`from_shared`](Self::from_shared) without the payload checksums
+    /// (header, layouts and bounds are still checked): for weights verified
+    /// once and viewed again on every call.
+    pub fn from_shared_unverified(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<PackedWeights> {
+        Self::load(bytes, true, false)
+    }
+
+    fn load(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>, zero_copy: bool, verify: bool) -> Result<PackedWeights> {
         let data = (*bytes).as_ref();
-        let h = file::FileHeader::parse(data)?;
+        let h = if verify { file::FileHeader::parse(data)? } else { file::FileHeader::parse_unverified(data)? };
         if h.kleidiai_version != crate::sys::KLEIDIAI_VERSION {
             return Err(Error::InvalidArgument(format!(
                 "packed with KleidiAI {}, this build uses {}: layouts may differ, repack",
