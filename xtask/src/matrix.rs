@@ -174,8 +174,12 @@ fn run_model(
         cmd.current_dir(root()).env("KLEIDIAI_TEST_REPORT", &report).env("KLEIDIAI_TEST_CPU", cpu);
         let (out, secs) = timed_output(&mut cmd)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
-        let (counts, failed) = report::parse_libtest(&stdout);
-        let rec = report::read_report(&report)?;
+        let (counts, failed) =
+            if name == "capi_test(c)" { report::parse_c_test(&stdout) } else { report::parse_libtest(&stdout) };
+        let mut rec = report::read_report(&report)?;
+        if name == "capi_test(c)" {
+            rec.skips.extend(report::c_test_skips(&stdout));
+        }
         let ok = out.status.success() && counts.result_lines > 0;
         println!(
             "    {name:<34} {:>4} passed {:>3} failed {:>3} ignored  {secs:6.1}s{}",
@@ -355,6 +359,34 @@ fn conformance_coverage(results: &[ModelResult]) -> Coverage {
     }
 }
 
+/// Builds `kleidiai-capi`'s static library and links the C test program
+/// (`kleidiai-capi/tests/c/capi_test.c`) against it with the target's C
+/// compiler, warnings as errors.
+fn build_c_test(target: Option<&str>) -> Result<PathBuf, String> {
+    let mut c = cargo();
+    c.args(["build", "-q", "--release", "-p", "kleidiai-capi"]);
+    if let Some(t) = target {
+        c.args(["--target", t]);
+    }
+    run_status(&mut c)?;
+    let dir = match target {
+        Some(t) => root().join("target").join(t).join("release"),
+        None => root().join("target/release"),
+    };
+    let cc = if target.is_some() { "aarch64-linux-gnu-gcc" } else { "cc" };
+    let exe = dir.join("capi_test");
+    let mut g = Command::new(cc);
+    g.args(["-O1", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"])
+        .arg("-I")
+        .arg(root().join("kleidiai-capi/include"))
+        .arg(root().join("kleidiai-capi/tests/c/capi_test.c"))
+        .arg(dir.join("libkleidiai_capi.a"))
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&exe);
+    run_status(&mut g).map_err(|e| format!("compiling the C ABI test: {e}"))?;
+    Ok(exe)
+}
+
 fn compare_build() -> Result<Value, String> {
     let clang = ["clang-19", "clang"].into_iter().find(|c| util::which(c).is_some());
     let Some(clang) = clang else {
@@ -504,9 +536,10 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     let mut extra = serde_json::Map::new();
 
     phase(&format!("build: tests for {TARGET}"));
-    let (arm_exes, secs) = build_tests(Some(TARGET))?;
+    let (mut arm_exes, secs) = build_tests(Some(TARGET))?;
     phases.push((format!("build ({TARGET})"), secs));
-    println!("    {} test binaries", arm_exes.len());
+    arm_exes.push(("capi_test(c)".into(), build_c_test(Some(TARGET))?));
+    println!("    {} test binaries (incl. the C ABI test program)", arm_exes.len());
 
     {
         phase("benches: compile only (criterion, for real Arm hardware)");
@@ -518,7 +551,8 @@ pub fn run(args: &[String]) -> Result<bool, String> {
 
     if opts.host {
         phase("host (x86_64): build and run");
-        let (exes, build_secs) = build_tests(None)?;
+        let (mut exes, build_secs) = build_tests(None)?;
+        exes.push(("capi_test(c)".into(), build_c_test(None)?));
         let mut r = run_model("host", &exes, None, &root().join("target/test-reports/host"))?;
         r.seconds += build_secs;
         check_model(&mut r, None);

@@ -41,6 +41,37 @@ pub fn parse_libtest(stdout: &str) -> (Counts, Vec<String>) {
     (c, failed_names)
 }
 
+/// The C ABI test's summary line `capi_test: N checks, F failed`.
+pub fn parse_c_test(stdout: &str) -> (Counts, Vec<String>) {
+    let mut c = Counts::default();
+    let mut failed = Vec::new();
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix("capi_test: ") {
+            let nums: Vec<usize> = rest.split(|ch: char| !ch.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+            if let [checks, fails] = nums[..] {
+                c.passed = checks - fails.min(checks);
+                c.failed = fails;
+                c.result_lines = 1;
+            }
+        } else if line.starts_with("FAIL ") {
+            failed.push(line.to_string());
+        }
+    }
+    (c, failed)
+}
+
+/// `SKIP what: why` lines of the C ABI test.
+pub fn c_test_skips(stdout: &str) -> Vec<(String, String)> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("SKIP "))
+        .map(|l| match l.split_once(": ") {
+            Some((what, why)) => (format!("capi_test {what}"), why.to_string()),
+            None => ("capi_test".to_string(), l.to_string()),
+        })
+        .collect()
+}
+
 /// One conformance record (`{"kind":"kernel", ...}`).
 #[derive(Debug, Clone)]
 pub struct KernelRecord {

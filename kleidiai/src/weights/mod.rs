@@ -945,7 +945,10 @@ impl PackedWeights {
     /// Serialises the packed layouts as a packed-weight file ([`file`]).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         if self.slots.is_empty() {
-            return Err(Error::InvalidArgument("nothing packed to save (no kernel ran here)".into()));
+            return Err(Error::Unsupported {
+                kernel: "packed weights",
+                why: "nothing was packed (no kernel for these weights runs here), so there is nothing to save".into(),
+            });
         }
         let mut header = file::FileHeader {
             kleidiai_version: crate::sys::KLEIDIAI_VERSION.into(),
