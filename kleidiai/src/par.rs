@@ -50,12 +50,17 @@ static SME_CAP: AtomicUsize = AtomicUsize::new(0);
 /// The most workers an SME kernel gets: [`set_sme_thread_cap`], else
 /// `KLEIDIAI_SME_THREADS`, else 1 (the number of SME units is unknown).
 pub fn sme_thread_cap() -> usize {
+    // The environment is read once: this runs on every operation, and
+    // reading the environment allocates.
+    static FROM_ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     match SME_CAP.load(Ordering::Relaxed) {
-        0 => std::env::var(SME_THREADS_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|n| *n > 0)
-            .unwrap_or(1),
+        0 => *FROM_ENV.get_or_init(|| {
+            std::env::var(SME_THREADS_ENV)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(1)
+        }),
         n => n,
     }
 }
@@ -70,26 +75,44 @@ pub fn set_sme_thread_cap(n: usize) {
 /// the last one's. Covers `0..len` exactly, in order, without overlap.
 /// `align` 0 counts as 1; `len` 0 gives no ranges; `parts` 0 counts as 1.
 pub fn split_aligned(len: usize, align: usize, parts: usize) -> Vec<Range<usize>> {
-    let align = align.max(1);
-    if len == 0 {
-        return Vec::new();
+    let s = Split::new(len, align, parts);
+    (0..s.count()).map(|i| s.get(i)).collect()
+}
+
+/// [`split_aligned`] without the allocation: range `i` computed on demand
+/// (the hot path calls this on every operation).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Split {
+    len: usize,
+    align: usize,
+    blocks: usize,
+    parts: usize,
+    base: usize,
+    extra: usize,
+}
+
+impl Split {
+    pub(crate) fn new(len: usize, align: usize, parts: usize) -> Split {
+        let align = align.max(1);
+        let blocks = len.div_ceil(align);
+        let parts = if len == 0 { 0 } else { parts.clamp(1, blocks) };
+        let (base, extra) = if parts == 0 { (0, 0) } else { (blocks / parts, blocks % parts) };
+        Split { len, align, blocks, parts, base, extra }
     }
-    let blocks = len.div_ceil(align);
-    let parts = parts.clamp(1, blocks);
-    let base = blocks / parts;
-    let extra = blocks % parts;
-    let mut out = Vec::with_capacity(parts);
-    let mut start_block = 0usize;
-    for i in 0..parts {
-        let nb = base + usize::from(i < extra);
-        let end_block = start_block + nb;
+
+    pub(crate) fn count(&self) -> usize {
+        self.parts
+    }
+
+    /// Range `i` (`i < count()`): the first `extra` parts get one block more.
+    pub(crate) fn get(&self, i: usize) -> Range<usize> {
+        let start_block = i * self.base + i.min(self.extra);
+        let end_block = start_block + self.base + usize::from(i < self.extra);
         // start_block * align <= (blocks - 1) * align < len: no overflow.
-        let start = start_block * align;
-        let end = if end_block == blocks { len } else { end_block * align };
-        out.push(start..end);
-        start_block = end_block;
+        let start = start_block * self.align;
+        let end = if end_block == self.blocks { self.len } else { end_block * self.align };
+        start..end
     }
-    out
 }
 
 /// A 2-D cut of an `m x n` output into tiles for `threads` workers: rows in
@@ -102,26 +125,41 @@ pub fn plan_grid(
     n_step: usize,
     threads: usize,
 ) -> Vec<(Range<usize>, Range<usize>)> {
-    if m == 0 || n == 0 {
-        return Vec::new();
-    }
-    let threads = threads.max(1);
-    let tiles_m = m.div_ceil(m_step.max(1));
-    let tiles_n = n.div_ceil(n_step.max(1));
-    let want = if threads == 1 { 1 } else { threads.saturating_mul(4) };
-    // Prefer cutting N (the packed RHS streams once per chunk); cut M only
-    // when N alone cannot feed every worker.
-    let parts_n = want.min(tiles_n);
-    let parts_m = if parts_n >= want { 1 } else { want.div_ceil(parts_n).min(tiles_m) };
-    let rows = split_aligned(m, m_step, parts_m);
-    let cols = split_aligned(n, n_step, parts_n);
-    let mut out = Vec::with_capacity(rows.len() * cols.len());
-    for r in &rows {
-        for c in &cols {
-            out.push((r.clone(), c.clone()));
+    let g = Grid::new(m, n, m_step, n_step, threads);
+    (0..g.count()).map(|i| g.get(i)).collect()
+}
+
+/// [`plan_grid`] without the allocation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Grid {
+    rows: Split,
+    cols: Split,
+}
+
+impl Grid {
+    pub(crate) fn new(m: usize, n: usize, m_step: usize, n_step: usize, threads: usize) -> Grid {
+        if m == 0 || n == 0 {
+            return Grid { rows: Split::new(0, 1, 1), cols: Split::new(0, 1, 1) };
         }
+        let threads = threads.max(1);
+        let tiles_m = m.div_ceil(m_step.max(1));
+        let tiles_n = n.div_ceil(n_step.max(1));
+        let want = if threads == 1 { 1 } else { threads.saturating_mul(4) };
+        // Prefer cutting N (the packed RHS streams once per chunk); cut M only
+        // when N alone cannot feed every worker.
+        let parts_n = want.min(tiles_n);
+        let parts_m = if parts_n >= want { 1 } else { want.div_ceil(parts_n).min(tiles_m) };
+        Grid { rows: Split::new(m, m_step, parts_m), cols: Split::new(n, n_step, parts_n) }
     }
-    out
+
+    pub(crate) fn count(&self) -> usize {
+        self.rows.count() * self.cols.count()
+    }
+
+    pub(crate) fn get(&self, i: usize) -> (Range<usize>, Range<usize>) {
+        let c = self.cols.count();
+        (self.rows.get(i / c), self.cols.get(i % c))
+    }
 }
 
 /// Runs `f(i)` for every `i < count` on up to `threads` workers of the

@@ -48,9 +48,9 @@ where
 {
     let work = m.saturating_mul(n).saturating_mul(k);
     let workers = par::workers(par, work, info.is_sme());
-    let grid = par::plan_grid(m, n, t.m_step, t.n_step, workers);
-    par::for_each_index(workers, grid.len(), |i| {
-        let (r, c) = grid[i].clone();
+    let grid = par::Grid::new(m, n, t.m_step, t.n_step, workers);
+    par::for_each_index(workers, grid.count(), |i| {
+        let (r, c) = grid.get(i);
         tile(r, c)
     });
 }
@@ -62,6 +62,6 @@ where
 {
     let work = m.saturating_mul(k).saturating_mul(64);
     let workers = par::workers(par, work, info.is_sme());
-    let parts = par::split_aligned(m, mr, workers);
-    par::for_each_index(workers, parts.len(), |i| rows(parts[i].clone()));
+    let parts = par::Split::new(m, mr, workers);
+    par::for_each_index(workers, parts.count(), |i| rows(parts.get(i)));
 }

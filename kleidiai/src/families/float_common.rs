@@ -825,8 +825,9 @@ mod glue {
                 Imp::Direct { rhs_offset, run, .. } => {
                     engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
                         let (lp, rp, dp) = (lp, rp, dp);
-                        let calls = if one_row { rows.clone().map(|r| r..r + 1).collect() } else { vec![rows] };
-                        for r in calls {
+                        // GEMV kernels take one row per call; others the whole tile.
+                        let step = if one_row { 1 } else { rows.len().max(1) };
+                        for r in rows.clone().step_by(step).map(|r0| r0..(r0 + step).min(rows.end)) {
                             // SAFETY: the packed RHS has exactly this kernel's
                             // layout for (n, k) (checked above), so the offset
                             // of a column start that is a multiple of n_step
@@ -863,8 +864,9 @@ mod glue {
                     };
                     engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
                         let (lp, rp, dp) = (lp, rp, dp);
-                        let calls = if one_row { rows.clone().map(|r| r..r + 1).collect() } else { vec![rows] };
-                        for r in calls {
+                        // GEMV kernels take one row per call; others the whole tile.
+                        let step = if one_row { 1 } else { rows.len().max(1) };
+                        for r in rows.clone().step_by(step).map(|r0| r0..(r0 + step).min(rows.end)) {
                             let mut args = sys::kai_matmul_uker_args {
                                 flags: sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64,
                                 shape: sys::kai_matmul_uker_dim_args { m: r.len(), n: cols.len(), k },

@@ -613,9 +613,8 @@ mod imp {
             engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
                 let (lp, rp, dp) = (lp, rp, dp);
                 // A plain LHS goes one row per call (the GEMV kernels take m = 1).
-                let calls: Vec<(usize, usize)> =
-                    if plain { rows.clone().map(|r| (r, 1)).collect() } else { vec![(rows.start, rows.len())] };
-                for (row, len) in calls {
+                let step = if plain { 1 } else { rows.len().max(1) };
+                for (row, len) in rows.clone().step_by(step).map(|r| (r, step.min(rows.end - r))) {
                     // SAFETY: both operands have exactly the layouts this
                     // kernel computes for (m, n, k) (checked above), or the
                     // plain rows lie inside the LHS slice (check_lhs), so

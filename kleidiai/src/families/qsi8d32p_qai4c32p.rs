@@ -554,9 +554,8 @@ mod imp {
             engine::run_grid(par, &self.0.info, m, n, k, &t, |rows, cols| {
                 let (lp, rp, dp) = (lp, rp, dp);
                 // GEMV kernels (m_step 1) take one row per call.
-                let calls: Vec<(usize, usize)> =
-                    if t.m_step == 1 { rows.clone().map(|r| (r, 1)).collect() } else { vec![(rows.start, rows.len())] };
-                for (row, len) in calls {
+                let step = if t.m_step == 1 { 1 } else { rows.len().max(1) };
+                for (row, len) in rows.clone().step_by(step).map(|r| (r, step.min(rows.end - r))) {
                     // SAFETY: both packed buffers have exactly the layouts this
                     // kernel computes for (m, n, k, bl) (checked above), so the
                     // offsets for a row start that is a multiple of m_step
