@@ -96,7 +96,8 @@ impl Split {
         let align = align.max(1);
         let blocks = len.div_ceil(align);
         let parts = if len == 0 { 0 } else { parts.clamp(1, blocks) };
-        let (base, extra) = if parts == 0 { (0, 0) } else { (blocks / parts, blocks % parts) };
+        let base = blocks.checked_div(parts).unwrap_or(0);
+        let extra = blocks.checked_rem(parts).unwrap_or(0);
         Split { len, align, blocks, parts, base, extra }
     }
 
