@@ -305,3 +305,25 @@ fn restricted_features_fall_back() {
     assert!(bit_identical(&y_ref, &want));
     assert!(none.to_bytes().is_err(), "nothing packed, nothing to save");
 }
+
+#[test]
+fn load_from_a_memory_mapped_file_without_copying() {
+    let mut rng = Rng::new(14);
+    let (n, k) = (21, 64);
+    let data = rng.vec_f32(n * k);
+    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
+    let packed = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
+    let Ok(bytes) = packed.to_bytes() else { return }; // no kernel here: nothing to save
+    let path = std::env::temp_dir().join(format!("kleidiai-mmap-test-{}.kaiw", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    // SAFETY: the file is private to this test and not modified while mapped.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    let loaded = PackedWeights::from_shared(Arc::new(map)).unwrap();
+    std::fs::remove_file(&path).ok();
+    assert!(loaded.slots.iter().all(|s| s.rhs.is_shared()), "payloads stay in the mapping");
+    let x = rng.vec_f32(4 * k);
+    let a = run(&packed, DType::F32, 4, &x, Parallelism::Sequential).unwrap();
+    let b = run(&loaded, DType::F32, 4, &x, Parallelism::Sequential).unwrap();
+    assert!(bit_identical(&a, &b));
+}
