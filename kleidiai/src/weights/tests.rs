@@ -327,3 +327,40 @@ fn load_from_a_memory_mapped_file_without_copying() {
     let b = run(&loaded, DType::F32, 4, &x, Parallelism::Sequential).unwrap();
     assert!(bit_identical(&a, &b));
 }
+
+#[test]
+fn a_file_packed_for_another_vector_length_is_rejected_with_the_reason() {
+    let mut rng = Rng::new(15);
+    let (n, k) = (33, 64);
+    let data = rng.vec_f32(n * k);
+    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
+    let packed = PackedWeights::pack(&w, &PackOptions { non_sme_layout: false, ..Default::default() }).unwrap();
+    let bytes = match packed.to_bytes() {
+        Ok(b) => b,
+        Err(e) => {
+            // Only a CPU without any kernel (reference fallback) has no layout to save.
+            assert!(packed.kernel_for(1).is_none() && e.to_string().contains("nothing was packed"), "{e}");
+            eprintln!("note: no packed layout on this CPU; only the refusal to save was checked");
+            return;
+        }
+    };
+    // Rewrite every slot (GEMM and GEMV layouts may be separate slots) as if
+    // packed on a CPU with twice the vector length (or, for fixed-width
+    // layouts, with one), header checksum made valid again.
+    let mut h = file::FileHeader::parse(&bytes).unwrap();
+    for s in &mut h.slots {
+        s.vector_bytes = if s.vector_bytes == 0 { 32 } else { s.vector_bytes * 2 };
+        s.r *= 2;
+    }
+    let mut forged = h.to_bytes().unwrap();
+    forged.extend_from_slice(&bytes[forged.len()..]);
+    let err = PackedWeights::from_bytes(&forged).unwrap_err().to_string();
+    assert!(err.contains("vl=") && err.contains("needs"), "{err}");
+    // Another KleidiAI version is rejected too.
+    let mut h = file::FileHeader::parse(&bytes).unwrap();
+    h.kleidiai_version = "1.29.0".into();
+    let mut other = h.to_bytes().unwrap();
+    other.extend_from_slice(&bytes[other.len()..]);
+    let err = PackedWeights::from_bytes(&other).unwrap_err().to_string();
+    assert!(err.contains("1.29.0") && err.contains("repack"), "{err}");
+}
