@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs what building and testing kleidiai-rs for aarch64 needs, on a
-# Debian or Ubuntu machine, and only what is missing:
+# The set-up the demo and test commands share (scripts/demo.sh and
+# scripts/test.sh run it first). In a git checkout it fetches the KleidiAI
+# sources (the vendor/kleidiai submodule); then it installs what building and
+# testing kleidiai-rs for aarch64 needs, on a Debian or Ubuntu machine, and
+# only what is missing:
 #   - the aarch64 cross C toolchain and C library (gcc-aarch64-linux-gnu,
 #     g++-aarch64-linux-gnu, libc6-dev-arm64-cross): compiles KleidiAI, links tests;
 #   - libclang (libclang-dev): bindgen reads the KleidiAI headers with it;
@@ -28,6 +31,11 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then
   command -v sudo >/dev/null || die "not root and no sudo: install the packages listed in scripts/setup.sh by hand"
   SUDO="sudo"
+fi
+
+# --- KleidiAI sources (a git submodule; see README.md) -----------------------
+if [ -d "$root/.git" ] || [ -f "$root/.git" ]; then
+  git -C "$root" submodule update --init vendor/kleidiai
 fi
 
 command -v cargo >/dev/null || die "cargo not found: install Rust with rustup (https://rustup.rs) first"

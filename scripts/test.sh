@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# The test command: set-up (scripts/setup.sh), then the whole suite: host
-# tests, every qemu CPU model of the matrix, the MSRV check and the cold-build
-# comparison against upstream's CMake. Prints one table; writes
+# The test command: set-up (scripts/setup.sh: submodule, packages, qemu),
+# then the whole suite: host tests, every qemu CPU model of the matrix, the
+# packaged crates built by a downstream crate, the MSRV check and the
+# cold-build comparison against upstream's CMake. Prints one table; writes
 # target/test-matrix.json (and target/conformance.json). Non-zero exit status
 # when anything failed. Extra arguments go to `xtask test` (see --help).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-if [ -d .git ] || [ -f .git ]; then
-  git submodule update --init vendor/kleidiai
-fi
 scripts/setup.sh
 export KLEIDIAI_SETUP_SECONDS=$SECONDS
 # shellcheck disable=SC1091

@@ -4,6 +4,7 @@
 //! the build-time comparison against upstream's CMake, with one summary table
 //! and `target/test-matrix.json`.
 
+mod downstream;
 mod matrix;
 mod report;
 mod util;
@@ -14,6 +15,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => matrix::run(&args[1..]),
+        Some("downstream") => util::load_env().and_then(|env| downstream::run(&env)).map(|lines| {
+            for l in lines {
+                println!("{l}");
+            }
+            true
+        }),
         Some("help") | Some("--help") | None => {
             eprintln!("{}", matrix::USAGE);
             Ok(true)

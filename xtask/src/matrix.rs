@@ -2,7 +2,7 @@
 //! comparison and the MSRV check.
 
 use crate::report::{self, ModelResult};
-use crate::util::{self, cargo, phase, root, run_status, timed_output};
+use crate::util::{self, Env, cargo, load_env, phase, root, run_status, timed_output};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -13,6 +13,7 @@ pub const USAGE: &str = "usage: cargo run -p xtask --release -- test [options]
   --models a,b,...   only these qemu CPU models (default: the whole matrix)
   --no-compare       skip the cold-build comparison against upstream's CMake
   --no-msrv          skip the MSRV check
+  --no-downstream    skip cargo package and the downstream crate built from the .crate files
   --no-host          skip the host (x86) run
 Needs scripts/setup.sh to have run (it writes .tools/env); scripts/test.sh does both.";
 
@@ -68,10 +69,11 @@ struct Options {
     compare: bool,
     msrv: bool,
     host: bool,
+    downstream: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options { models: MODELS.iter().collect(), compare: true, msrv: true, host: true };
+    let mut o = Options { models: MODELS.iter().collect(), compare: true, msrv: true, host: true, downstream: true };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -91,32 +93,19 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--no-compare" => o.compare = false,
             "--no-msrv" => o.msrv = false,
             "--no-host" => o.host = false,
+            "--no-downstream" => o.downstream = false,
             other => return Err(format!("unknown option `{other}`\n{USAGE}")),
         }
     }
     Ok(o)
 }
 
-/// What `scripts/setup.sh` found: qemu and the sysroot.
-struct Env {
-    qemu: PathBuf,
-    sysroot: PathBuf,
-}
+/// Examples run on every model as well (`cargo test` only compiles
+/// examples): each must exit successfully. Quick ones only.
+const RUN_EXAMPLES: [&str; 2] = ["quickstart", "kleidiai-info"];
 
-fn load_env() -> Result<Env, String> {
-    let path = root().join(".tools/env");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|_| format!("{} is missing: run scripts/setup.sh first (scripts/test.sh does)", path.display()))?;
-    let get = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("export {key}=")))
-            .map(|v| PathBuf::from(v.trim_matches('"')))
-            .ok_or_else(|| format!("{key} not set in {}", path.display()))
-    };
-    Ok(Env { qemu: get("KLEIDIAI_QEMU")?, sysroot: get("KLEIDIAI_SYSROOT")? })
-}
-
-/// Test executables cargo built for `target` (None: host), via --message-format=json.
+/// Test executables cargo built for `target` (None: host), via
+/// --message-format=json, and the [`RUN_EXAMPLES`] it built on the way.
 fn build_tests(target: Option<&str>) -> Result<(Vec<(String, PathBuf)>, f64), String> {
     let mut cmd = cargo();
     cmd.args(["test", "--release", "--no-run", "--message-format=json-render-diagnostics"]);
@@ -140,9 +129,9 @@ fn build_tests(target: Option<&str>) -> Result<(Vec<(String, PathBuf)>, f64), St
         let Some(exe) = v.get("executable").and_then(Value::as_str) else {
             continue;
         };
-        if is_test {
-            let kind = v.pointer("/target/kind/0").and_then(Value::as_str).unwrap_or("?");
-            let name = v.pointer("/target/name").and_then(Value::as_str).unwrap_or("?");
+        let kind = v.pointer("/target/kind/0").and_then(Value::as_str).unwrap_or("?");
+        let name = v.pointer("/target/name").and_then(Value::as_str).unwrap_or("?");
+        if is_test || (kind == "example" && RUN_EXAMPLES.contains(&name)) {
             exes.push((format!("{name}({kind})"), PathBuf::from(exe)));
         }
     }
@@ -164,18 +153,22 @@ fn run_model(
     for (name, exe) in exes {
         let report = report_dir.join(format!("{}.jsonl", name.replace(['(', ')', '/'], "_")));
         let mut cmd = match runner {
-            Some(env) => {
-                let mut c = Command::new(&env.qemu);
-                c.arg("-L").arg(&env.sysroot).arg("-cpu").arg(cpu).arg(exe);
-                c
-            }
+            Some(env) => env.qemu(cpu, exe),
             None => Command::new(exe),
         };
         cmd.current_dir(root()).env("KLEIDIAI_TEST_REPORT", &report).env("KLEIDIAI_TEST_CPU", cpu);
         let (out, secs) = timed_output(&mut cmd)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
-        let (counts, failed) =
+        let (mut counts, mut failed) =
             if name == "capi_test(c)" { report::parse_c_test(&stdout) } else { report::parse_libtest(&stdout) };
+        if name.ends_with("(example)") {
+            // A program, not a test harness: its exit status is its one result.
+            let ok = out.status.success();
+            counts = report::Counts { passed: ok as usize, failed: !ok as usize, ignored: 0, result_lines: 1 };
+            if !ok {
+                failed.push(format!("exited with {}", out.status));
+            }
+        }
         let mut rec = report::read_report(&report)?;
         if name == "capi_test(c)" {
             rec.skips.extend(report::c_test_skips(&stdout));
@@ -580,6 +573,25 @@ pub fn run(args: &[String]) -> Result<bool, String> {
             }
         }
         phases.push(("feature subset".into(), t.elapsed().as_secs_f64()));
+    }
+
+    if opts.downstream {
+        phase("packaging: cargo package, then a downstream crate built from the .crate files (aarch64, qemu)");
+        let t = Instant::now();
+        match crate::downstream::run(&env) {
+            Ok(lines) => {
+                for l in &lines {
+                    println!("    {l}");
+                }
+                extra.insert("downstream".into(), lines.into());
+            }
+            Err(e) => {
+                println!("    FAILED: {e}");
+                extra.insert("downstream".into(), Value::String(format!("failed: {e}")));
+                ok = false;
+            }
+        }
+        phases.push(("packaging + downstream".into(), t.elapsed().as_secs_f64()));
     }
 
     if opts.msrv {

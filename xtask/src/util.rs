@@ -40,3 +40,47 @@ pub fn which(name: &str) -> Option<PathBuf> {
 pub fn phase(name: &str) {
     println!("\n==> {name}");
 }
+
+/// What `scripts/setup.sh` found (`.tools/env`): qemu, the sysroot, and
+/// every variable it exports (the aarch64 linker and runner).
+pub struct Env {
+    pub qemu: PathBuf,
+    pub sysroot: PathBuf,
+    pub vars: Vec<(String, String)>,
+}
+
+impl Env {
+    /// `cmd` with every variable of `.tools/env` set (so the commands work
+    /// whether or not the caller sourced it).
+    pub fn apply<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
+        for (k, v) in &self.vars {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// A qemu command running `exe` on CPU model `cpu`.
+    pub fn qemu(&self, cpu: &str, exe: &Path) -> Command {
+        let mut c = Command::new(&self.qemu);
+        c.arg("-L").arg(&self.sysroot).arg("-cpu").arg(cpu).arg(exe);
+        c
+    }
+}
+
+pub fn load_env() -> Result<Env, String> {
+    let path = root().join(".tools/env");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|_| format!("{} is missing: run scripts/setup.sh first (scripts/test.sh does)", path.display()))?;
+    let vars: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
+        .collect();
+    let get = |key: &str| {
+        vars.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| PathBuf::from(v))
+            .ok_or_else(|| format!("{key} not set in {}", path.display()))
+    };
+    Ok(Env { qemu: get("KLEIDIAI_QEMU")?, sysroot: get("KLEIDIAI_SYSROOT")?, vars })
+}
