@@ -5,6 +5,8 @@
 //! Every entry point checks its pointers and sizes, turns every error into a
 //! status code with a message ([`kairs_last_error`]), and catches panics.
 
+#![deny(missing_docs)]
+
 use kleidiai::cpu::Features;
 use kleidiai::ggml::{GgmlType, GgmlWeights, MulMatScratch, Tensor, TensorMut};
 use kleidiai::{Error, Parallelism};

@@ -65,7 +65,8 @@ impl Features {
     /// What the crate may use now: [`Features::detected`] (already minus
     /// `KLEIDIAI_DISABLE`) minus everything [`disable`] switched off.
     pub fn current() -> Features {
-        Features::detected().without_mask(DISABLED.load(Ordering::Relaxed))
+        // DISABLED is stored closed under dependents (see `disable`).
+        Features::detected().without_closed_mask(DISABLED.load(Ordering::Relaxed))
     }
 
     /// Whether `f` is present.
@@ -86,7 +87,11 @@ impl Features {
     }
 
     fn without_mask(&self, mask: u32) -> Features {
-        let mask = close_under_dependents(mask);
+        self.without_closed_mask(close_under_dependents(mask))
+    }
+
+    /// `without_mask` for a mask already closed under dependents.
+    fn without_closed_mask(&self, mask: u32) -> Features {
         let bits = self.bits & !mask;
         Features {
             bits,

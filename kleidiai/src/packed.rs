@@ -4,7 +4,7 @@
 //! format, the shape, the kernel parameters it was packed for and the vector
 //! length in effect. A kernel computes the layout it needs and refuses any
 //! other, so a buffer packed for another kernel, shape or SME vector length is
-//! an [`Error::LayoutMismatch`](crate::Error::LayoutMismatch), never garbage.
+//! an [`Error::LayoutMismatch`](crate::Error), never garbage.
 
 use crate::buffer::AlignedBuf;
 use crate::error::{Error, Result};

@@ -67,8 +67,8 @@ impl KernelInfo {
     /// `Ok` when it can run with `f`, else why not (missing features or
     /// another vector length).
     pub fn supported(&self, f: &Features) -> Result<(), String> {
-        let missing: Vec<&str> = self.features.iter().filter(|x| !f.has(**x)).map(|x| x.name()).collect();
-        if !missing.is_empty() {
+        if !f.has_all(self.features) {
+            let missing: Vec<&str> = self.features.iter().filter(|x| !f.has(**x)).map(|x| x.name()).collect();
             return Err(format!("needs {}", missing.join("+")));
         }
         if let VectorLength::SveBytes(want) = self.vector_length {

@@ -6,6 +6,7 @@
 
 mod downstream;
 mod matrix;
+mod measure;
 mod report;
 mod util;
 
@@ -15,6 +16,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => matrix::run(&args[1..]),
+        Some("measure") => measure::run(&args[1..]),
         Some("downstream") => util::load_env().and_then(|env| downstream::run(&env)).map(|lines| {
             for l in lines {
                 println!("{l}");
@@ -22,7 +24,7 @@ fn main() -> ExitCode {
             true
         }),
         Some("help") | Some("--help") | None => {
-            eprintln!("{}", matrix::USAGE);
+            eprintln!("{}\n\n{}", matrix::USAGE, measure::USAGE);
             Ok(true)
         }
         Some(other) => Err(format!("unknown command `{other}`\n{}", matrix::USAGE)),

@@ -199,7 +199,7 @@ fn run_model(
     // same runner (qemu with this CPU model).
     let report = report_dir.join("doctests.jsonl");
     let mut cmd = cargo();
-    cmd.args(["test", "--release", "--doc", "-p", "kleidiai", "-p", "kleidiai-sys"])
+    cmd.args(["test", "--release", "--doc", "-p", "kleidiai", "-p", "kleidiai-sys", "-p", "kleidiai-suite"])
         .env("KLEIDIAI_TEST_REPORT", &report)
         .env("KLEIDIAI_TEST_CPU", cpu);
     if let Some(env) = runner {
@@ -380,7 +380,7 @@ fn build_c_test(target: Option<&str>) -> Result<PathBuf, String> {
     Ok(exe)
 }
 
-fn compare_build() -> Result<Value, String> {
+pub(crate) fn compare_build() -> Result<Value, String> {
     let clang = ["clang-19", "clang"].into_iter().find(|c| util::which(c).is_some());
     let Some(clang) = clang else {
         return Ok(
@@ -609,6 +609,35 @@ pub fn run(args: &[String]) -> Result<bool, String> {
             }
         }
         phases.push(("msrv".into(), t.elapsed().as_secs_f64()));
+    }
+
+    {
+        phase("docs: cargo doc (aarch64, as docs.rs builds it), every warning an error");
+        let t = Instant::now();
+        let mut d = cargo();
+        env.apply(&mut d).env("RUSTDOCFLAGS", "-D warnings").args([
+            "doc",
+            "--no-deps",
+            "-q",
+            "-p",
+            "kleidiai",
+            "-p",
+            "kleidiai-sys",
+            "-p",
+            "kleidiai-capi",
+            "--target",
+            TARGET,
+        ]);
+        let (out, _) = timed_output(&mut d)?;
+        if out.status.success() {
+            println!("    no warnings (missing docs, broken links)");
+            extra.insert("docs".into(), Value::String("no warnings".into()));
+        } else {
+            println!("    FAILED:\n{}", String::from_utf8_lossy(&out.stderr));
+            extra.insert("docs".into(), Value::String("warnings".into()));
+            ok = false;
+        }
+        phases.push(("docs".into(), t.elapsed().as_secs_f64()));
     }
 
     if opts.compare {

@@ -12,7 +12,7 @@
 //! | `f16p16vsx2bf16_6x16vs_sve2p1_dot` (`kai_matmul_uker_api`) | SVE2.1, any VL | 6 x 16 vscale | f32 (`fdot z.s`) | `x16p16vsx2bx16` (`rhs_pack_kxn_x16p16vsx2bx16_x16_x16_sve`) |
 //!
 //! The GEMV kernels take one LHS row per call (upstream asserts `m == 1`);
-//! [`Kernel::run`] calls them once per row. Weights in an order upstream
+//! `Kernel::run` calls them once per row. Weights in an order upstream
 //! has no packer for are transposed into a temporary first; a missing bias
 //! packs as zeros. `x16p2vlx2b` is also the RHS format of the
 //! `matmul_clamp_f16_f16p_f16p` MOPA kernels: one packed RHS serves both.

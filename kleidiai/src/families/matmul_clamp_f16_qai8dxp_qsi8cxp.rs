@@ -89,7 +89,7 @@ mod imp {
 
     impl Kernel {
         /// The block length the f16 LHS packer rounds by for this kernel:
-        /// pass it to [`reference`] to reproduce this kernel exactly.
+        /// pass it to [`reference()`] to reproduce this kernel exactly.
         pub fn lhs_block(&self) -> Result<Qai8dxF16Block> {
             self.0.f16_block()
         }

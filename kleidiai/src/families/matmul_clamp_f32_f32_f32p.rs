@@ -16,7 +16,7 @@
 //! | `f32p4vsx1bf32_1x32vs_sme2_mla` (`kai_matmul_uker_api`) | SME2 | GEMV, 1 SVL | `x32p4vsx1bx32` (`matmul_pack_rhs_{nxk,kxn}_x32p4vsx1bx32_x32_x32_sme`) |
 //!
 //! The GEMV kernels take one LHS row per call (upstream asserts `m == 1`);
-//! [`Kernel::run`] calls them once per row, so every kernel accepts any `m`.
+//! `Kernel::run` calls them once per row, so every kernel accepts any `m`.
 //! Where upstream has a packer for one weight order only, weights in the
 //! other order are transposed into a temporary first. A missing bias packs
 //! as zeros (upstream's packers require one). The `f32p2vlx1biasf32` and

@@ -20,7 +20,7 @@
 //! `kai_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon` or (K x N input, on
 //! CPUs with FP16 and BF16) `kai_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon`.
 //! Every packer stores bf16 scales: f16 scales (ggml `Q4_0` input) are
-//! rounded to bf16 first, and [`reference`] does the same.
+//! rounded to bf16 first, and [`reference()`] does the same.
 //!
 //! Tolerance of the conformance test: the reference quantises the LHS with
 //! the packer's exact arithmetic, so every int32 block dot product is the

@@ -28,7 +28,7 @@
 //! each block an f16 scale then `bl / 2` bytes pairing values `j` and
 //! `j + bl / 2`): [`Q4_0`](crate::formats::Q4_0) input is passed through
 //! untouched, other input is converted (bf16 scales rounded to f16, which
-//! [`reference`] does too).
+//! [`reference()`] does too).
 //!
 //! Tolerance of the conformance test: the reference quantises the LHS with
 //! the packer's exact arithmetic (and rounding mode), so every int32 block
@@ -62,7 +62,7 @@ pub(crate) fn check_weights_no_bias(w: &BlockInt4<'_>, family: &str) -> Result<(
 
 /// The portable reference (test oracle and fallback), quantising the LHS as
 /// `kai_lhs_quant_pack_qsi8d32p_f32` and `_neon` do (halves away from zero).
-/// Use [`reference_with`] and [`Kernel::lhs_rounding`] to match the kernel
+/// Use [`reference_with`] and `Kernel::lhs_rounding` to match the kernel
 /// whose packer rounds halves to even.
 ///
 /// ```
@@ -79,7 +79,7 @@ pub fn reference<'a>(m: usize, lhs: &[f32], w: impl Into<BlockInt4<'a>>, clamp: 
     reference_with(m, lhs, w, clamp, Rounding::HalfAwayFromZero, dst)
 }
 
-/// [`reference`] with the LHS quantiser's `rounding` of halves.
+/// [`reference()`] with the LHS quantiser's `rounding` of halves.
 pub fn reference_with<'a>(
     m: usize,
     lhs: &[f32],

@@ -1382,7 +1382,7 @@ pub(crate) mod tests {
         entries.iter().find(|e| e.info.name == name).expect("registered kernel")
     }
 
-    /// Every supported kernel of `family` against [`reference`]: tail
+    /// Every supported kernel of `family` against [`reference()`]: tail
     /// shapes for each `k` of `ks`, every thread count bit-identical, the
     /// packed LHS equal to the reference quantisation, packed rows unpacking
     /// to the weights. Tolerance: see the family docs.

@@ -942,7 +942,7 @@ impl PackedWeights {
         }
     }
 
-    /// Serialises the packed layouts as a packed-weight file ([`file`]).
+    /// Serialises the packed layouts as a packed-weight file ([`file`](mod@file)).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         if self.slots.is_empty() {
             return Err(Error::Unsupported {

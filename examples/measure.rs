@@ -1,0 +1,423 @@
+//! The aarch64 side of `cargo run -p xtask --release -- measure` (which
+//! builds it and runs it under qemu); not meant to be run by hand, though it
+//! can be.
+//!
+//! - `overhead [--time ROUNDS] [--count CASE ITERS]`: the safe path
+//!   (`PackedWeights::matmul`, one thread) against the same kernel sequence
+//!   called through the raw bindings (`kleidiai_sys`: the LHS packer, then
+//!   the kernel, with the kernel names `PackedWeights::kernel_for` reports
+//!   and the very bytes it packed). Every case first checks that both give
+//!   bit-identical outputs. `--time` measures wall time in this process
+//!   (batches alternating between the two paths, best batch of each);
+//!   `--count q4_0:1 3` runs one case `3` times per path between marker
+//!   system calls (`stat("/kleidiai-mark/...")`), for xtask to count the
+//!   guest instructions in between from qemu's execution log.
+//! - `scaling KIND M SIZE REPS`: 1 thread against 2 (best of REPS each),
+//!   results compared bit for bit.
+
+use kleidiai::formats::{BlockInt4, FloatWeights, Order, Q4_0};
+use kleidiai::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
+use kleidiai::{Clamp, Parallelism};
+use std::time::{Duration, Instant};
+
+const SIZE: usize = 1024;
+
+/// Deterministic data (xorshift), uniform in [-1, 1).
+fn data(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// ggml Q4_0 bytes made directly (random nibbles, small f16 scales): cheap
+/// under an instruction-logging qemu, and any byte pattern is valid.
+fn q4_0_bytes(n: usize, k: usize) -> Vec<u8> {
+    let raw = data(n * k / 32 * 18, 5);
+    let mut out = Vec::with_capacity(raw.len());
+    for (b, chunk) in raw.chunks(18).enumerate() {
+        let d = half::f16::from_f32(0.002 + 0.001 * (b % 7) as f32).to_le_bytes();
+        out.extend_from_slice(&d);
+        out.extend(chunk[2..].iter().map(|v| (v.to_bits() >> 7) as u8));
+    }
+    out
+}
+
+struct Weights {
+    kind: &'static str,
+    f32: Vec<f32>,
+    q4: Vec<u8>,
+}
+
+impl Weights {
+    fn new(kind: &'static str, n: usize, k: usize) -> Weights {
+        match kind {
+            "q4_0" => Weights { kind, f32: vec![], q4: q4_0_bytes(n, k) },
+            "f32" => Weights { kind, f32: data(n * k, 3).iter().map(|v| v * 0.05).collect(), q4: vec![] },
+            other => panic!("unknown kind {other} (q4_0, f32)"),
+        }
+    }
+    fn view(&self, n: usize, k: usize) -> WeightsRef<'_> {
+        match self.kind {
+            "q4_0" => WeightsRef::Int4Block(BlockInt4::Q4_0(Q4_0 { n, k, data: &self.q4, bias: None })),
+            _ => WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &self.f32, bias: None }),
+        }
+    }
+}
+
+/// The same kernel sequence through the raw bindings.
+#[cfg(target_arch = "aarch64")]
+mod raw {
+    use kleidiai::AlignedBuf;
+    use kleidiai::weights::PackedWeights;
+    use kleidiai::weights::file::FileHeader;
+    use kleidiai_sys as sys;
+    use kleidiai_sys::interfaces as ifc;
+
+    type Q4Run = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        *const core::ffi::c_void,
+        *const core::ffi::c_void,
+        *mut f32,
+        usize,
+        usize,
+        f32,
+        f32,
+    );
+    type F32pRun = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        *const core::ffi::c_void,
+        *const core::ffi::c_void,
+        *mut core::ffi::c_void,
+        usize,
+        usize,
+        f32,
+        f32,
+    );
+    type F32Run = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        *const core::ffi::c_void,
+        usize,
+        *const core::ffi::c_void,
+        *mut core::ffi::c_void,
+        usize,
+        usize,
+        f32,
+        f32,
+    );
+
+    /// The kernel call and the LHS packer it pairs with.
+    enum Call {
+        /// `lhs_quant_pack_qai8dxp_f32` + a `qai8dxp_qsi4c32p` kernel.
+        Qai8dxp(Q4Run),
+        /// `lhs_pack_f16pmrx2_f32_neon` + an `f16p_qsi4c32p` kernel.
+        F16p(Q4Run),
+        /// `lhs_pack_f32p2vlx1_f32_sme` + an `f32p_f32p` kernel.
+        F32p(F32pRun),
+        /// No LHS packing: an `f32_f32_f32p` kernel.
+        F32(F32Run),
+    }
+
+    pub struct Raw {
+        call: Call,
+        pub kernel: &'static str,
+        pub lhs_packer: &'static str,
+        mr: usize,
+        kr: usize,
+        sr: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        rhs: AlignedBuf,
+        lhs: AlignedBuf,
+    }
+
+    macro_rules! find {
+        ($family:ident, $name:expr) => {
+            ifc::$family::KERNELS.iter().find(|(u, _)| u.name == $name).map(|(_, i)| i)
+        };
+    }
+
+    impl Raw {
+        /// The raw sequence for the kernel `w` uses for `m` rows, reading
+        /// the packed weights `w` holds (from its serialised form).
+        pub fn new(w: &PackedWeights, m: usize) -> Result<Raw, String> {
+            let kernel = w.kernel_for(m).ok_or("no kernel runs here (the reference would)")?;
+            let info = kleidiai::registry::by_name(kernel).ok_or("kernel not in the registry")?;
+            let file = w.to_bytes().map_err(|e| e.to_string())?;
+            let h = FileHeader::parse(&file).map_err(|e| e.to_string())?;
+            let slot = h
+                .slots
+                .iter()
+                .find(|s| s.gemm_kernel == kernel || s.gemv_kernel == kernel)
+                .ok_or("no packed slot for the kernel")?;
+            let mut rhs = AlignedBuf::zeroed(slot.len as usize);
+            rhs.as_mut_slice().copy_from_slice(&file[slot.offset as usize..(slot.offset + slot.len) as usize]);
+            // SAFETY (every getter call below): kernel_for chose this kernel
+            // because the CPU has all its features, so its getters (which
+            // execute SME instructions for SME kernels) may run.
+            let (call, mr, kr, sr) = unsafe {
+                macro_rules! tiles {
+                    ($i:expr) => {
+                        ($i.get_mr.unwrap()(), $i.get_kr.unwrap()(), $i.get_sr.unwrap()())
+                    };
+                }
+                if let Some(i) = find!(matmul_clamp_f32_qai8dxp_qsi4c32p, kernel) {
+                    let (mr, kr, sr) = tiles!(i);
+                    (Call::Qai8dxp(i.run_matmul.unwrap()), mr, kr, sr)
+                } else if let Some(i) = find!(matmul_clamp_f32_f16p_qsi4c32p, kernel) {
+                    let (mr, kr, sr) = tiles!(i);
+                    (Call::F16p(i.run_matmul.unwrap()), mr, kr, sr)
+                } else if let Some(i) = find!(matmul_clamp_f32_f32p_f32p, kernel) {
+                    let (mr, kr, sr) = tiles!(i);
+                    (Call::F32p(i.run_matmul.unwrap()), mr, kr, sr)
+                } else if let Some(i) = find!(matmul_clamp_f32_f32_f32p, kernel) {
+                    (Call::F32(i.run_matmul.unwrap()), 1, 1, 1)
+                } else {
+                    return Err(format!("{} is not a family this probe drives raw", info.family));
+                }
+            };
+            let (n, k) = (w.n(), w.k());
+            // SAFETY: size queries, arithmetic only.
+            let lhs_size = unsafe {
+                match call {
+                    Call::Qai8dxp(_) => sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr),
+                    Call::F16p(_) => sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon(m, k, 32, mr, kr, sr),
+                    Call::F32p(_) => sys::kai_get_lhs_packed_size_lhs_pack_f32p2vlx1_f32_sme(m, k, mr, kr, sr),
+                    Call::F32(_) => 0,
+                }
+            };
+            let lhs_packer = info.lhs_packer.unwrap_or("(none: the kernel reads the LHS)");
+            let lhs = AlignedBuf::zeroed(lhs_size.max(1));
+            Ok(Raw { call, kernel, lhs_packer, mr, kr, sr, m, n, k, rhs, lhs })
+        }
+
+        /// `y = x · wᵀ`: pack the LHS, run the kernel over the whole output.
+        #[inline(never)]
+        pub fn matmul(&mut self, x: &[f32], y: &mut [f32]) {
+            assert!(x.len() >= self.m * self.k && y.len() >= self.m * self.n);
+            let (m, n, k, mr, kr, sr) = (self.m, self.n, self.k, self.mr, self.kr, self.sr);
+            let (min, max) = (kleidiai::Clamp::NONE.min, kleidiai::Clamp::NONE.max);
+            let lhs = self.lhs.as_mut_slice().as_mut_ptr().cast::<core::ffi::c_void>();
+            let rhs = self.rhs.as_ptr().cast::<core::ffi::c_void>();
+            // SAFETY: the buffers are sized by the packers' own queries for
+            // these m, k, mr, kr, sr; the RHS bytes are what the safe path
+            // packed for this kernel and n, k; x and y hold m rows (asserted).
+            unsafe {
+                match self.call {
+                    Call::Qai8dxp(run) => {
+                        sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr, 0, x.as_ptr(), k * 4, lhs);
+                        run(m, n, k, 32, lhs, rhs, y.as_mut_ptr(), n * 4, 4, min, max);
+                    }
+                    Call::F16p(run) => {
+                        sys::kai_run_lhs_pack_f16pmrx2_f32_neon(m, k, 32, mr, kr, sr, 0, x.as_ptr().cast(), k * 4, lhs);
+                        run(m, n, k, 32, lhs, rhs, y.as_mut_ptr(), n * 4, 4, min, max);
+                    }
+                    Call::F32p(run) => {
+                        sys::kai_run_lhs_pack_f32p2vlx1_f32_sme(m, k, mr, kr, sr, 0, x.as_ptr().cast(), k * 4, lhs);
+                        run(m, n, k, lhs, rhs, y.as_mut_ptr().cast(), n * 4, 4, min, max);
+                    }
+                    Call::F32(run) => {
+                        run(m, n, k, x.as_ptr().cast(), k * 4, rhs, y.as_mut_ptr().cast(), n * 4, 4, min, max);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One overhead case: both paths set up and checked against each other.
+#[cfg(target_arch = "aarch64")]
+struct Case {
+    name: String,
+    m: usize,
+    packed: PackedWeights,
+    raw: raw::Raw,
+    x: Vec<f32>,
+    y: Vec<f32>,
+    scratch: Scratch,
+}
+
+#[cfg(target_arch = "aarch64")]
+impl Case {
+    fn new(kind: &'static str, m: usize) -> Result<Case, String> {
+        let w = Weights::new(kind, SIZE, SIZE);
+        // One layout per kernel is enough here (the SME-free second slot
+        // only matters when SME is switched off).
+        let opts = PackOptions { non_sme_layout: false, ..Default::default() };
+        let packed = PackedWeights::pack(&w.view(SIZE, SIZE), &opts).map_err(|e| e.to_string())?;
+        let raw = raw::Raw::new(&packed, m)?;
+        let x = data(m * SIZE, 9);
+        let mut c = Case {
+            name: format!("{kind}:{m}"),
+            m,
+            packed,
+            raw,
+            x,
+            y: vec![0.0; m * SIZE],
+            scratch: Scratch::default(),
+        };
+        c.safe();
+        let safe = c.y.clone();
+        c.y.fill(0.0);
+        c.raw();
+        if safe.iter().zip(&c.y).any(|(a, b)| a.to_bits() != b.to_bits()) {
+            return Err(format!("{}: the safe and raw outputs differ", c.name));
+        }
+        Ok(c)
+    }
+    #[inline(never)]
+    fn safe(&mut self) {
+        let (x, y) = (Activation::F32(&self.x), ActivationMut::F32(&mut self.y));
+        self.packed.matmul(self.m, x, y, Clamp::NONE, Parallelism::Sequential, &mut self.scratch).unwrap();
+    }
+    #[inline(never)]
+    fn raw(&mut self) {
+        self.raw.matmul(&self.x, &mut self.y);
+    }
+}
+
+/// A system call xtask finds in qemu's log (`-d strace`): the path names
+/// the event.
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+#[inline(never)]
+fn mark(what: &str) {
+    let _ = std::fs::metadata(format!("/kleidiai-mark/{what}"));
+}
+
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+const CASES: [(&str, usize); 4] = [("q4_0", 1), ("q4_0", 64), ("f32", 1), ("f32", 64)];
+
+#[cfg(target_arch = "aarch64")]
+fn overhead(args: &[String]) -> Result<(), String> {
+    match args.first().map(String::as_str) {
+        Some("--count") => {
+            let case = args.get(1).ok_or("--count CASE ITERS")?;
+            let iters: usize = args.get(2).and_then(|v| v.parse().ok()).ok_or("--count CASE ITERS")?;
+            let (kind, m) = case.split_once(':').ok_or("CASE is kind:m")?;
+            let kind = CASES.iter().find(|c| c.0 == kind).ok_or("unknown kind")?.0;
+            let mut c = Case::new(kind, m.parse().map_err(|_| "bad m")?)?;
+            println!("case {} kernel={} lhs_packer={}", c.name, c.raw.kernel, c.raw.lhs_packer);
+            // Warm (scratch allocated, code translated), then the windows;
+            // an empty window measures the markers themselves.
+            c.safe();
+            c.raw();
+            mark("begin/empty");
+            mark("end/empty");
+            mark("begin/safe");
+            for _ in 0..iters {
+                c.safe();
+            }
+            mark("end/safe");
+            mark("begin/raw");
+            for _ in 0..iters {
+                c.raw();
+            }
+            mark("end/raw");
+            Ok(())
+        }
+        Some("--time") | None => {
+            let rounds: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(15);
+            for (kind, m) in CASES {
+                let mut c = Case::new(kind, m)?;
+                // Batches of about the same length for every case.
+                let iters = if m == 1 { 20 } else { 2 };
+                let (mut best_safe, mut best_raw) = (Duration::MAX, Duration::MAX);
+                for _ in 0..rounds {
+                    let t = Instant::now();
+                    for _ in 0..iters {
+                        c.safe();
+                    }
+                    best_safe = best_safe.min(t.elapsed());
+                    let t = Instant::now();
+                    for _ in 0..iters {
+                        c.raw();
+                    }
+                    best_raw = best_raw.min(t.elapsed());
+                }
+                let per = |d: Duration| d.as_secs_f64() * 1e6 / iters as f64;
+                println!(
+                    "time {} kernel={} lhs_packer={} safe_us={:.1} raw_us={:.1} ratio={:.4}",
+                    c.name,
+                    c.raw.kernel,
+                    c.raw.lhs_packer,
+                    per(best_safe),
+                    per(best_raw),
+                    best_safe.as_secs_f64() / best_raw.as_secs_f64()
+                );
+            }
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown overhead option {other}")),
+    }
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn overhead(_: &[String]) -> Result<(), String> {
+    Err("the overhead measurement needs an aarch64 target (the raw bindings exist only there)".into())
+}
+
+fn scaling(args: &[String]) -> Result<(), String> {
+    let num = |i: usize, what: &str| -> Result<usize, String> {
+        args.get(i).and_then(|v| v.parse().ok()).ok_or(format!("scaling KIND M SIZE REPS: bad {what}"))
+    };
+    let kind = match args.first().map(String::as_str) {
+        Some("q4_0") => "q4_0",
+        Some("f32") => "f32",
+        _ => return Err("scaling KIND M SIZE REPS (KIND: q4_0 or f32)".into()),
+    };
+    let (m, size, reps) = (num(1, "M")?, num(2, "SIZE")?, num(3, "REPS")?.max(1));
+    let w = Weights::new(kind, size, size);
+    let packed = PackedWeights::pack(&w.view(size, size), &PackOptions::default()).map_err(|e| e.to_string())?;
+    let x = data(m * size, 9);
+    let mut outs = Vec::new();
+    let mut times = Vec::new();
+    for par in [Parallelism::Sequential, Parallelism::Rayon(2)] {
+        let mut y = vec![0f32; m * size];
+        let mut scratch = Scratch::default();
+        let mut best = Duration::MAX;
+        for _ in 0..reps {
+            let t = Instant::now();
+            packed
+                .matmul(m, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE, par, &mut scratch)
+                .map_err(|e| e.to_string())?;
+            best = best.min(t.elapsed());
+        }
+        outs.push(y);
+        times.push(best);
+    }
+    let identical = outs[0].iter().zip(&outs[1]).all(|(a, b)| a.to_bits() == b.to_bits());
+    println!(
+        "scaling {kind} m={m} n=k={size} kernel={} t1_ms={:.1} t2_ms={:.1} speedup={:.3} bit_identical={identical}",
+        packed.kernel_for(m).unwrap_or("reference"),
+        times[0].as_secs_f64() * 1e3,
+        times[1].as_secs_f64() * 1e3,
+        times[0].as_secs_f64() / times[1].as_secs_f64()
+    );
+    if identical { Ok(()) } else { Err("1 and 2 threads gave different results".into()) }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let r = match args.first().map(String::as_str) {
+        Some("overhead") => overhead(&args[1..]),
+        Some("scaling") => scaling(&args[1..]),
+        _ => Err("usage: measure overhead [--time ROUNDS | --count KIND:M ITERS] | scaling KIND M SIZE REPS".into()),
+    };
+    if let Err(e) = r {
+        eprintln!("measure: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,243 @@
+//! `cargo run -p xtask --release -- measure`: the numbers of issue 5, in one
+//! command (set-up first: `scripts/setup.sh`).
+//!
+//! - **overhead**: the safe high-level path (`PackedWeights::matmul`, one
+//!   thread) against the same kernel sequence through the raw bindings, for
+//!   Q4_0 and f32 weights, m = 1 and m = 64, k = n = 1024. Counted in guest
+//!   instructions: qemu runs the `measure` example with one instruction per
+//!   translation block and logs every block executed (`-one-insn-per-tb -d
+//!   nochain,exec`) together with the system calls (`strace`); the example
+//!   brackets each window with a `stat` of a marker path, so the count
+//!   between two markers is exactly the instructions executed in between.
+//!   An empty window measures the markers themselves, subtracted from both.
+//!   `--time ROUNDS` adds the wall-time ratio over repeated runs.
+//! - **scaling**: 2 threads against 1 for m = 256, n = k = 2048 (Q4_0 and
+//!   f32) on a CPU model whose kernels are not SME (SME workers are capped),
+//!   best of several runs each, outputs compared bit for bit.
+//! - **cold build**: `kleidiai-sys` against upstream's CMake, as in `test`.
+//!
+//! Writes `target/measure.json`.
+
+use crate::util::{self, Env, cargo, load_env, phase, root};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+pub const USAGE: &str = "usage: cargo run -p xtask --release -- measure [options]
+  --cpu MODEL          qemu CPU model of the overhead count (default: max, SME2 at SVL 256)
+  --scaling-cpu MODEL  qemu CPU model of the scaling run (default: neoverse-n2)
+  --time ROUNDS        also time both paths (best of ROUNDS batches; slow under qemu)
+  --no-overhead | --no-scaling | --no-compare   skip a part
+Writes target/measure.json. Needs scripts/setup.sh to have run.";
+
+const TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// Overhead cases (`kind:m`) and the calls counted per path: more for the
+/// cheap ones, so fixed costs are not lost in the noise of one call.
+const CASES: [(&str, usize); 4] = [("q4_0:1", 4), ("q4_0:64", 1), ("f32:1", 2), ("f32:64", 1)];
+
+struct Opts {
+    cpu: String,
+    scaling_cpu: String,
+    time: Option<usize>,
+    overhead: bool,
+    scaling: bool,
+    compare: bool,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        cpu: "max".into(),
+        scaling_cpu: "neoverse-n2".into(),
+        time: None,
+        overhead: true,
+        scaling: true,
+        compare: true,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |what: &str| it.next().cloned().ok_or(format!("{a} needs {what}\n{USAGE}"));
+        match a.as_str() {
+            "--cpu" => o.cpu = value("a CPU model")?,
+            "--scaling-cpu" => o.scaling_cpu = value("a CPU model")?,
+            "--time" => {
+                o.time = Some(value("a number")?.parse().map_err(|_| format!("--time needs a number\n{USAGE}"))?)
+            }
+            "--no-overhead" => o.overhead = false,
+            "--no-scaling" => o.scaling = false,
+            "--no-compare" => o.compare = false,
+            "--help" | "-h" => return Err(USAGE.into()),
+            other => return Err(format!("unknown option {other}\n{USAGE}")),
+        }
+    }
+    Ok(o)
+}
+
+pub fn run(args: &[String]) -> Result<bool, String> {
+    let o = parse(args)?;
+    let env = load_env()?;
+    let mut out = serde_json::Map::new();
+    let mut ok = true;
+
+    phase("build: the measure example for aarch64 (release)");
+    let mut b = cargo();
+    env.apply(&mut b).args(["build", "--release", "-q", "--example", "measure", "--target", TARGET]);
+    util::run_status(&mut b)?;
+    let exe = root().join("target").join(TARGET).join("release/examples/measure");
+
+    if o.overhead {
+        phase(&format!("overhead: safe path against raw bindings, guest instructions counted (qemu -cpu {})", o.cpu));
+        let mut cases = Vec::new();
+        for (case, iters) in CASES {
+            let c = count_case(&env, &o.cpu, &exe, case, iters)?;
+            println!(
+                "    {case:<8} safe {:>10.0}  raw {:>10.0} instructions per call  overhead {:+.3}% ({:+.0})  {}",
+                c["safe_per_call"].as_f64().unwrap_or(f64::NAN),
+                c["raw_per_call"].as_f64().unwrap_or(f64::NAN),
+                c["overhead_percent"].as_f64().unwrap_or(f64::NAN),
+                c["extra_per_call"].as_f64().unwrap_or(f64::NAN),
+                c["kernel"].as_str().unwrap_or("")
+            );
+            cases.push(c);
+        }
+        let worst = cases.iter().filter_map(|c| c["overhead_percent"].as_f64()).fold(f64::MIN, f64::max);
+        println!("    worst overhead {worst:+.3}% (goal: at most +1%)");
+        out.insert("overhead".into(), json!({"cpu": o.cpu, "method": "guest instructions (qemu -one-insn-per-tb -d nochain,exec,strace)", "cases": cases, "worst_percent": worst}));
+        if let Some(rounds) = o.time {
+            phase(&format!("overhead: wall time, best of {rounds} batches per path (qemu -cpu {})", o.cpu));
+            let mut q = env.qemu(&o.cpu, &exe);
+            q.args(["overhead", "--time", &rounds.to_string()]);
+            let text = checked_stdout(&mut q)?;
+            let lines: Vec<Value> = text.lines().filter(|l| l.starts_with("time ")).map(|l| json!(l)).collect();
+            for l in &lines {
+                println!("    {}", l.as_str().unwrap_or(""));
+            }
+            out.insert("overhead_wall".into(), json!(lines));
+        }
+    }
+
+    if o.scaling {
+        phase(&format!("scaling: 2 threads against 1, m = 256, n = k = 2048 (qemu -cpu {})", o.scaling_cpu));
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        if cores < 2 {
+            println!("    this machine has {cores} core: 2 threads cannot run at once, scaling not measured");
+        }
+        let mut runs = Vec::new();
+        for kind in ["q4_0", "f32"] {
+            let mut q = env.qemu(&o.scaling_cpu, &exe);
+            q.args(["scaling", kind, "256", "2048", "3"]);
+            let text = checked_stdout(&mut q)?;
+            let line = text.lines().find(|l| l.starts_with("scaling ")).ok_or("the scaling run printed no result")?;
+            println!("    {line}");
+            let speedup: f64 = field(line, "speedup").and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+            let identical = field(line, "bit_identical") == Some("true");
+            ok &= identical;
+            runs.push(json!({"kind": kind, "line": line, "speedup": speedup, "bit_identical": identical}));
+        }
+        out.insert("scaling".into(), json!({"cpu": o.scaling_cpu, "host_cores": cores, "runs": runs, "goal": 1.8}));
+    }
+
+    if o.compare {
+        phase("cold build: kleidiai-sys against upstream's CMake (same compiler, same machine)");
+        let c = crate::matrix::compare_build()?;
+        out.insert("cold_build".into(), c);
+    }
+
+    let path = root().join("target/measure.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&Value::Object(out)).unwrap_or_default())
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    println!("\nwrote {}", path.display());
+    Ok(ok)
+}
+
+/// `key=value` from a result line of the example.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+fn checked_stdout(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs one overhead case under an instruction-logging qemu and counts the
+/// executed instructions of each marked window.
+fn count_case(env: &Env, cpu: &str, exe: &Path, case: &str, iters: usize) -> Result<Value, String> {
+    let t = Instant::now();
+    let mut q = Command::new(&env.qemu);
+    q.arg("-L")
+        .arg(&env.sysroot)
+        .arg("-cpu")
+        .arg(cpu)
+        .args(["-one-insn-per-tb", "-d", "nochain,exec,strace"])
+        .arg(exe)
+        .args(["overhead", "--count", case, &iters.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = q.spawn().map_err(|e| format!("cannot run {q:?}: {e}"))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
+        s
+    });
+    let mut windows: Vec<(String, u64)> = Vec::new();
+    let mut open: Option<(String, u64)> = None;
+    let mut tail = Vec::new();
+    for line in BufReader::new(child.stderr.take().ok_or("no stderr")?).split(b'\n') {
+        let line = line.map_err(|e| e.to_string())?;
+        if line.starts_with(b"Trace ") {
+            if let Some((_, n)) = open.as_mut() {
+                *n += 1;
+            }
+            continue;
+        }
+        let text = String::from_utf8_lossy(&line);
+        if let Some(rest) = text.split("/kleidiai-mark/").nth(1) {
+            let name: String = rest.chars().take_while(|c| *c != '"').collect();
+            if let Some(w) = name.strip_prefix("begin/") {
+                open = Some((w.to_string(), 0));
+            } else if let Some(w) = name.strip_prefix("end/") {
+                match open.take() {
+                    Some((o, n)) if o == w => windows.push((o, n)),
+                    _ => return Err(format!("{case}: marker end/{w} without its begin")),
+                }
+            }
+        } else if !text.contains("statx(") && !text.starts_with(|c: char| c.is_ascii_digit()) {
+            // Keep what is not strace noise, for the error message.
+            tail.push(text.into_owned());
+            if tail.len() > 20 {
+                tail.remove(0);
+            }
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let stdout = reader.join().unwrap_or_default();
+    if !status.success() {
+        return Err(format!("{case}: the measure example failed ({status}): {}{}", stdout, tail.join("\n")));
+    }
+    let get = |w: &str| {
+        windows.iter().find(|(n, _)| n == w).map(|(_, c)| *c).ok_or(format!("{case}: no `{w}` window in the log"))
+    };
+    let (empty, safe, raw) = (get("empty")?, get("safe")?, get("raw")?);
+    let per = |n: u64| n.saturating_sub(empty) as f64 / iters as f64;
+    let (s, r) = (per(safe), per(raw));
+    let info = stdout.lines().find(|l| l.starts_with("case ")).unwrap_or("");
+    Ok(json!({
+        "case": case,
+        "calls": iters,
+        "kernel": field(info, "kernel").unwrap_or(""),
+        "lhs_packer": field(info, "lhs_packer").unwrap_or(""),
+        "marker_instructions": empty,
+        "safe_per_call": s,
+        "raw_per_call": r,
+        "extra_per_call": s - r,
+        "overhead_percent": (s - r) / r * 100.0,
+        "seconds": t.elapsed().as_secs_f64(),
+    }))
+}
