@@ -81,13 +81,17 @@ int kairs_repack_size(const kairs_desc* src0, const void* data, size_t data_size
 int kairs_repack(const kairs_desc* src0, const void* data, size_t data_size, void* dst, size_t dst_size, int hybrid);
 /* Full check of repacked weights, payload checksums included. */
 int kairs_verify(const void* packed, size_t packed_size);
-/* The kernel serving `m` rows for these weights, or "reference". */
+/* The kernel serving `m` rows for these weights, or "reference" (no
+ * KleidiAI kernel: for F16 weights with m = 1 that means ggml's own F16 path,
+ * see kairs_mul_mat). */
 int kairs_kernel_name(const void* packed, size_t packed_size, int64_t m, const char** name);
 /* Upper bound of the scratch memory one mul_mat of `m` rows uses (it is
  * allocated internally and reused per thread). */
 int kairs_work_size(const void* packed, size_t packed_size, int64_t m, size_t* size);
 /* dst = src1 x weights^T with ggml's mul_mat semantics: src1 F32 [k, m,
- * ne12], dst F32 [n, m, ne12]; F16 weights broadcast over batches. */
+ * ne12], dst F32 [n, m, ne12]; F16 weights broadcast over batches. Like
+ * ggml's KleidiAI path, F16 weights with m = 1 are not served here
+ * (KAIRS_ERR_UNSUPPORTED): run ggml's own F16 path for them. */
 int kairs_mul_mat(const void* packed, size_t packed_size, const kairs_desc* src1, const void* src1_data,
                   size_t src1_size, const kairs_desc* dst, void* dst_data, size_t dst_size, int n_threads);
 /* Weight rows `rows` as f32 (ggml get_rows): n_rows x k floats into dst. */

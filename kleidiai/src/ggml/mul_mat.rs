@@ -12,6 +12,13 @@
 //! | F32 | f32p2vlx1 mopa / f32 1x16vl mla | f32p2vlx1 mopa | - | - | - |
 //! | F16 | bf16p2vlx2 mopa | - | - | - | - |
 //!
+//! Like ggml (whose KleidiAI path takes F16 weights only for more than one
+//! activation row), F16 weights with `m = 1` do not go to a KleidiAI kernel:
+//! the portable reference computes them in f32 from the original f16
+//! weights, which [`GgmlWeights::repack`] keeps for that (ggml keeps its F16
+//! tensor too). Weights viewed from a container ([`GgmlWeights::from_shared`])
+//! hold only packed layouts, so there `m = 1` is an [`Error::Unsupported`].
+//!
 //! `GGML_KLEIDIAI_SME`: unset, use SME when the CPU has it; `0`, never; `N`,
 //! at most N threads run SME kernels at once (the crate's SME worker cap).
 
@@ -158,6 +165,18 @@ pub struct MulMatScratch {
     out: Vec<f32>,
 }
 
+/// Writes the dense `m x n` output of batch `b` into `dst` (row strides
+/// checked by `mul_mat`).
+fn store(out: &[f32], b: usize, dst: &mut TensorMut<'_>) {
+    let n = dst.ne[0] as usize;
+    for (i, row) in out.chunks_exact(n).enumerate() {
+        let at = b * dst.nb[2] + i * dst.nb[1];
+        for (j, v) in row.iter().enumerate() {
+            dst.data[at + 4 * j..at + 4 * j + 4].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
 fn f32s(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
 }
@@ -189,22 +208,22 @@ impl GgmlWeights {
             let packed = match src0.typ {
                 GgmlType::Q4_0 => {
                     let w = WeightsRef::Int4Block(BlockInt4::Q4_0(Q4_0 { n, k, data: &bytes, bias: None }));
-                    PackedWeights::pack_kernels(&w, DType::F32, table, &f)?
+                    PackedWeights::pack_kernels(&w, DType::F32, table, &f, false)?
                 }
                 GgmlType::Q8_0 => {
                     let blocks = super::blocks::q8_0_blocks_from_bytes(&bytes)?;
                     let w = WeightsRef::GgmlQ8_0 { n, k, blocks: &blocks };
-                    PackedWeights::pack_kernels(&w, DType::F32, table, &f)?
+                    PackedWeights::pack_kernels(&w, DType::F32, table, &f, false)?
                 }
                 GgmlType::F32 => {
                     let data = f32s(&bytes);
                     let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
-                    PackedWeights::pack_kernels(&w, DType::F32, table, &f)?
+                    PackedWeights::pack_kernels(&w, DType::F32, table, &f, false)?
                 }
                 GgmlType::F16 => {
                     let data: Vec<f16> = bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect();
                     let w = WeightsRef::F16(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
-                    PackedWeights::pack_kernels(&w, DType::F32, table, &f)?
+                    PackedWeights::pack_kernels(&w, DType::F32, table, &f, true)?
                 }
             };
             batches.push(packed);
@@ -328,7 +347,16 @@ impl GgmlWeights {
 
     /// The kernel that serves `m` activation rows now (None: the reference).
     pub fn kernel_for(&self, m: usize) -> Option<&'static str> {
+        if self.f16_single_row(m) {
+            return None;
+        }
         self.batches[0].kernel_for(m)
+    }
+
+    /// F16 weights with one activation row: ggml's KleidiAI path declines
+    /// them (see the module docs).
+    fn f16_single_row(&self, m: usize) -> bool {
+        self.typ == GgmlType::F16 && m == 1
     }
 
     /// An upper bound of the scratch bytes `mul_mat` uses for `m` rows
@@ -393,6 +421,20 @@ impl GgmlWeights {
                 }
             }
             let w = &self.batches[b / r];
+            if self.f16_single_row(m) {
+                if !w.has_reference() {
+                    return Err(Error::Unsupported {
+                        kernel: "ggml F16 x 1 row",
+                        why: "ggml computes F16 weights with one activation row outside KleidiAI, from the \
+                              original f16 weights; these weights were viewed from a container that holds only \
+                              packed layouts: repack them from the tensor (GgmlWeights::repack)"
+                            .into(),
+                    });
+                }
+                w.matmul_reference(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE)?;
+                store(out, b, dst);
+                continue;
+            }
             let threads = par.threads();
             let hybrid = self.hybrid && {
                 let mut pair = [core::mem::take(inner), core::mem::take(second)];
@@ -405,12 +447,7 @@ impl GgmlWeights {
             if !hybrid {
                 w.matmul(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, par, inner)?;
             }
-            for i in 0..m {
-                let at = b * dst.nb[2] + i * dst.nb[1];
-                for (j, v) in out[i * n..(i + 1) * n].iter().enumerate() {
-                    dst.data[at + 4 * j..at + 4 * j + 4].copy_from_slice(&v.to_le_bytes());
-                }
-            }
+            store(out, b, dst);
         }
         Ok(())
     }

@@ -177,7 +177,15 @@ fn same_bits_as_the_family_kernel() {
     let src0 =
         Tensor { typ: GgmlType::Q4_0, ne, nb: Tensor::contiguous_strides(GgmlType::Q4_0, ne).unwrap(), data: &bytes };
     let packed = GgmlWeights::repack(&src0).unwrap();
-    let Some(name) = packed.kernel_for(m) else { return };
+    let Some(name) = packed.kernel_for(m) else {
+        // Only a CPU without any of ggml's Q4_0 kernels serves Q4_0 by the reference.
+        let f = crate::cpu::Features::current();
+        assert!(!f.has(crate::cpu::CpuFeature::Dotprod), "a dotprod CPU must run one of ggml's Q4_0 kernels");
+        eprintln!(
+            "same_bits_as_the_family_kernel: no Q4_0 kernel of ggml's table runs here (no dotprod): not compared"
+        );
+        return;
+    };
     let x = rng.vec_f32(m * k);
     let xb = bytes_f32(&x);
     let src1 =
@@ -384,5 +392,49 @@ fn serialised_weights_round_trip_in_place() {
         let mut t = crate::AlignedBuf::zeroed(ser.len() - 1);
         t.as_mut_slice().copy_from_slice(&ser[..ser.len() - 1]);
         assert!(GgmlWeights::from_shared(std::sync::Arc::new(t), false).is_err(), "truncated");
+    }
+}
+
+#[test]
+fn f16_single_row_is_ggmls_own_path_not_a_kernel() {
+    // ggml sends F16 weights to KleidiAI only for more than one activation
+    // row; for one row we compute in f32 from the kept f16 weights.
+    let mut rng = Rng::new(27);
+    let (n, k) = (21, 96);
+    let w = rng.vec_f32(n * k);
+    let bytes = weights_bytes(GgmlType::F16, &w, n, k);
+    let ne = [k as i64, n as i64, 1, 1];
+    let src0 =
+        Tensor { typ: GgmlType::F16, ne, nb: Tensor::contiguous_strides(GgmlType::F16, ne).unwrap(), data: &bytes };
+    let packed = GgmlWeights::repack(&src0).unwrap();
+    assert_eq!(packed.kernel_for(1), None, "one row: no KleidiAI kernel, like ggml");
+    let wd = dequant(GgmlType::F16, &bytes, n, k);
+    let x = rng.vec_f32(k);
+    let xb = bytes_f32(&x);
+    let src1 = Tensor { typ: GgmlType::F32, ne: [k as i64, 1, 1, 1], nb: [4, 4 * k, 4 * k, 4 * k], data: &xb };
+    let mut out = vec![0u8; 4 * n];
+    let mut dst =
+        TensorMut { typ: GgmlType::F32, ne: [n as i64, 1, 1, 1], nb: [4, 4 * n, 4 * n, 4 * n], data: &mut out };
+    packed.mul_mat(&src1, &mut dst, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap();
+    for j in 0..n {
+        let want: f64 = (0..k).map(|p| x[p] as f64 * wd[j * k + p] as f64).sum();
+        let mag: f64 = (0..k).map(|p| (x[p] * wd[j * k + p]).abs() as f64).sum::<f64>() + 1.0;
+        let got = f32::from_le_bytes(out[4 * j..4 * j + 4].try_into().unwrap()) as f64;
+        // f32 arithmetic on the exact f16 weights (no bf16 rounding).
+        assert!((got - want).abs() <= 1e-5 * mag, "j={j}: {got} vs {want}");
+    }
+    // A container holds only packed layouts: one row is then refused, by name.
+    if let Ok(ser) = packed.to_bytes() {
+        let mut aligned = crate::AlignedBuf::zeroed(ser.len());
+        aligned.as_mut_slice().copy_from_slice(&ser);
+        let view = GgmlWeights::from_shared(std::sync::Arc::new(aligned), true).unwrap();
+        let mut out = vec![0u8; 4 * n];
+        let mut dst =
+            TensorMut { typ: GgmlType::F32, ne: [n as i64, 1, 1, 1], nb: [4, 4 * n, 4 * n, 4 * n], data: &mut out };
+        let err = view.mul_mat(&src1, &mut dst, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap_err();
+        assert!(err.to_string().contains("outside KleidiAI"), "{err}");
+        assert!(out.iter().all(|b| *b == 0), "nothing written on error");
+    } else {
+        assert!(packed.layouts().is_empty(), "only weights without a packed layout cannot be saved");
     }
 }

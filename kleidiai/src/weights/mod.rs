@@ -703,12 +703,15 @@ impl PackedWeights {
     /// whose kernels run with `f`, and, when that one is an SME kernel, also
     /// the first runnable entry that is not (the layout used when SME is off
     /// or busy). Each entry is a GEMM kernel and optionally a GEMV kernel
-    /// that must read the same packed layout.
+    /// that must read the same packed layout. `keep_reference` keeps a copy
+    /// of the unpacked weights even when a layout was packed (for
+    /// [`matmul_reference`](Self::matmul_reference)).
     pub(crate) fn pack_kernels(
         w: &WeightsRef<'_>,
         act: DType,
         pairs: &[(&str, Option<&str>)],
         f: &Features,
+        keep_reference: bool,
     ) -> Result<PackedWeights> {
         w.validate()?;
         let requantized;
@@ -750,8 +753,41 @@ impl PackedWeights {
             };
             slots.push(Slot { rhs: g.pack(w)?.into_shared(), gemm: g, gemv: v });
         }
-        let reference = if slots.is_empty() { Some(w.to_owned_weights()?) } else { None };
+        let reference = if slots.is_empty() || keep_reference { Some(w.to_owned_weights()?) } else { None };
         Ok(PackedWeights { n, k, kind: w.kind(), activation: act, slots, reference })
+    }
+
+    /// Whether a copy of the unpacked weights was kept (the portable
+    /// reference can run).
+    pub(crate) fn has_reference(&self) -> bool {
+        self.reference.is_some()
+    }
+
+    /// `matmul` on the portable reference over the kept unpacked weights,
+    /// whatever kernels could run; an error when no copy was kept.
+    pub(crate) fn matmul_reference(
+        &self,
+        m: usize,
+        x: Activation<'_>,
+        y: ActivationMut<'_>,
+        clamp: Clamp,
+    ) -> Result<()> {
+        crate::error::nonzero(m, "m")?;
+        if x.dtype() != self.activation || y.dtype() != self.activation {
+            return Err(Error::InvalidArgument(format!(
+                "weights were packed for {:?} activations, got {:?} in and {:?} out",
+                self.activation,
+                x.dtype(),
+                y.dtype()
+            )));
+        }
+        match &self.reference {
+            Some(r) => reference(r.as_ref(), m, x, y, clamp),
+            None => Err(Error::Unsupported {
+                kernel: "portable reference",
+                why: "these weights hold only packed layouts (no unpacked copy was kept)".into(),
+            }),
+        }
     }
 
     /// Output channels.
