@@ -271,13 +271,29 @@ mod families {
         }
         v
     }
+
+    /// Kernels that take weights of `kind` with `act` activations but round
+    /// them on packing (F16 weights packed as bf16): never chosen by
+    /// `PackedWeights::pack`, only named by ggml's tables (ggml packs F16 as
+    /// bf16 for its SME2 kernel).
+    pub(crate) fn rounding_candidates(kind: WeightKind, act: DType) -> Vec<Box<dyn Backend>> {
+        match (kind, act) {
+            (WeightKind::F16, DType::F32) => boxed(fam::matmul_clamp_fp32_bf16p_bf16p::Kernel::all()).collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 #[cfg(target_arch = "aarch64")]
-pub(crate) use families::candidates;
+pub(crate) use families::{candidates, rounding_candidates};
 
 /// No kernels off aarch64: the reference path serves everything.
 #[cfg(not(target_arch = "aarch64"))]
 pub(crate) fn candidates(_: super::WeightKind, _: super::DType) -> Vec<Box<dyn Backend>> {
+    Vec::new()
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+pub(crate) fn rounding_candidates(_: super::WeightKind, _: super::DType) -> Vec<Box<dyn Backend>> {
     Vec::new()
 }

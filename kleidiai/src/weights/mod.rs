@@ -37,7 +37,7 @@ use crate::formats::{
     Int8PerChannel, NibbleOrder, Order, Q4_0,
 };
 use crate::ggml::{BlockQ8_0, QK8_0};
-use crate::packed::{Clamp, PackedLhs, PackedRhs};
+use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::{self, KernelInfo, TileKind};
 use backend::Backend;
@@ -557,6 +557,19 @@ fn reference(w: WeightsRef<'_>, m: usize, x: Activation<'_>, y: ActivationMut<'_
     }
 }
 
+/// Whether some operation (a family reference, and kernels where the CPU
+/// has them) takes weights of `kind` with `act` activations and outputs.
+fn operation_exists(kind: WeightKind, act: DType) -> bool {
+    use WeightKind as K;
+    matches!(
+        (kind, act),
+        (K::F32 | K::F16 | K::Bf16 | K::Int8PerChannel, DType::F32)
+            | (K::F16, DType::F16)
+            | (K::Int4PerChannel | K::Int4Block, DType::F32 | DType::Bf16)
+            | (K::Int4AsymBlock, DType::F32 | DType::F16)
+    )
+}
+
 /// How [`PackedWeights::pack`] chooses.
 #[derive(Clone, Copy, Debug)]
 pub struct PackOptions {
@@ -603,24 +616,95 @@ pub struct PackedWeights {
     reference: Option<OwnedWeights>,
 }
 
-fn best<'a>(cands: &'a [Box<dyn Backend>], tile: TileKind, f: &Features, sme: bool) -> Option<&'a dyn Backend> {
-    let infos: Vec<&KernelInfo> =
-        cands.iter().map(|b| b.info()).filter(|i| i.tile == tile && (sme || !i.is_sme())).collect();
+/// The best of `cands` for `tile` that runs with `f` (without SME kernels
+/// unless `sme`), leaving out kernels already `refused` these weights.
+fn best<'a>(
+    cands: &'a [Box<dyn Backend>],
+    tile: TileKind,
+    f: &Features,
+    sme: bool,
+    refused: &[&str],
+) -> Option<&'a dyn Backend> {
+    let infos: Vec<&KernelInfo> = cands
+        .iter()
+        .map(|b| b.info())
+        .filter(|i| i.tile == tile && (sme || !i.is_sme()) && !refused.contains(&i.name))
+        .collect();
     let m = if tile == TileKind::Gemv { 1 } else { 64 };
     let chosen = registry::select_from(infos.into_iter(), m, f)?;
     cands.iter().find(|b| b.info().name == chosen.name).map(|b| &**b)
 }
 
-/// The backend of a registered kernel, by name, for any weight kind.
-fn backend_by_name(name: &str) -> Option<Box<dyn Backend>> {
-    for kind in WeightKind::ALL {
-        for act in [DType::F32, DType::F16, DType::Bf16] {
-            if let Some(b) = backend::candidates(kind, act).into_iter().find(|b| b.info().name == name) {
-                return Some(b);
-            }
+/// The backend of kernel `name`, if it serves weights of `kind` with `act`
+/// activations.
+fn backend_for(kind: WeightKind, act: DType, name: &str) -> Option<Box<dyn Backend>> {
+    backend::candidates(kind, act)
+        .into_iter()
+        .chain(backend::rounding_candidates(kind, act))
+        .find(|b| b.info().name == name)
+}
+
+/// Zero weights of `kind`, `n x k` (block length `bl`), in the input format
+/// the kind's packers take.
+fn zero_weights(kind: WeightKind, n: usize, k: usize, bl: usize) -> Result<OwnedWeights> {
+    let nk = crate::error::mul(n, k, "weights")?;
+    let blocks = || crate::error::mul(n, k / bl.max(1), "block scales");
+    Ok(match kind {
+        WeightKind::F32 => OwnedWeights::F32 { n, k, data: vec![0.0; nk], bias: None },
+        WeightKind::F16 => OwnedWeights::F16 { n, k, data: vec![f16::ZERO; nk], bias: None },
+        WeightKind::Bf16 => OwnedWeights::Bf16 { n, k, data: vec![bf16::ZERO; nk], bias: None },
+        WeightKind::Int8PerChannel => {
+            OwnedWeights::Int8 { n, k, order: Order::NxK, data: vec![0; nk], scales: vec![1.0; n], bias: None }
         }
+        WeightKind::Int4PerChannel => OwnedWeights::Int4 {
+            n,
+            k,
+            order: Order::NxK,
+            encoding: Int4Encoding::Signed,
+            data: vec![0; crate::error::mul(n, k.div_ceil(2), "weights")?],
+            scales: vec![1.0; n],
+            bias: None,
+        },
+        WeightKind::Int4Block => OwnedWeights::Int4Blocks {
+            n,
+            k,
+            bl,
+            order: Order::NxK,
+            encoding: Int4Encoding::Signed,
+            data: vec![0; crate::error::mul(n, k.div_ceil(2), "weights")?],
+            scales: OwnedScales::F16(vec![f16::ONE; blocks()?]),
+            bias: None,
+        },
+        WeightKind::Int4AsymBlock => OwnedWeights::Int4Asym {
+            n,
+            k,
+            bl,
+            encoding: Int4Encoding::Offset8,
+            nibbles: NibbleOrder::LowFirst,
+            data: vec![0; nk / 2],
+            scales: vec![1.0; blocks()?],
+            offsets: vec![0.0; blocks()?],
+            bias: None,
+        },
+    })
+}
+
+/// The bytes `b`'s packer writes for `layout` (of weights of `kind`), which
+/// a stored payload of `payload` bytes must match exactly: a kernel trusts
+/// the packed size its layout implies. Every packed RHS format is a run of
+/// `r`-row blocks of one size, so packing one block of zero rows gives it.
+fn packed_len(b: &dyn Backend, kind: WeightKind, layout: &PackedLayout, payload: u64) -> Result<usize> {
+    let (r, k) = (layout.r.max(1), layout.k);
+    let blocks = layout.rows.div_ceil(r);
+    // Every packed format holds at least 4 bits per (padded) weight: a
+    // shorter payload is wrong, and the bound keeps the probe below within
+    // a small multiple of the payload.
+    if (payload as u128) < (blocks as u128) * (r as u128) * (k as u128) / 2 {
+        return Err(Error::InvalidArgument(format!("payload of {payload} bytes is too short for {layout}")));
     }
-    None
+    let probe = zero_weights(kind, r, k, layout.bl)?;
+    let block = b.pack(&probe.as_ref())?;
+    crate::error::mul(block.as_bytes().len(), blocks, "packed size")
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -653,8 +737,24 @@ fn dequantized_row(w: &WeightsRef<'_>, row: usize) -> Result<Vec<f32>> {
 
 impl PackedWeights {
     /// Packs `w` for the best GEMM and GEMV kernels `opts` allows.
+    /// Errors when the weights are invalid or no operation takes them with
+    /// `opts.activation` (the same on every CPU: a kernel that cannot take
+    /// these particular weights is passed over for the next best one, or
+    /// the portable reference).
     pub fn pack(w: &WeightsRef<'_>, opts: &PackOptions) -> Result<PackedWeights> {
         w.validate()?;
+        if !operation_exists(w.kind(), opts.activation) {
+            return Err(Error::InvalidArgument(format!(
+                "no operation takes {} with {:?} activations",
+                w.kind_name(),
+                opts.activation
+            )));
+        }
+        if let WeightsRef::Int4AsymBlock(a) = w {
+            // The asymmetric int4 kernels and their reference read whole
+            // 32-value blocks.
+            crate::error::multiple_of(a.bl, 32, "bl", "asymmetric int4 kernels take blocks of a multiple of 32")?;
+        }
         // ggml Q8_0 is repacked as int8 per channel (ggml's own requantisation).
         let requantized;
         let view;
@@ -674,25 +774,39 @@ impl PackedWeights {
             cands.retain(|b| b.takes_bias());
         }
         let mut slots: Vec<Slot> = Vec::new();
+        // Kernels that cannot take these weights (a packer without a K x N
+        // variant, scales that do not fit the packer's scale type...): the
+        // next best kernel serves instead.
+        let mut refused: Vec<&'static str> = Vec::new();
         let passes: &[bool] = if opts.non_sme_layout { &[true, false] } else { &[true] };
         for &sme in passes {
-            let gemm = best(&cands, TileKind::Gemm, &f, sme).or_else(|| best(&cands, TileKind::Gemv, &f, sme));
-            let Some(gemm) = gemm else { continue };
-            if slots.iter().any(|s| s.gemm.info().name == gemm.info().name) {
-                continue;
-            }
-            let layout = gemm.rhs_layout(n, k, bl)?;
-            let gemv = best(&cands, TileKind::Gemv, &f, sme).filter(|g| g.info().name != gemm.info().name);
-            // GEMM and GEMV share one packed layout when their nr/kr/sr agree;
-            // otherwise the GEMV kernel gets a slot of its own.
-            let (shared, own) = match gemv {
-                Some(g) if g.rhs_layout(n, k, bl)? == layout => (Some(g.boxed()), None),
-                Some(g) => (None, Some(g)),
-                None => (None, None),
-            };
-            slots.push(Slot { gemm: gemm.boxed(), gemv: shared, rhs: gemm.pack(w)?.into_shared() });
-            if let Some(g) = own {
-                slots.push(Slot { gemm: g.boxed(), gemv: None, rhs: g.pack(w)?.into_shared() });
+            loop {
+                let gemm = best(&cands, TileKind::Gemm, &f, sme, &refused)
+                    .or_else(|| best(&cands, TileKind::Gemv, &f, sme, &refused));
+                let Some(gemm) = gemm else { break };
+                if slots.iter().any(|s| s.gemm.info().name == gemm.info().name) {
+                    break;
+                }
+                let packed = gemm.rhs_layout(n, k, bl).and_then(|layout| Ok((layout, gemm.pack(w)?)));
+                let Ok((layout, rhs)) = packed else {
+                    refused.push(gemm.info().name);
+                    continue;
+                };
+                let gemv =
+                    best(&cands, TileKind::Gemv, &f, sme, &refused).filter(|g| g.info().name != gemm.info().name);
+                // GEMM and GEMV share one packed layout when their nr/kr/sr
+                // agree; otherwise the GEMV kernel gets a slot of its own (if
+                // it takes these weights; else the GEMM kernel serves m == 1).
+                let (shared, own) = match gemv {
+                    Some(g) if g.rhs_layout(n, k, bl).is_ok_and(|l| l == layout) => (Some(g.boxed()), None),
+                    Some(g) => (None, g.pack(w).ok().map(|rhs| (g, rhs))),
+                    None => (None, None),
+                };
+                slots.push(Slot { gemm: gemm.boxed(), gemv: shared, rhs: rhs.into_shared() });
+                if let Some((g, rhs)) = own {
+                    slots.push(Slot { gemm: g.boxed(), gemv: None, rhs: rhs.into_shared() });
+                }
+                break;
             }
         }
         let reference = if slots.is_empty() || opts.keep_reference { Some(w.to_owned_weights()?) } else { None };
@@ -728,7 +842,7 @@ impl PackedWeights {
         let bl = w.bl();
         let mut slots: Vec<Slot> = Vec::new();
         for (gemm, gemv) in pairs {
-            let Some(g) = backend_by_name(gemm) else { continue };
+            let Some(g) = backend_for(w.kind(), act, gemm) else { continue };
             if g.info().supported(f).is_err() {
                 continue;
             }
@@ -740,7 +854,8 @@ impl PackedWeights {
             let layout = g.rhs_layout(n, k, bl)?;
             let v = match gemv {
                 Some(name) => {
-                    let v = backend_by_name(name).ok_or_else(|| Error::UnknownKernel((*name).to_string()))?;
+                    let v =
+                        backend_for(w.kind(), act, name).ok_or_else(|| Error::UnknownKernel((*name).to_string()))?;
                     if v.info().supported(f).is_err() {
                         None
                     } else if v.rhs_layout(n, k, bl)? != layout {
@@ -1061,9 +1176,22 @@ impl PackedWeights {
         let f = Features::current();
         let mut slots = Vec::new();
         let mut why = Vec::new();
+        // PackedWeights::to_bytes writes one slot per GEMM kernel.
         for (i, s) in h.slots.iter().enumerate() {
-            let Some(gemm) = backend_by_name(&s.gemm_kernel) else {
-                why.push(format!("slot {i}: kernel {} is not in this build", s.gemm_kernel));
+            if h.slots[..i].iter().any(|t| t.gemm_kernel == s.gemm_kernel) {
+                return Err(Error::InvalidArgument(format!(
+                    "packed-weight file rejected: two slots for {}",
+                    s.gemm_kernel
+                )));
+            }
+        }
+        for (i, s) in h.slots.iter().enumerate() {
+            let Some(gemm) = backend_for(kind, activation, &s.gemm_kernel) else {
+                why.push(format!(
+                    "slot {i}: kernel {} is not in this build or does not take {kind:?} weights with {activation:?} \
+                     activations",
+                    s.gemm_kernel
+                ));
                 continue;
             };
             if let Err(e) = gemm.info().supported(&f) {
@@ -1086,6 +1214,15 @@ impl PackedWeights {
                 ));
                 continue;
             }
+            // A layout this CPU runs with a payload of another size is a
+            // corrupt (or crafted) file, not one packed elsewhere: refuse it.
+            let len = packed_len(&*gemm, kind, &want, s.len)?;
+            if len as u64 != s.len {
+                return Err(Error::InvalidArgument(format!(
+                    "packed-weight file rejected: slot {i} holds {} bytes, {want} packs to {len}",
+                    s.len
+                )));
+            }
             let range = s.offset as usize..(s.offset + s.len) as usize;
             let rhs = if zero_copy {
                 PackedRhs::shared(want, bytes.clone(), range, s.len as usize)?
@@ -1097,8 +1234,11 @@ impl PackedWeights {
             let gemv = if s.gemv_kernel.is_empty() {
                 None
             } else {
-                let g = backend_by_name(&s.gemv_kernel).ok_or_else(|| {
-                    Error::InvalidArgument(format!("slot {i}: GEMV kernel {} is not in this build", s.gemv_kernel))
+                let g = backend_for(kind, activation, &s.gemv_kernel).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "slot {i}: GEMV kernel {} is not in this build or does not take these weights",
+                        s.gemv_kernel
+                    ))
                 })?;
                 if g.rhs_layout(n, k, s.bl as usize)? != want {
                     return Err(Error::InvalidArgument(format!(

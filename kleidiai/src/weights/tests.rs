@@ -364,3 +364,56 @@ fn a_file_packed_for_another_vector_length_is_rejected_with_the_reason() {
     let err = PackedWeights::from_bytes(&other).unwrap_err().to_string();
     assert!(err.contains("1.29.0") && err.contains("repack"), "{err}");
 }
+
+/// A file whose shape or payload length was changed with every checksum
+/// recomputed (checksums catch accidents, not a buggy writer or a crafted
+/// file) is refused: a kernel trusts the payload size its layout implies,
+/// so a payload shorter than the shape needs would be read past its end.
+#[test]
+fn rewritten_shape_with_valid_checksums_is_refused() {
+    let mut rng = Rng::new(14);
+    let (n, k) = (5, 64);
+    let data = rng.vec_f32(n * k);
+    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
+    let packed = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
+    let Ok(bytes) = packed.to_bytes() else {
+        assert!(packed.layouts().is_empty(), "nothing packed on this CPU, nothing to load");
+        return;
+    };
+    let h = file::FileHeader::parse(&bytes).unwrap();
+    let payload = |s: &file::SlotHeader| bytes[s.offset as usize..(s.offset + s.len) as usize].to_vec();
+    let rebuild = |h: &file::FileHeader, payloads: &[Vec<u8>]| {
+        let mut h = h.clone();
+        let mut offset = file::FileHeader::header_len(h.slots.len());
+        for (s, p) in h.slots.iter_mut().zip(payloads) {
+            (s.offset, s.len, s.crc32) = (offset as u64, p.len() as u64, crc32fast::hash(p));
+            offset = (offset + p.len()).div_ceil(64) * 64;
+        }
+        let mut out = h.to_bytes().unwrap();
+        for p in payloads {
+            out.resize(out.len().div_ceil(64) * 64, 0);
+            out.extend_from_slice(p);
+        }
+        out
+    };
+    let payloads: Vec<Vec<u8>> = h.slots.iter().map(payload).collect();
+    assert!(PackedWeights::from_bytes(&rebuild(&h, &payloads)).is_ok(), "an unchanged rebuild loads");
+    // More K than the payload holds.
+    let wider = file::FileHeader { k: k as u64 + 32, ..h.clone() };
+    assert!(PackedWeights::from_bytes(&rebuild(&wider, &payloads)).is_err(), "k + 32 accepted");
+    // More rows than the payload holds (a whole extra row block).
+    let taller = file::FileHeader { n: (n + h.slots[0].r as usize) as u64, ..h.clone() };
+    assert!(PackedWeights::from_bytes(&rebuild(&taller, &payloads)).is_err(), "n + nr accepted");
+    // A payload cut short, or one slot twice.
+    let mut short = payloads.clone();
+    let cut = short[0].len() - 1;
+    short[0].truncate(cut);
+    assert!(PackedWeights::from_bytes(&rebuild(&h, &short)).is_err(), "short payload accepted");
+    let mut twice = h.clone();
+    twice.slots.insert(0, h.slots[0].clone());
+    let mut p2 = payloads.clone();
+    p2.insert(0, payloads[0].clone());
+    if twice.slots.len() <= file::MAX_SLOTS {
+        assert!(PackedWeights::from_bytes(&rebuild(&twice, &p2)).is_err(), "duplicate slot accepted");
+    }
+}
