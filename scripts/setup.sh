@@ -11,6 +11,10 @@
 #     build, timed against ours with the same compiler (GCC 12 cannot build
 #     upstream's CMake tree: internal compiler error on one file);
 #   - the Rust target aarch64-unknown-linux-gnu (rustup);
+#   - for the fuzz phase (host): a nightly Rust toolchain (`rustup toolchain
+#     install nightly --profile minimal`; cargo-fuzz needs its sanitizer
+#     flags) and cargo-fuzz (`cargo install cargo-fuzz --locked`, from
+#     crates.io, into ~/.cargo/bin);
 #   - qemu-aarch64 >= 10.1 (SME2 needs it). When the system's is older or
 #     missing, Debian's static `qemu-user` package from trixie-backports is
 #     downloaded with apt (a private sources list; nothing is installed
@@ -64,6 +68,20 @@ if command -v rustup >/dev/null; then
   fi
 else
   rustc --print target-list | grep -qx aarch64-unknown-linux-gnu || die "no rustup and no aarch64 target"
+fi
+
+# --- fuzzing: nightly Rust and cargo-fuzz --------------------------------------
+if command -v rustup >/dev/null; then
+  if ! rustup toolchain list | grep -q '^nightly'; then
+    say "installing the nightly Rust toolchain (cargo fuzz)"
+    rustup toolchain install nightly --profile minimal >/dev/null
+  fi
+  if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    say "installing cargo-fuzz (crates.io)"
+    cargo install cargo-fuzz --locked
+  fi
+else
+  say "warning: no rustup: cannot install nightly Rust and cargo-fuzz (the fuzz phase needs them; --no-fuzz skips it)"
 fi
 
 # --- qemu-aarch64 >= 10.1 --------------------------------------------------

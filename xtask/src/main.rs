@@ -1,10 +1,12 @@
 //! Project automation. `cargo run -p xtask --release -- test` is the test
 //! command's engine (called by `scripts/test.sh` after `scripts/setup.sh`):
 //! host tests, the aarch64 build, the qemu CPU-model matrix, MSRV check and
-//! the build-time comparison against upstream's CMake, with one summary table
-//! and `target/test-matrix.json`.
+//! the build-time comparison against upstream's CMake, bounded fuzzing, with
+//! one summary table and `target/test-matrix.json`. `xtask fuzz` runs the
+//! fuzz phase alone.
 
 mod downstream;
+mod fuzz;
 mod matrix;
 mod measure;
 mod report;
@@ -23,6 +25,7 @@ fn main() -> ExitCode {
             }
             true
         }),
+        Some("fuzz") => fuzz::run().map(|results| results.iter().all(fuzz::FuzzResult::ok)),
         Some("help") | Some("--help") | None => {
             eprintln!("{}\n\n{}", matrix::USAGE, measure::USAGE);
             Ok(true)

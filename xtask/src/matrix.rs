@@ -15,6 +15,7 @@ pub const USAGE: &str = "usage: cargo run -p xtask --release -- test [options]
   --no-msrv          skip the MSRV check
   --no-downstream    skip cargo package and the downstream crate built from the .crate files
   --no-host          skip the host (x86) run
+  --no-fuzz          skip the bounded cargo-fuzz run (host, nightly; also `xtask fuzz` alone)
 Needs scripts/setup.sh to have run (it writes .tools/env); scripts/test.sh does both.";
 
 const TARGET: &str = "aarch64-unknown-linux-gnu";
@@ -70,10 +71,18 @@ struct Options {
     msrv: bool,
     host: bool,
     downstream: bool,
+    fuzz: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options { models: MODELS.iter().collect(), compare: true, msrv: true, host: true, downstream: true };
+    let mut o = Options {
+        models: MODELS.iter().collect(),
+        compare: true,
+        msrv: true,
+        host: true,
+        downstream: true,
+        fuzz: true,
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -94,6 +103,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--no-msrv" => o.msrv = false,
             "--no-host" => o.host = false,
             "--no-downstream" => o.downstream = false,
+            "--no-fuzz" => o.fuzz = false,
             other => return Err(format!("unknown option `{other}`\n{USAGE}")),
         }
     }
@@ -640,6 +650,28 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         phases.push(("docs".into(), t.elapsed().as_secs_f64()));
     }
 
+    let mut fuzz_results = Vec::new();
+    if opts.fuzz {
+        phase("fuzz: cargo fuzz targets, bounded runs on a copy of fuzz/corpus (host, reference backend)");
+        let t = Instant::now();
+        match crate::fuzz::run() {
+            Ok(r) => fuzz_results = r,
+            Err(e) => {
+                println!("    FAILED: {e}");
+                extra.insert("fuzz".into(), Value::String(format!("failed: {e}")));
+                ok = false;
+            }
+        }
+        if !fuzz_results.is_empty() {
+            ok &= fuzz_results.iter().all(crate::fuzz::FuzzResult::ok);
+            extra.insert(
+                "fuzz".into(),
+                fuzz_results.iter().map(crate::fuzz::FuzzResult::to_json).collect::<Vec<_>>().into(),
+            );
+        }
+        phases.push(("fuzz".into(), t.elapsed().as_secs_f64()));
+    }
+
     if opts.compare {
         phase("cold build: kleidiai-sys against upstream's CMake (same compiler, same machine)");
         let t = Instant::now();
@@ -701,6 +733,9 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         if r.failed > 0 || !r.problems.is_empty() {
             ok = false;
         }
+    }
+    for r in &fuzz_results {
+        println!("fuzz {}", r.line());
     }
     println!("\nwall time per phase:");
     for (name, secs) in &phases {

@@ -227,6 +227,11 @@ impl FileHeader {
             if s.gemm_kernel.is_empty() {
                 return Err(bad(format!("slot {i} names no kernel")));
             }
+            // Reserved fields are written as zero: anything else is not a
+            // file this version wrote (and would not survive a round trip).
+            if u32_at(b, at + 20) != 0 || u32_at(b, at + 44) != 0 {
+                return Err(bad(format!("slot {i} has non-zero reserved bytes")));
+            }
             if s.offset % 64 != 0 || s.offset < prev_end {
                 return Err(bad(format!("slot {i} payload offset {} is misaligned or overlaps", s.offset)));
             }
@@ -288,6 +293,24 @@ mod tests {
         let (_, file) = sample();
         for len in 0..file.len() {
             assert!(FileHeader::parse(&file[..len]).is_err(), "truncated to {len}");
+        }
+    }
+
+    /// Found by fuzzing (with checksums recomputed): a slot's reserved
+    /// fields were ignored, so a file whose header did not re-serialise to
+    /// the same bytes was accepted.
+    #[test]
+    fn non_zero_reserved_bytes_are_rejected() {
+        let (_, file) = sample();
+        let at = HEADER_FIXED + 2 * NAME_LEN + FORMAT_LEN;
+        for reserved in [at + 20, at + 23, at + 44, at + 47] {
+            let mut f = file.clone();
+            f[reserved] = 1;
+            f[60..64].fill(0);
+            let crc = crc32fast::hash(&f[..FileHeader::header_len(1)]);
+            f[60..64].copy_from_slice(&crc.to_le_bytes());
+            let err = FileHeader::parse(&f).unwrap_err().to_string();
+            assert!(err.contains("reserved"), "byte {reserved}: {err}");
         }
     }
 

@@ -1,0 +1,214 @@
+//! The fuzz phase: builds the cargo-fuzz targets of `fuzz/` (host, nightly,
+//! `cargo +nightly fuzz build -O`), runs each for a bounded time on a copy
+//! of its committed corpus (`fuzz/corpus/<target>/`, copied into a temporary
+//! directory so the run does not grow the repository's corpus), and reads
+//! libFuzzer's final statistics. A crash fails the suite and names the
+//! reproducer (`fuzz/artifacts/<target>/crash-...`).
+//!
+//! `scripts/setup.sh` installs the nightly toolchain and cargo-fuzz.
+
+use crate::util::root;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// The targets, in the order they run.
+pub const TARGETS: [&str; 2] = ["packed_file", "validation"];
+/// Seconds of fuzzing per target (the build comes on top).
+pub const SECONDS_PER_TARGET: u32 = 20;
+
+/// What one bounded run found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FuzzResult {
+    pub target: String,
+    pub execs: u64,
+    pub seconds: f64,
+    pub corpus_files: usize,
+    /// Reproducers of crashes, leaks, timeouts or out-of-memory inputs.
+    pub crashes: Vec<String>,
+    /// Why the run failed without a reproducer (empty: it ran to the end).
+    pub error: Option<String>,
+}
+
+impl FuzzResult {
+    pub fn ok(&self) -> bool {
+        self.crashes.is_empty() && self.error.is_none()
+    }
+
+    pub fn line(&self) -> String {
+        let mut s = format!(
+            "{:<12} {:>9} execs in {:>5.1}s ({:>6.0}/s), corpus {} files",
+            self.target,
+            self.execs,
+            self.seconds,
+            self.execs as f64 / self.seconds.max(1e-3),
+            self.corpus_files
+        );
+        if !self.crashes.is_empty() {
+            s += &format!(
+                ": CRASH, reproduce with `cd fuzz && cargo +nightly fuzz run -O {} {}`",
+                self.target,
+                self.crashes.join(" ")
+            );
+        } else if let Some(e) = &self.error {
+            s += &format!(": FAILED: {e}");
+        }
+        s
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "target": self.target,
+            "execs": self.execs,
+            "seconds": (self.seconds * 10.0).round() / 10.0,
+            "corpus_files": self.corpus_files,
+            "crashes": self.crashes,
+            "error": self.error,
+        })
+    }
+}
+
+/// libFuzzer's statistics from its output: the runs of the last `#N ...`
+/// status line (`#123 DONE cov: ...`) or of `Done N runs in S second(s)`,
+/// and the seconds of the latter.
+pub fn parse_stats(output: &str) -> (u64, Option<f64>) {
+    let mut execs = 0;
+    let mut seconds = None;
+    for line in output.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("Done ") {
+            let mut w = rest.split_whitespace();
+            if let (Some(n), Some("runs"), Some("in"), Some(s)) = (w.next(), w.next(), w.next(), w.next()) {
+                if let (Ok(n), Ok(s)) = (n.parse(), s.parse()) {
+                    execs = n;
+                    seconds = Some(s);
+                }
+            }
+        } else if let Some(rest) = line.strip_prefix('#') {
+            let mut w = rest.split_whitespace();
+            if let (Some(Ok(n)), Some(_)) = (w.next().map(str::parse::<u64>), w.next()) {
+                execs = execs.max(n);
+            }
+        }
+    }
+    (execs, seconds)
+}
+
+/// Reproducers libFuzzer says it wrote (`Test unit written to <path>`).
+pub fn parse_artifacts(output: &str) -> Vec<String> {
+    output.lines().filter_map(|l| l.split_once("Test unit written to ").map(|(_, p)| p.trim().to_string())).collect()
+}
+
+fn fuzz_dir() -> PathBuf {
+    root().join("fuzz")
+}
+
+fn nightly_fuzz() -> Command {
+    // rustup's proxy picks the toolchain from `+nightly`; the variables this
+    // process inherited from `cargo run` would override it.
+    let mut c = Command::new("cargo");
+    c.current_dir(fuzz_dir())
+        .arg("+nightly")
+        .arg("fuzz")
+        .env_remove("CARGO")
+        .env_remove("RUSTC")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO_TARGET_DIR");
+    c
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<usize, String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    let mut n = 0;
+    if let Ok(entries) = std::fs::read_dir(from) {
+        for e in entries.flatten() {
+            if e.path().is_file() {
+                std::fs::copy(e.path(), to.join(e.file_name()))
+                    .map_err(|err| format!("{}: {err}", e.path().display()))?;
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// Builds the targets (`cargo +nightly fuzz build -O`).
+pub fn build() -> Result<f64, String> {
+    let t = Instant::now();
+    let out = nightly_fuzz()
+        .args(["build", "-O"])
+        .output()
+        .map_err(|e| format!("cannot run cargo +nightly fuzz (scripts/setup.sh installs it): {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(15).collect();
+        return Err(format!(
+            "cargo +nightly fuzz build -O failed:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Runs `target` for `seconds` on a temporary copy of its corpus.
+pub fn run_target(target: &str, seconds: u32) -> Result<FuzzResult, String> {
+    let corpus = std::env::temp_dir().join(format!("kleidiai-fuzz-{}-{target}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&corpus);
+    let corpus_files = copy_dir(&fuzz_dir().join("corpus").join(target), &corpus)?;
+    let artifacts = fuzz_dir().join("artifacts").join(target);
+    std::fs::create_dir_all(&artifacts).map_err(|e| format!("{}: {e}", artifacts.display()))?;
+    let t = Instant::now();
+    let out = nightly_fuzz()
+        .args(["run", "-O", target])
+        .arg(&corpus)
+        .arg("--")
+        .arg(format!("-max_total_time={seconds}"))
+        .args(["-rss_limit_mb=2048", "-timeout=10", "-print_final_stats=1"])
+        .arg(format!("-artifact_prefix={}/", artifacts.display()))
+        .output()
+        .map_err(|e| format!("cannot run cargo +nightly fuzz run: {e}"))?;
+    let wall = t.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&corpus);
+    let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (execs, secs) = parse_stats(&text);
+    let crashes = parse_artifacts(&text);
+    let error = if out.status.success() || !crashes.is_empty() {
+        None
+    } else {
+        let tail: Vec<&str> = text.lines().rev().take(12).collect();
+        Some(format!("exit {}: {}", out.status, tail.into_iter().rev().collect::<Vec<_>>().join(" | ")))
+    };
+    Ok(FuzzResult { target: target.into(), execs, seconds: secs.unwrap_or(wall), corpus_files, crashes, error })
+}
+
+/// The whole phase: build, then every target. Err only when the phase could
+/// not run at all (no nightly, a build failure).
+pub fn run() -> Result<Vec<FuzzResult>, String> {
+    let secs = build()?;
+    println!("    built {} targets in {secs:.1}s", TARGETS.len());
+    let mut results = Vec::new();
+    for t in TARGETS {
+        let r = run_target(t, SECONDS_PER_TARGET)?;
+        println!("    {}", r.line());
+        results.push(r);
+    }
+    Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libfuzzer_final_stats() {
+        let out = "INFO: Seed: 1\n#2\tINITED cov: 10 ft: 11 corp: 3/40b exec/s: 0 rss: 30Mb\n\
+                   #4096\tpulse  cov: 12 ft: 13 corp: 3/40b lim: 4 exec/s: 2048 rss: 31Mb\n\
+                   #229227\tDONE   cov: 1450 ft: 5000 corp: 300/20Kb lim: 4096 exec/s: 5590 rss: 420Mb\n\
+                   Done 229227 runs in 41 second(s)\n";
+        assert_eq!(parse_stats(out), (229227, Some(41.0)));
+        let crash = "==1== ERROR: libFuzzer: deadly signal\nMS: 1 ChangeBit-; base unit: 0\n\
+                     artifact_prefix='/x/'; Test unit written to /x/crash-cd12\nBase64: AA==\n";
+        assert_eq!(parse_artifacts(crash), vec!["/x/crash-cd12".to_string()]);
+        assert_eq!(parse_stats(crash), (0, None));
+    }
+}
