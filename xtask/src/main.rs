@@ -6,6 +6,7 @@
 
 mod downstream;
 mod matrix;
+mod reliability;
 mod report;
 mod util;
 
