@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use crate::registry::KernelInfo;
+use std::cell::Cell;
 use std::io::Write;
 
 /// xorshift64*: deterministic test data without a dependency.
@@ -70,8 +71,36 @@ pub(crate) fn enable_threading_for_tests() {
     crate::par::set_sme_thread_cap(4);
 }
 
+thread_local! {
+    /// FNV-1a over the output bits the running conformance check compared
+    /// (None: nothing compared yet). See [`hash_outputs`].
+    static OUTPUT_HASH: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Feeds output words (f32 bits, integer outputs) into the running kernel's
+/// output hash. Conformance inputs are seeded, so a kernel computes the same
+/// outputs in every process at the same vector length: `xtask test`
+/// compares the hashes across CPU models (determinism across runs).
+pub(crate) fn hash_outputs(words: impl IntoIterator<Item = u32>) {
+    OUTPUT_HASH.with(|h| {
+        let mut v = h.get().unwrap_or(0xcbf2_9ce4_8422_2325);
+        for w in words {
+            for b in w.to_le_bytes() {
+                v = (v ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        h.set(Some(v));
+    });
+}
+
+/// Takes the output hash of the running check (and starts a new one).
+fn take_output_hash() -> Option<u64> {
+    OUTPUT_HASH.with(|h| h.replace(None))
+}
+
 /// Largest |got - want|, or the first element outside `tol(want)`.
 pub(crate) fn compare(got: &[f32], want: &[f32], tol: impl Fn(usize, f32) -> f32) -> Result<f64, String> {
+    hash_outputs(got.iter().map(|x| x.to_bits()));
     if got.len() != want.len() {
         return Err(format!("length {} vs {}", got.len(), want.len()));
     }
@@ -89,6 +118,7 @@ pub(crate) fn compare(got: &[f32], want: &[f32], tol: impl Fn(usize, f32) -> f32
 
 /// Bitwise equality of two outputs (thread-count determinism).
 pub(crate) fn bit_identical(a: &[f32], b: &[f32]) -> bool {
+    hash_outputs(a.iter().map(|x| x.to_bits()));
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
@@ -135,8 +165,13 @@ pub(crate) fn record_kernel(info: &KernelInfo, outcome: &Outcome) {
         Outcome::Fail { cases, reason } => ("fail", reason.clone(), *cases, f64::NAN),
     };
     let err = if err.is_finite() { format!("{err:e}") } else { "null".into() };
+    // Hex: a u64 does not survive JSON readers that use f64.
+    let hash = match (outcome, take_output_hash()) {
+        (Outcome::Pass { .. }, Some(h)) => format!("\"{h:016x}\""),
+        _ => "null".into(),
+    };
     record(format!(
-        r#"{{"kind":"kernel","kernel":{},"family":{},"tier":{},"status":"{status}","reason":{},"cases":{cases},"max_abs_err":{err},"deterministic":{},"thread":{}}}"#,
+        r#"{{"kind":"kernel","kernel":{},"family":{},"tier":{},"status":"{status}","reason":{},"cases":{cases},"max_abs_err":{err},"deterministic":{},"output_hash":{hash},"thread":{}}}"#,
         json_str(info.name),
         json_str(info.family),
         json_str(info.tier().name()),
@@ -160,6 +195,7 @@ where
         crate::registry::kernels().iter().copied().filter(|k| k.family == family).collect();
     assert!(!kernels.is_empty() || !cfg!(target_arch = "aarch64"), "family {family} registered no kernels");
     for info in kernels {
+        take_output_hash();
         let outcome = match info.supported(&f) {
             Err(why) => Outcome::Skip(why),
             Ok(()) => match check(info) {

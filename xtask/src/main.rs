@@ -9,6 +9,7 @@ mod downstream;
 mod fuzz;
 mod matrix;
 mod measure;
+mod reliability;
 mod report;
 mod util;
 

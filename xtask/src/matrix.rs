@@ -163,7 +163,13 @@ fn run_model(
     for (name, exe) in exes {
         let report = report_dir.join(format!("{}.jsonl", name.replace(['(', ')', '/'], "_")));
         let mut cmd = match runner {
-            Some(env) => env.qemu(cpu, exe),
+            // The emulator's path lets a test start a child process of
+            // itself under the same model (tests/kill_switch.rs).
+            Some(env) => {
+                let mut c = env.qemu(cpu, exe);
+                c.env("KLEIDIAI_QEMU", &env.qemu).env("KLEIDIAI_SYSROOT", &env.sysroot);
+                c
+            }
             None => Command::new(exe),
         };
         cmd.current_dir(root()).env("KLEIDIAI_TEST_REPORT", &report).env("KLEIDIAI_TEST_CPU", cpu);
@@ -698,6 +704,18 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     }
     extra.insert("conformance_coverage".into(), coverage.json);
 
+    // ---- property-test case totals and determinism across runs.
+    let props = crate::reliability::proptest_totals(&results);
+    let (determinism, verdicts) = crate::reliability::determinism(&results);
+    for check in [&props, &determinism] {
+        for line in &check.lines {
+            println!("{line}");
+        }
+        ok &= check.ok;
+    }
+    extra.insert("proptest".into(), props.json);
+    extra.insert("determinism_across_runs".into(), determinism.json);
+
     // ---- summary
     println!("\n==> summary");
     println!("{:<34} {:>7} {:>7} {:>8}  tiers run", "cpu", "passed", "failed", "skipped");
@@ -756,6 +774,7 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         serde_json::to_string_pretty(&Value::Object(details)).unwrap(),
     )
     .map_err(|e| e.to_string())?;
+    let verdicts = &verdicts;
     let kernels: Vec<Value> = results
         .iter()
         .flat_map(|r| {
@@ -765,6 +784,7 @@ pub fn run(args: &[String]) -> Result<bool, String> {
                     o.remove("kind");
                     o.remove("thread");
                     o.insert("cpu".into(), Value::String(r.cpu.clone()));
+                    crate::reliability::annotate(o, &r.cpu, verdicts);
                 }
                 v
             })

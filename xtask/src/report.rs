@@ -91,6 +91,8 @@ pub struct Recorded {
     pub manifest: BTreeSet<String>,
     /// Highest tier the selection report uses.
     pub selection: Option<String>,
+    /// Property-test records (`{"kind":"proptest", ...}`): cases tried.
+    pub proptests: Vec<Value>,
 }
 
 pub fn read_report(path: &Path) -> Result<Recorded, String> {
@@ -136,6 +138,7 @@ pub fn read_report(path: &Path) -> Result<Recorded, String> {
                 r.kernels.push(KernelRecord { value: v });
             }
             "selection" => r.selection = Some(s("highest_tier")),
+            "proptest" => r.proptests.push(v),
             "manifest" => {
                 if let Some(a) = v.get("kernels").and_then(Value::as_array) {
                     r.manifest.extend(a.iter().filter_map(|x| x.as_str().map(str::to_string)));
@@ -171,6 +174,7 @@ pub struct ModelResult {
     pub manifest: BTreeSet<String>,
     pub selection: Option<String>,
     pub by_binary: BTreeMap<String, Counts>,
+    pub proptests: Vec<Value>,
 }
 
 impl ModelResult {
@@ -194,6 +198,7 @@ impl ModelResult {
             self.selection = rec.selection;
         }
         self.by_binary.insert(binary.to_string(), counts);
+        self.proptests.extend(rec.proptests);
     }
 
     pub fn to_json(&self) -> Value {

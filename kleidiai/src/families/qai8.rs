@@ -941,6 +941,7 @@ pub(crate) mod tests {
                             .and_then(|_| e.run_packed(&scratch, &packed, &out, &mut dst, par))
                     };
                     r.map_err(|x| (count, x.to_string()))?;
+                    crate::testing::hash_outputs(dst.iter().map(|v| *v as u8 as u32));
                     if let Some(i) = (0..want.len()).find(|&i| dst[i] != want[i]) {
                         return Err((count, format!("m={m} n={n} k={k}: element {i}: {} != {}", dst[i], want[i])));
                     }

@@ -480,7 +480,9 @@ pub(crate) mod tests {
                 _ => {}
             }
         }
-        Ok(first.expect("one thread count"))
+        let first = first.expect("one thread count");
+        crate::testing::hash_outputs(first.iter().copied());
+        Ok(first)
     }
 
     /// Unpacked rows equal the weights.

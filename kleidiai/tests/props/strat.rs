@@ -1,0 +1,149 @@
+//! Shared generators: buffer lengths relative to what a shape needs,
+//! dimensions from the usual to the overflowing, and data with NaN,
+//! infinities or huge values mixed in.
+
+use proptest::prelude::*;
+
+/// Buffers are never made longer than this many elements: a length a
+/// shape needs beyond it is an overflow case, given a short buffer.
+pub const CAP: usize = 1 << 18;
+
+/// A buffer length relative to the length the shape needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Len {
+    Exact,
+    Short(u8),
+    Long(u8),
+    Empty,
+}
+
+impl Len {
+    /// The length to allocate for `need` elements (`None`: the need
+    /// overflowed `usize`).
+    pub fn of(self, need: Option<usize>) -> usize {
+        let need = match need {
+            Some(n) if n <= CAP => n,
+            // Too big to allocate (or overflowed): some short buffer.
+            _ => return if self == Len::Empty { 0 } else { 64 },
+        };
+        match self {
+            Len::Exact => need,
+            Len::Short(d) => need.saturating_sub(d as usize),
+            Len::Long(d) => need + d as usize,
+            Len::Empty => 0,
+        }
+    }
+}
+
+/// Mostly exact, sometimes short, long or empty.
+pub fn len() -> impl Strategy<Value = Len> {
+    prop_oneof![
+        14 => Just(Len::Exact),
+        2 => (1u8..=3).prop_map(Len::Short),
+        2 => (1u8..=9).prop_map(Len::Long),
+        1 => Just(Len::Empty),
+    ]
+}
+
+/// Dimensions whose products overflow `usize` (or need more than any
+/// buffer the tests make).
+pub fn huge() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        Just(usize::MAX),
+        Just(usize::MAX / 2 + 1),
+        Just(1usize << 32),
+        Just((1usize << 62) + 7),
+        (1usize << 24)..(1usize << 40),
+    ]
+}
+
+/// Any dimension: usually small, sometimes zero or huge.
+pub fn wild_dim() -> impl Strategy<Value = usize> {
+    prop_oneof![10 => 1usize..=70, 2 => Just(0usize), 2 => huge()]
+}
+
+/// Values to mix into otherwise ordinary data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Special {
+    None,
+    NaN,
+    Inf,
+    NegInf,
+    /// Finite but large enough to overflow f16 (or a dot product in f32).
+    Huge,
+}
+
+pub fn special() -> impl Strategy<Value = Special> {
+    prop_oneof![
+        16 => Just(Special::None),
+        1 => Just(Special::NaN),
+        1 => Just(Special::Inf),
+        1 => Just(Special::NegInf),
+        1 => Just(Special::Huge),
+    ]
+}
+
+impl Special {
+    pub fn value(self) -> Option<f32> {
+        match self {
+            Special::None => None,
+            Special::NaN => Some(f32::NAN),
+            Special::Inf => Some(f32::INFINITY),
+            Special::NegInf => Some(f32::NEG_INFINITY),
+            Special::Huge => Some(3.0e38),
+        }
+    }
+}
+
+/// xorshift64*: the bulk data of a case comes from a seed (the strategy
+/// shrinks shapes; the values themselves need not shrink).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    pub fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+    pub fn vec_f32(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+    /// `n` values in [-1, 1), with `special` written at one to three places.
+    pub fn data(&mut self, n: usize, special: Special) -> Vec<f32> {
+        let mut v = self.vec_f32(n);
+        self.inject(&mut v, special);
+        v
+    }
+    /// Writes `special` at one to three random places of `v`.
+    pub fn inject(&mut self, v: &mut [f32], special: Special) {
+        if let (Some(x), false) = (special.value(), v.is_empty()) {
+            for _ in 0..1 + self.below(3) {
+                let at = self.below(v.len());
+                v[at] = x;
+            }
+        }
+    }
+    /// Positive scales around 0.03.
+    pub fn scales(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| 0.01 + 0.02 * (self.f32() + 1.0)).collect()
+    }
+}
+
+/// `a * b` in `usize`, or `None`.
+pub fn mul(a: usize, b: usize) -> Option<usize> {
+    a.checked_mul(b)
+}

@@ -1,0 +1,158 @@
+//! Reliability checks over the whole matrix: the property tests' case
+//! counts summed over the host and every CPU model (at least
+//! [`MIN_PROPTEST_CASES`]), and determinism across runs: a kernel's
+//! conformance outputs (seeded inputs, hashed by the test) must be the same
+//! bits in every process that ran it at the same vector length.
+
+use crate::report::ModelResult;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Property-test cases the matrix must try in total (host + every model).
+pub const MIN_PROPTEST_CASES: u64 = 100_000;
+
+pub struct Check {
+    pub ok: bool,
+    pub lines: Vec<String>,
+    pub json: Value,
+}
+
+fn num(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// Sums the `proptest` records per model and over all models.
+pub fn proptest_totals(results: &[ModelResult]) -> Check {
+    let mut lines = vec!["\n==> property tests (cases tried; API calls checked, valid / invalid)".to_string()];
+    let (mut cases, mut valid, mut invalid) = (0u64, 0u64, 0u64);
+    let mut known: BTreeMap<String, u64> = BTreeMap::new();
+    let mut per_model = Vec::new();
+    for r in results {
+        let (mut c, mut v, mut i) = (0, 0, 0);
+        for p in &r.proptests {
+            c += num(p, "cases");
+            v += num(p, "valid");
+            i += num(p, "invalid");
+            if let Some(m) = p.get("known_issues").and_then(Value::as_object) {
+                for (id, n) in m {
+                    *known.entry(id.clone()).or_default() += n.as_u64().unwrap_or(0);
+                }
+            }
+        }
+        if !r.proptests.is_empty() {
+            lines.push(format!("    {:<34} {c:>8} cases  {v:>8} valid  {i:>8} invalid", r.cpu));
+        }
+        per_model.push(serde_json::json!({"cpu": r.cpu, "cases": c, "valid": v, "invalid": i}));
+        (cases, valid, invalid) = (cases + c, valid + v, invalid + i);
+    }
+    let ok = cases >= MIN_PROPTEST_CASES;
+    lines.push(format!(
+        "    {:<34} {cases:>8} cases  {valid:>8} valid  {invalid:>8} invalid{}",
+        "total",
+        if ok { String::new() } else { format!("  <-- FAILED: fewer than {MIN_PROPTEST_CASES}") }
+    ));
+    for (id, n) in &known {
+        lines.push(format!("    known library issue met: {id} ({n} cases; see the props test sources)"));
+    }
+    Check {
+        ok,
+        lines,
+        json: serde_json::json!({
+            "cases": cases, "valid": valid, "invalid": invalid, "minimum": MIN_PROPTEST_CASES,
+            "known_issues": known, "per_model": per_model,
+        }),
+    }
+}
+
+/// The vector length a kernel of `tier` ran with on model `r` (bytes; 0 for
+/// fixed-width NEON kernels).
+fn vector_bytes(r: &ModelResult, tier: &str) -> u64 {
+    match tier {
+        "sme" | "sme2" => r.sme_bytes,
+        "sve" | "sve2" | "sve2p1" => r.sve_bytes,
+        _ => 0,
+    }
+}
+
+/// Per (model, kernel): whether its output hash agreed with every other
+/// model that ran it at the same vector length, and which models those were.
+pub type Verdicts = BTreeMap<(String, String), (bool, Vec<String>)>;
+
+/// Compares conformance output hashes across models.
+pub fn determinism(results: &[ModelResult]) -> (Check, Verdicts) {
+    // (kernel, vector bytes) -> [(cpu, hash)]
+    let mut runs: BTreeMap<(String, u64), Vec<(String, String)>> = BTreeMap::new();
+    let mut unhashed = 0usize;
+    for r in results {
+        for k in &r.kernels {
+            let v = &k.value;
+            if v.get("status").and_then(Value::as_str) != Some("pass") {
+                continue;
+            }
+            let name = v.get("kernel").and_then(Value::as_str).unwrap_or("?").to_string();
+            let tier = v.get("tier").and_then(Value::as_str).unwrap_or("");
+            match v.get("output_hash").and_then(Value::as_str) {
+                Some(h) => runs.entry((name, vector_bytes(r, tier))).or_default().push((r.cpu.clone(), h.to_string())),
+                None => unhashed += 1,
+            }
+        }
+    }
+    let (mut pairs, mut mismatches) = (0usize, Vec::new());
+    let mut verdicts = Verdicts::new();
+    for ((kernel, vb), seen) in &runs {
+        for (i, (cpu, hash)) in seen.iter().enumerate() {
+            let others: Vec<&(String, String)> = seen.iter().filter(|(c, _)| c != cpu).collect();
+            let agree = others.iter().all(|(_, h)| h == hash);
+            verdicts.insert((cpu.clone(), kernel.clone()), (agree, others.iter().map(|(c, _)| c.clone()).collect()));
+            for (cpu2, hash2) in &seen[i + 1..] {
+                pairs += 1;
+                if hash != hash2 {
+                    mismatches.push(format!("{kernel} (vector {} bits): {cpu} {hash} vs {cpu2} {hash2}", vb * 8));
+                }
+            }
+        }
+    }
+    let compared = runs.values().filter(|s| s.len() > 1).count();
+    let mut lines =
+        vec!["\n==> determinism across runs (conformance output hashes, same kernel and vector length)".into()];
+    lines.push(format!(
+        "    {pairs} (kernel, model-pair) comparisons over {compared} kernel/vector-length groups run on 2+ models; \
+         {} mismatched",
+        mismatches.len()
+    ));
+    let single = runs.values().filter(|s| s.len() == 1).count();
+    if single > 0 {
+        lines.push(format!("    {single} kernel/vector-length groups ran on one model only (nothing to compare)"));
+    }
+    if unhashed > 0 {
+        lines.push(format!("    {unhashed} passing records carry no output hash (their check hashes no outputs)"));
+    }
+    for m in &mismatches {
+        lines.push(format!("    MISMATCH {m}"));
+    }
+    let ok = mismatches.is_empty();
+    let check = Check {
+        ok,
+        lines,
+        json: serde_json::json!({
+            "comparisons": pairs, "groups_compared": compared, "mismatches": mismatches, "unhashed_records": unhashed,
+        }),
+    };
+    (check, verdicts)
+}
+
+/// Adds `deterministic_across_runs` and `compared_with` to one
+/// conformance record of `cpu` (a record without a comparison gets null).
+pub fn annotate(record: &mut serde_json::Map<String, Value>, cpu: &str, verdicts: &Verdicts) {
+    let kernel = record.get("kernel").and_then(Value::as_str).unwrap_or("").to_string();
+    match verdicts.get(&(cpu.to_string(), kernel)) {
+        Some((agree, with)) if !with.is_empty() => {
+            record.insert("deterministic_across_runs".into(), Value::Bool(*agree));
+            record.insert("compared_with".into(), with.clone().into());
+        }
+        _ => {
+            record.insert("deterministic_across_runs".into(), Value::Null);
+            record.insert("compared_with".into(), Vec::<String>::new().into());
+        }
+    }
+}
