@@ -310,41 +310,37 @@ fn rewritten_fields_with_valid_checksums() {
         // confirmed by packing weights of the loaded shape the same way: a
         // kernel reads the size its layout implies, so running weights with
         // a short payload would read past it.
+        // Labels rewritten consistently (a weight kind the same kernel also
+        // takes, a shape within the same padded blocks, ...) cannot be told
+        // from a genuine file: what must hold is that every payload is
+        // exactly the size its kernel packs for the loaded shape (checked
+        // against a fresh pack of that shape wherever it picks the same
+        // kernel), and that the weights then compute and unpack.
         let h0 = FileHeader::parse(&file).unwrap();
         let same_kind = loaded.kind() == packed.kind() && h.output == h0.output;
-        if !same_kind || !format_valid(&spec2) {
-            // Accepted a weight kind, output type or shape the payloads were
-            // not packed for: nothing to compare the payloads with.
-            return harness::known_issue(
-                "load-accepts-inconsistent-layout",
-                &format!("{f:?}: PackedWeights::from_bytes accepted {n}x{k} weights the payloads were not packed as"),
-            );
-        }
-        let o2 = OwnedW::build(&spec2);
-        let p2 = PackedWeights::pack(&o2.view(), &PackOptions { activation: act, ..PackOptions::default() });
-        let Some(h2) = p2.ok().and_then(|p2| p2.to_bytes().ok()).and_then(|f2| FileHeader::parse(&f2).ok()) else {
-            return harness::known_issue(
-                "load-accepts-inconsistent-layout",
-                &format!("{f:?}: PackedWeights::from_bytes accepted {n}x{k} weights that do not pack here"),
-            );
+        let h2 = if same_kind && format_valid(&spec2) {
+            let o2 = OwnedW::build(&spec2);
+            let p2 = PackedWeights::pack(&o2.view(), &PackOptions { activation: act, ..PackOptions::default() });
+            p2.ok().and_then(|p2| p2.to_bytes().ok()).and_then(|f2| FileHeader::parse(&f2).ok())
+        } else {
+            None
         };
         let served: Vec<&str> = loaded.layouts().iter().map(|l| l.0).collect();
         for sl in h.slots.iter().filter(|sl| served.contains(&sl.gemm_kernel.as_str())) {
-            let Some(s2) = h2.slots.iter().find(|x| x.gemm_kernel == sl.gemm_kernel && x.bl == sl.bl) else {
-                return harness::known_issue(
-                    "load-accepts-inconsistent-layout",
-                    &format!("{f:?}: {} with bl {} is not how {n}x{k} weights pack here", sl.gemm_kernel, sl.bl),
-                );
-            };
-            if s2.len != sl.len {
-                return harness::known_issue(
-                    "load-payload-size-unchecked",
-                    &format!(
-                        "{f:?}: PackedWeights::from_bytes accepted a {}-byte payload for {}, whose {n}x{k} layout \
-                         packs to {} bytes",
-                        sl.len, sl.gemm_kernel, s2.len
-                    ),
-                );
+            let same =
+                h2.as_ref().and_then(|h2| h2.slots.iter().find(|x| x.gemm_kernel == sl.gemm_kernel && x.bl == sl.bl));
+            if let Some(s2) = same {
+                if s2.len != sl.len {
+                    return harness::known_issue(
+                        "load-payload-size-unchecked",
+                        &format!(
+                            "{f:?}: PackedWeights::from_bytes accepted a {}-byte payload for {}, whose {n}x{k} \
+                             layout packs to {} bytes",
+                            sl.len, sl.gemm_kernel, s2.len
+                        ),
+                    );
+                }
+                harness::valid();
             }
         }
         let m = 1 + rng.below(3);

@@ -663,16 +663,11 @@ fn packed_weights_every_kind() {
             features,
         };
         let packed = PackedWeights::pack(&w, &pack_opts);
-        // `pack` checks the weights; whether an operation takes them with
-        // `opts.act` activations is checked by `matmul` (weights packed for
-        // a pair no operation takes keep the reference copy and every
-        // `matmul` is an error).
-        // Weights of a valid format that no operation takes (asymmetric
-        // int4 with blocks of other than a multiple of 32) may be refused by
-        // `pack` (when a kernel's packer checks) or kept for the reference,
-        // which refuses every `matmul`.
-        let valid = format_valid(&s) && operation_valid(&s);
+        // `pack` checks the weights and that some operation takes them with
+        // `opts.act` activations (asymmetric int4 only in blocks of a
+        // multiple of 32): anything else is refused there.
         let op = supported(s.kind, opts.act) && operation_valid(&s);
+        let valid = format_valid(&s) && op;
         harness::count(valid);
         let packed = match packed {
             Err(e) => {
@@ -686,7 +681,7 @@ fn packed_weights_every_kind() {
             }
             Ok(p) => {
                 ensure!(
-                    format_valid(&s),
+                    valid,
                     "invalid weights accepted: {:?}/{:?} n={} k={} bl={} (format valid {}, operation valid {})",
                     s.kind,
                     opts.act,
