@@ -290,6 +290,9 @@ impl GgmlWeights {
         let typ = GgmlType::from_id(u32_at(12))?;
         let (k, n) = (usize::try_from(u64_at(16)), usize::try_from(u64_at(24)));
         let (Ok(k), Ok(n)) = (k, n) else { return Err(Error::Overflow("container shape".into())) };
+        if data[44..CONTAINER_FIXED].iter().any(|b| *b != 0) {
+            return Err(bad("reserved header bytes are not zero".into()));
+        }
         let count = u32_at(32) as usize;
         if count == 0 || count > 1 << 16 {
             return Err(bad(format!("{count} batches")));

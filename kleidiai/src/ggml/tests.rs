@@ -438,3 +438,36 @@ fn f16_single_row_is_ggmls_own_path_not_a_kernel() {
         assert!(packed.layouts().is_empty(), "only weights without a packed layout cannot be saved");
     }
 }
+
+#[test]
+fn container_reserved_bytes_must_be_zero() {
+    let mut rng = Rng::new(28);
+    let (n, k) = (8, 64);
+    let bytes = weights_bytes(GgmlType::Q8_0, &rng.vec_f32(n * k), n, k);
+    let ne = [k as i64, n as i64, 1, 1];
+    let src0 =
+        Tensor { typ: GgmlType::Q8_0, ne, nb: Tensor::contiguous_strides(GgmlType::Q8_0, ne).unwrap(), data: &bytes };
+    let packed = GgmlWeights::repack(&src0).unwrap();
+    let Ok(ser) = packed.to_bytes() else {
+        assert!(packed.layouts().is_empty(), "only weights without a packed layout cannot be saved");
+        eprintln!("container_reserved_bytes_must_be_zero: no Q8_0 kernel here, nothing to save");
+        return;
+    };
+    let load = |b: &[u8]| {
+        let mut a = crate::AlignedBuf::zeroed(b.len());
+        a.as_mut_slice().copy_from_slice(b);
+        GgmlWeights::from_shared(std::sync::Arc::new(a), true)
+    };
+    assert!(load(&ser).is_ok());
+    // A reserved byte set, with the header checksum recomputed, is refused.
+    let mut bad = ser.clone();
+    bad[50] = 1;
+    let table = u32::from_le_bytes(bad[32..36].try_into().unwrap()) as usize * 16;
+    let end = 64 + table.div_ceil(64) * 64;
+    let mut head = bad[..end].to_vec();
+    head[40..44].fill(0);
+    let crc = crc32fast::hash(&head);
+    bad[40..44].copy_from_slice(&crc.to_le_bytes());
+    let err = load(&bad).unwrap_err().to_string();
+    assert!(err.contains("reserved"), "{err}");
+}
