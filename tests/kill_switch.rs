@@ -271,7 +271,7 @@ fn disable_during_matmuls() {
     let news: Vec<Vec<f32>> = all.iter().map(|(_, p, act)| run(p, *act, m, &x)).collect();
     std::thread::sleep(std::time::Duration::from_millis(50));
     stop.store(true, Ordering::Relaxed);
-    let (mut seen, mut refused) = (0, 0);
+    let mut seen = 0;
     for h in handles {
         let results = h.join().expect("a thread failed");
         for (c, rs) in results.iter().enumerate() {
@@ -282,16 +282,14 @@ fn disable_during_matmuls() {
                         assert!(ok, "{}: a result during disable() is neither kernel's", all[c].0);
                         seen += 1;
                     }
-                    // A call that chose its kernel just before disable() may
-                    // find its tier gone when the kernel checks it again
-                    // before the FFI call: refused, never run.
-                    Err(kleidiai::Error::Unsupported { kernel, .. }) if is_sme_or_sve(kernel) => refused += 1,
+                    // A call that chose its kernel just before disable()
+                    // finds its tier gone when the kernel checks it again
+                    // before the FFI call, and chooses again: never an error.
                     Err(e) => panic!("{}: a matmul during disable() failed: {e}", all[c].0),
                 }
             }
         }
     }
-    println!("{refused} calls in flight during disable() refused with Unsupported (their kernel's tier went away)");
     for (c, (name, p, act)) in all.iter().enumerate() {
         let kname = p.kernel_for(m);
         assert!(!kname.is_some_and(is_sme_or_sve), "{name}: still served by {kname:?}");

@@ -1056,9 +1056,17 @@ impl PackedWeights {
                 y.dtype()
             )));
         }
-        if let Some((slot, b)) = self.pick(m, &Features::current()) {
+        let mut f = Features::current();
+        while let Some((slot, b)) = self.pick(m, &f) {
             let lhs = scratch.lhs.get_or_insert_with(PackedLhs::empty);
-            return b.run(m, x, &slot.rhs, y.reborrow(), clamp, par, lhs);
+            match b.run(m, x, &slot.rhs, y.reborrow(), clamp, par, lhs) {
+                // A tier switched off (cpu::disable) between the choice and
+                // the kernel's own check, which refuses before any FFI call
+                // and before writing `y`: choose again with what is left
+                // (tiers only ever go away, so this ends).
+                Err(Error::Unsupported { .. }) if Features::current() != f => f = Features::current(),
+                r => return r,
+            }
         }
         match &self.reference {
             Some(r) => reference(r.as_ref(), m, x, y, clamp),
