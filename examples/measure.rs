@@ -20,6 +20,7 @@ use kleidiai::weights::{Activation, ActivationMut, PackOptions, PackedWeights, S
 use kleidiai::{Clamp, Parallelism};
 use std::time::{Duration, Instant};
 
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 const SIZE: usize = 1024;
 
 /// Deterministic data (xorshift), uniform in [-1, 1).
