@@ -80,55 +80,16 @@ mod raw {
     use kleidiai_sys as sys;
     use kleidiai_sys::interfaces as ifc;
 
-    type Q4Run = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const core::ffi::c_void,
-        *const core::ffi::c_void,
-        *mut f32,
-        usize,
-        usize,
-        f32,
-        f32,
-    );
-    type F32pRun = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        *const core::ffi::c_void,
-        *const core::ffi::c_void,
-        *mut core::ffi::c_void,
-        usize,
-        usize,
-        f32,
-        f32,
-    );
-    type F32Run = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        *const core::ffi::c_void,
-        usize,
-        *const core::ffi::c_void,
-        *mut core::ffi::c_void,
-        usize,
-        usize,
-        f32,
-        f32,
-    );
-
     /// The kernel call and the LHS packer it pairs with.
     enum Call {
         /// `lhs_quant_pack_qai8dxp_f32` + a `qai8dxp_qsi4c32p` kernel.
-        Qai8dxp(Q4Run),
+        Qai8dxp(sys::kai_matmul_clamp_f32_qai8dxp_qsi4c32p_run_matmul_func_t),
         /// `lhs_pack_f16pmrx2_f32_neon` + an `f16p_qsi4c32p` kernel.
-        F16p(Q4Run),
+        F16p(sys::kai_matmul_clamp_f32_f16p_qsi4c32p_run_matmul_func_t),
         /// `lhs_pack_f32p2vlx1_f32_sme` + an `f32p_f32p` kernel.
-        F32p(F32pRun),
+        F32p(sys::kai_matmul_clamp_f32_f32p_f32p_run_matmul_func_t),
         /// No LHS packing: an `f32_f32_f32p` kernel.
-        F32(F32Run),
+        F32(sys::kai_matmul_clamp_f32_f32_f32p_run_matmul_func_t),
     }
 
     pub struct Raw {
@@ -177,15 +138,15 @@ mod raw {
                 }
                 if let Some(i) = find!(matmul_clamp_f32_qai8dxp_qsi4c32p, kernel) {
                     let (mr, kr, sr) = tiles!(i);
-                    (Call::Qai8dxp(i.run_matmul.unwrap()), mr, kr, sr)
+                    (Call::Qai8dxp(i.run_matmul), mr, kr, sr)
                 } else if let Some(i) = find!(matmul_clamp_f32_f16p_qsi4c32p, kernel) {
                     let (mr, kr, sr) = tiles!(i);
-                    (Call::F16p(i.run_matmul.unwrap()), mr, kr, sr)
+                    (Call::F16p(i.run_matmul), mr, kr, sr)
                 } else if let Some(i) = find!(matmul_clamp_f32_f32p_f32p, kernel) {
                     let (mr, kr, sr) = tiles!(i);
-                    (Call::F32p(i.run_matmul.unwrap()), mr, kr, sr)
+                    (Call::F32p(i.run_matmul), mr, kr, sr)
                 } else if let Some(i) = find!(matmul_clamp_f32_f32_f32p, kernel) {
-                    (Call::F32(i.run_matmul.unwrap()), 1, 1, 1)
+                    (Call::F32(i.run_matmul), 1, 1, 1)
                 } else {
                     return Err(format!("{} is not a family this probe drives raw", info.family));
                 }
@@ -220,18 +181,65 @@ mod raw {
                 match self.call {
                     Call::Qai8dxp(run) => {
                         sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr, 0, x.as_ptr(), k * 4, lhs);
-                        run(m, n, k, 32, lhs, rhs, y.as_mut_ptr(), n * 4, 4, min, max);
+                        run.expect("the generated table fills run_matmul")(
+                            m,
+                            n,
+                            k,
+                            32,
+                            lhs,
+                            rhs,
+                            y.as_mut_ptr(),
+                            n * 4,
+                            4,
+                            min,
+                            max,
+                        );
                     }
                     Call::F16p(run) => {
                         sys::kai_run_lhs_pack_f16pmrx2_f32_neon(m, k, 32, mr, kr, sr, 0, x.as_ptr().cast(), k * 4, lhs);
-                        run(m, n, k, 32, lhs, rhs, y.as_mut_ptr(), n * 4, 4, min, max);
+                        run.expect("the generated table fills run_matmul")(
+                            m,
+                            n,
+                            k,
+                            32,
+                            lhs,
+                            rhs,
+                            y.as_mut_ptr(),
+                            n * 4,
+                            4,
+                            min,
+                            max,
+                        );
                     }
                     Call::F32p(run) => {
                         sys::kai_run_lhs_pack_f32p2vlx1_f32_sme(m, k, mr, kr, sr, 0, x.as_ptr().cast(), k * 4, lhs);
-                        run(m, n, k, lhs, rhs, y.as_mut_ptr().cast(), n * 4, 4, min, max);
+                        run.expect("the generated table fills run_matmul")(
+                            m,
+                            n,
+                            k,
+                            lhs,
+                            rhs,
+                            y.as_mut_ptr().cast(),
+                            n * 4,
+                            4,
+                            min,
+                            max,
+                        );
                     }
                     Call::F32(run) => {
-                        run(m, n, k, x.as_ptr().cast(), k * 4, rhs, y.as_mut_ptr().cast(), n * 4, 4, min, max);
+                        run.expect("the generated table fills run_matmul")(
+                            m,
+                            n,
+                            k,
+                            x.as_ptr().cast(),
+                            k * 4,
+                            rhs,
+                            y.as_mut_ptr().cast(),
+                            n * 4,
+                            4,
+                            min,
+                            max,
+                        );
                     }
                 }
             }
