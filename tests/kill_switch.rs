@@ -83,19 +83,24 @@ const TOL: f32 = 2e-2;
 
 /// `m` rows through `p` as f32 (half outputs widened).
 fn try_run(p: &PackedWeights, act: DType, m: usize, x: &[f32]) -> kleidiai::Result<Vec<f32>> {
+    try_run_in(p, act, m, x, &mut Scratch::default())
+}
+
+/// [`try_run`] with the caller's scratch (whose steady-state plan must
+/// follow the features in force).
+fn try_run_in(p: &PackedWeights, act: DType, m: usize, x: &[f32], s: &mut Scratch) -> kleidiai::Result<Vec<f32>> {
     let n = p.n();
-    let mut s = Scratch::default();
     let seq = Parallelism::Sequential;
     match act {
         DType::F32 => {
             let mut y = vec![0f32; m * n];
-            p.matmul(m, Activation::F32(x), ActivationMut::F32(&mut y), Clamp::NONE, seq, &mut s)?;
+            p.matmul(m, Activation::F32(x), ActivationMut::F32(&mut y), Clamp::NONE, seq, s)?;
             Ok(y)
         }
         _ => {
             let xh: Vec<half::f16> = x.iter().map(|v| half::f16::from_f32(*v)).collect();
             let mut y = vec![half::f16::ZERO; m * n];
-            p.matmul(m, Activation::F16(&xh), ActivationMut::F16(&mut y), Clamp::NONE, seq, &mut s)?;
+            p.matmul(m, Activation::F16(&xh), ActivationMut::F16(&mut y), Clamp::NONE, seq, s)?;
             Ok(y.iter().map(|v| v.to_f32()).collect())
         }
     }
@@ -250,14 +255,17 @@ fn disable_during_matmuls() {
             let (all, x, stop) = (all.clone(), x.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut results: Vec<Vec<kleidiai::Result<Vec<f32>>>> = (0..all.len()).map(|_| Vec::new()).collect();
+                // One scratch per weights, kept across disable(): the plan
+                // each keeps was made with the features before it.
+                let mut scratch: Vec<Scratch> = (0..all.len()).map(|_| Scratch::default()).collect();
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) || i < 8 {
                     let c = (t + i) % all.len();
                     let (_, p, act) = &all[c];
-                    results[c].push(try_run(p, *act, m, &x));
+                    results[c].push(try_run_in(p, *act, m, &x, &mut scratch[c]));
                     i += 1;
                 }
-                results
+                (results, scratch)
             })
         })
         .collect();
@@ -273,7 +281,12 @@ fn disable_during_matmuls() {
     stop.store(true, Ordering::Relaxed);
     let mut seen = 0;
     for h in handles {
-        let results = h.join().expect("a thread failed");
+        let (results, mut scratch) = h.join().expect("a thread failed");
+        // A scratch planned before disable() must not keep its kernel.
+        for (c, (name, p, act)) in all.iter().enumerate() {
+            let again = try_run_in(p, *act, m, &x, &mut scratch[c]).expect("a matmul after disable() failed");
+            assert!(again == news[c], "{name}: a scratch kept across disable() still runs the old kernel");
+        }
         for (c, rs) in results.iter().enumerate() {
             for r in rs {
                 match r {

@@ -433,13 +433,28 @@ mod detect {
 /// The SME streaming vector length in bytes (`RDSVL`; never `CNTB`, which is
 /// an SVE instruction and faults on SME-only cores such as Apple M4).
 #[cfg(target_arch = "aarch64")]
-fn rdsvl_bytes() -> usize {
+pub(crate) fn rdsvl_bytes() -> usize {
     let x: u64;
     // SAFETY: called only after detection found SME, so RDSVL exists; it
     // reads a system value into x0 and touches neither memory nor flags.
     unsafe {
         // rdsvl x0, #1
         core::arch::asm!(".inst 0x04bf5820", out("x0") x, options(nomem, nostack, preserves_flags));
+    }
+    x as usize
+}
+
+/// The SVE vector length in bytes of the calling thread (`RDVL`). Only for
+/// callers that know SVE is present (a supported SVE kernel).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn rdvl_bytes() -> usize {
+    let x: u64;
+    // SAFETY: callers run this only when SVE is present (the kernel asking
+    // passed its support check), so RDVL exists; it reads a system value
+    // into x0 and touches neither memory nor flags.
+    unsafe {
+        // rdvl x0, #1
+        core::arch::asm!(".inst 0x04bf5020", out("x0") x, options(nomem, nostack, preserves_flags));
     }
     x as usize
 }

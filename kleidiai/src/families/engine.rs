@@ -1,5 +1,7 @@
 //! What every family's kernel glue shares: support checks, tile parameters,
 //! the layout vector length, and the tiled parallel run.
+// Off aarch64 only the plan types are used (no kernel runs there).
+#![cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 
 use crate::cpu::{CpuFeature, Features};
 use crate::error::{Error, Result};
@@ -64,4 +66,44 @@ where
     let workers = par::workers(par, work, info.is_sme());
     let parts = par::Split::new(m, mr, workers);
     par::for_each_index(workers, parts.count(), |i| rows(parts.get(i)));
+}
+
+/// What a family's `prepare` checked once for one packed RHS and `m` rows
+/// on one thread (the steady-state path of
+/// [`PackedWeights::matmul`](crate::weights::PackedWeights::matmul)): the
+/// shape, the kernel's blocking and the packed-LHS size. A family's
+/// `run_prepared` trusts it, so only that family's `prepare` makes one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Prepared {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// Block length (0 for families without one).
+    pub bl: usize,
+    pub t: Tiles,
+    /// Bytes of the packed LHS for `m x k` (0 when the kernel reads the
+    /// LHS directly).
+    pub lhs_bytes: usize,
+}
+
+/// The vector length `info`'s getters read on this thread now: the SME
+/// streaming length for SME kernels, the SVE length for SVE kernels, else 0.
+/// Linux lets a thread change its own, so a cached [`Prepared`] is only
+/// reused while this stays the same. The caller has checked that the CPU
+/// runs `info` (so the instruction reading it exists).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn live_vector_bytes(info: &KernelInfo) -> usize {
+    if info.is_sme() {
+        crate::cpu::rdsvl_bytes()
+    } else if info.features.contains(&CpuFeature::Sve) {
+        crate::cpu::rdvl_bytes()
+    } else {
+        0
+    }
+}
+
+/// No kernels run off aarch64.
+#[cfg(not(target_arch = "aarch64"))]
+pub(crate) fn live_vector_bytes(_: &KernelInfo) -> usize {
+    0
 }

@@ -775,6 +775,95 @@ mod glue {
             Ok(())
         }
 
+        /// Every check [`pack_lhs_into`](Self::pack_lhs_into) +
+        /// [`run_packed`](Self::run_packed), or [`run_direct`](Self::run_direct),
+        /// make for a dense `m x k` LHS of `T` and `rhs`, made once (the
+        /// steady-state path of `PackedWeights::matmul`). `None` for kernels
+        /// and packers behind upstream's table APIs, which keep the checked
+        /// path.
+        pub(crate) fn prepare<T: FloatElement>(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
+            let lhs_fn = matches!(self.lhs.map(|l| l.packer), None | Some(LhsPacker::Fn { .. }));
+            if !matches!(self.imp, Imp::Direct { .. } | Imp::Packed { .. }) || !lhs_fn || T::BYTES != self.elem_bytes()
+            {
+                return Ok(None);
+            }
+            let (n, k) = (rhs.layout().rows, rhs.layout().k);
+            error::nonzero(m, "m")?;
+            rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
+            check_k(k)?;
+            let eb = T::BYTES;
+            error::mul(error::mul(m, k, "lhs")?, eb, "lhs")?;
+            error::mul(error::mul(m, n, "dst")?, eb, "dst")?;
+            error::mul(k, eb, "lhs stride")?;
+            error::mul(n, eb, "dst stride")?;
+            let (t, _) = self.tiles()?;
+            let lhs_bytes = match self.lhs.map(|l| l.packer) {
+                Some(LhsPacker::Fn { size, .. }) => {
+                    let (mr, kr, sr) = (t.mr, t.kr, t.sr);
+                    let want =
+                        error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.div_ceil(kr) * kr, "packed lhs")
+                            .and_then(|x| error::mul(x, eb, "packed lhs"))?;
+                    // SAFETY: a size query; features present (tiles()).
+                    let bytes = unsafe { size(m, k, mr, kr, sr) };
+                    if bytes != want {
+                        return Err(Error::InvalidArgument(format!(
+                            "{}: LHS packer size {bytes} != {want}",
+                            self.info.name
+                        )));
+                    }
+                    bytes
+                }
+                _ => 0,
+            };
+            Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
+        }
+
+        /// What the checked path does on one thread for the whole output,
+        /// without its checks.
+        ///
+        /// # Safety
+        /// `p` is what [`prepare`](Self::prepare)`::<T>` returned (`Some`)
+        /// for this `rhs`; the CPU still runs the kernel at the vector
+        /// length it ran at then; `x` holds `p.m x p.k` values of `T`, `lhs`
+        /// `p.lhs_bytes` writable bytes (64-byte aligned), `y` `p.m x p.n`
+        /// values of `T`; `clamp` is valid.
+        pub(crate) unsafe fn run_prepared<T: FloatElement>(
+            &self,
+            p: &engine::Prepared,
+            x: *const T,
+            lhs: *mut u8,
+            rhs: &PackedRhs,
+            y: *mut T,
+            clamp: Clamp,
+        ) {
+            let (m, n, k, t, eb) = (p.m, p.n, p.k, p.t, T::BYTES);
+            let rp = rhs.data().as_ptr();
+            // SAFETY: the caller's contract: `prepare` checked the layout,
+            // shape and packer size for exactly these operands and this
+            // kernel (whose imp and packer are named functions, the only
+            // kind it accepts); offsets of row 0 and column 0 are 0; GEMV
+            // kernels get one row per call as in `run_direct`.
+            unsafe {
+                match (self.imp, self.lhs.map(|l| l.packer)) {
+                    (Imp::Packed { run, .. }, Some(LhsPacker::Fn { run: pack, .. })) => {
+                        pack(m, k, t.mr, t.kr, t.sr, 0, x.cast(), k * eb, lhs.cast());
+                        run(m, n, k, lhs.cast(), rp.cast(), y.cast(), n * eb, eb, clamp.min, clamp.max);
+                    }
+                    (Imp::Direct { run, .. }, None) => {
+                        let step = if self.info.tile == TileKind::Gemv { 1 } else { m };
+                        let mut r = 0;
+                        while r < m {
+                            let h = step.min(m - r);
+                            let (a, d) = (x.add(r * k), y.add(r * n));
+                            run(h, n, k, a.cast(), k * eb, rp.cast(), d.cast(), n * eb, eb, clamp.min, clamp.max);
+                            r += h;
+                        }
+                    }
+                    _ => unreachable!("prepare returns None for table-API kernels"),
+                }
+            }
+        }
+
         fn check_api_lhs_stride(&self, m: usize, k: usize, stride: usize) -> Result<()> {
             if let Imp::PackedApi(api) = self.imp {
                 // SAFETY: a query; features present (callers ran tiles()).

@@ -137,7 +137,8 @@ mod imp {
             &self.0.info
         }
 
-        #[cfg(test)]
+        /// The shared float-kernel glue (the steady-state path of the
+        /// high-level API calls it directly).
         pub(crate) fn float_kernel(&self) -> &'static FloatKernel {
             self.0
         }

@@ -2,7 +2,6 @@
 //! `kleidiai-sys` manifest), their packing, the portable reference
 //! implementation, and the conformance tests, together.
 
-#[cfg(target_arch = "aarch64")]
 pub(crate) mod engine;
 pub(crate) mod qai8dxp_common;
 #[cfg(target_arch = "aarch64")]

@@ -981,6 +981,83 @@ mod imp {
             Ok(())
         }
 
+        /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
+        /// [`run`](Self::run) make for a dense `m x k` LHS of `L`, `rhs` and
+        /// outputs of `O`, made once (the steady-state path of
+        /// `PackedWeights::matmul`). `None` where the checked path does
+        /// more than one packer call (row-by-row packers) or needs a table
+        /// (2-bit weights).
+        pub(crate) fn prepare<L: LhsElem, O: OutElem>(
+            &self,
+            m: usize,
+            rhs: &PackedRhs,
+        ) -> Result<Option<crate::families::engine::Prepared>> {
+            if L::ROW_BY_ROW || self.rhs.is_2bit() || self.fns.run.dst_bytes() != core::mem::size_of::<O>() {
+                return Ok(None);
+            }
+            let (n, k) = (rhs.layout().rows, rhs.layout().k);
+            error::nonzero(m, "m")?;
+            error::nonzero(k, "k")?;
+            rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
+            let (t, _) = self.tiles()?;
+            if self.one_row && t.mr != 1 {
+                return Ok(None);
+            }
+            L::check_block(t.kr, t.sr)?;
+            error::mul(error::mul(m, k, "lhs")?, core::mem::size_of::<L>(), "lhs")?;
+            error::mul(error::mul(m, n, "dst")?, core::mem::size_of::<O>(), "dst")?;
+            let per_row = roundup(k, 32, "k")?.checked_add(8).ok_or_else(|| crate::Error::Overflow("k".into()))?;
+            let lhs_bytes = error::mul(roundup(m, t.mr, "m")?, per_row, "packed lhs")?;
+            if L::packed_size(m, k, t.mr, t.kr, t.sr) != lhs_bytes {
+                return Err(crate::Error::InvalidArgument(format!("{}: unexpected packed size", L::PACKER)));
+            }
+            Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
+        }
+
+        /// What `pack_lhs_into` then `run` do on one thread for the whole
+        /// output, without their checks.
+        ///
+        /// # Safety
+        /// `p` is what [`prepare`](Self::prepare)`::<L, O>` returned
+        /// (`Some`) for this `rhs`; the CPU still runs the kernel at the
+        /// vector length it ran at then; `x` holds `p.m x p.k` values of
+        /// `L`, `lhs` `p.lhs_bytes` writable bytes (64-byte aligned), `y`
+        /// `p.m x p.n` values of `O`; `clamp` is valid.
+        pub(crate) unsafe fn run_prepared<L: LhsElem, O: OutElem>(
+            &self,
+            p: &crate::families::engine::Prepared,
+            x: *const L,
+            lhs: *mut u8,
+            rhs: &PackedRhs,
+            y: *mut O,
+            clamp: Clamp,
+        ) {
+            let (m, n, k, t) = (p.m, p.n, p.k, p.t);
+            let es = core::mem::size_of::<O>();
+            let rp = rhs.data().as_ptr().cast::<c_void>();
+            let step = if self.one_row { 1 } else { m };
+            // SAFETY: the caller's contract: `prepare` checked layout, shape,
+            // block rule and packed size for exactly these operands and this
+            // kernel (no 2-bit table, packer in one call); offsets of row 0
+            // and column 0 are 0; single-row kernels get one row per call at
+            // the packer's offset of that row, as in `run`.
+            unsafe {
+                L::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * core::mem::size_of::<L>(), lhs);
+                let mut r0 = 0;
+                while r0 < m {
+                    let h = step.min(m - r0);
+                    let lo = if r0 == 0 { 0 } else { (self.fns.lhs_offset)(r0, k) };
+                    let (a, d) = (lhs.add(lo).cast::<c_void>(), y.add(r0 * n));
+                    match self.fns.run {
+                        Run::F32(f) => f(h, n, k, a, rp, d.cast(), n * es, es, clamp.min, clamp.max),
+                        Run::Half(f) => f(h, n, k, a, rp, d.cast(), n * es, es, clamp.min, clamp.max),
+                        Run::F32Lut(_) => unreachable!("prepare returns None for 2-bit weights"),
+                    }
+                    r0 += h;
+                }
+            }
+        }
+
         pub(crate) fn run<O: OutElem>(
             &self,
             lhs: &PackedLhs,
@@ -1227,6 +1304,35 @@ mod imp {
                     par: $crate::Parallelism,
                 ) -> $crate::Result<()> {
                     self.0.run(lhs, rhs, dst, clamp, par)
+                }
+
+                /// The checks of `pack_lhs_into` + `run`, made once (see
+                /// `Entry::prepare`).
+                #[allow(dead_code)] // families the high-level API does not serve
+                pub(crate) fn prepare(
+                    &self,
+                    m: usize,
+                    rhs: &$crate::PackedRhs,
+                ) -> $crate::Result<Option<$crate::families::engine::Prepared>> {
+                    self.0.prepare::<$lhs, $out>(m, rhs)
+                }
+
+                /// `pack_lhs_into` + `run` without their checks.
+                ///
+                /// # Safety
+                /// As `Entry::run_prepared`.
+                #[allow(dead_code)] // families the high-level API does not serve
+                pub(crate) unsafe fn run_prepared(
+                    &self,
+                    p: &$crate::families::engine::Prepared,
+                    x: *const $lhs,
+                    lhs: *mut u8,
+                    rhs: &$crate::PackedRhs,
+                    y: *mut $out,
+                    clamp: $crate::Clamp,
+                ) {
+                    // SAFETY: forwarded to the caller.
+                    unsafe { self.0.run_prepared(p, x, lhs, rhs, y, clamp) }
                 }
 
                 /// Packs the dense `m x k` LHS and runs: the one-call form

@@ -4,6 +4,7 @@
 
 use super::{Activation, WeightsRef};
 use crate::error::{Error, Result};
+use crate::families::engine::Prepared;
 use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::KernelInfo;
@@ -38,6 +39,37 @@ pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     }
     /// Row `row` of the packed weights as f32.
     fn unpack_row(&self, rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()>;
+    /// The steady-state form of [`run`](Self::run), where the family has one.
+    fn fast(&self) -> Option<&dyn Fast> {
+        None
+    }
+}
+
+/// [`Backend::run`] split in two: every check once ([`prepare`](Self::prepare)),
+/// then only the packer and kernel calls ([`run_prepared`](Self::run_prepared))
+/// for as long as the inputs keep the same shape. `PackedWeights::matmul`
+/// keeps the [`Prepared`] in the caller's `Scratch`.
+pub(crate) trait Fast {
+    /// The checks of [`Backend::run`] for `m` rows of a dense LHS and
+    /// `rhs`, on one thread; `None` when this kernel keeps the checked path.
+    fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<Prepared>>;
+    /// `y = x · wᵀ` on the calling thread.
+    ///
+    /// # Safety
+    /// `p` is what this backend's [`prepare`](Self::prepare) returned for
+    /// this `rhs`; the CPU still has the kernel's features and the vector
+    /// length it had then; `x` and `y` are of the backend's activation type
+    /// and hold `p.m x p.k` and `p.m x p.n` values; `lhs` is `p.lhs_bytes`
+    /// writable, 64-byte aligned bytes; `clamp` passed `Clamp::check`.
+    unsafe fn run_prepared(
+        &self,
+        p: &Prepared,
+        x: Activation<'_>,
+        lhs: *mut u8,
+        rhs: &PackedRhs,
+        y: super::ActivationMut<'_>,
+        clamp: Clamp,
+    );
 }
 
 pub(crate) fn wrong_kind(info: &KernelInfo, what: &str) -> Error {
@@ -91,6 +123,54 @@ mod families {
         };
     }
 
+    /// `Backend::fast` for a family with a [`Fast`] impl (`fast` flag of
+    /// [`packed_lhs!`] and [`direct_lhs!`]).
+    macro_rules! fast_fn {
+        (fast) => {
+            fn fast(&self) -> Option<&dyn Fast> {
+                Some(self)
+            }
+        };
+    }
+
+    /// [`Fast`] for a family: `$prepare` and `$run` are its own
+    /// `prepare`/`run_prepared` (element-typed pointers).
+    macro_rules! fast {
+        ($module:ident, $act:ident) => {
+            fast!(@impl $module, $act, |k| k, |k, m, rhs| k.prepare(m, rhs));
+        };
+        // The float families: their shared glue, generic over the element.
+        ($module:ident, $act:ident, float $t:ty) => {
+            fast!(@impl $module, $act, |k| k.float_kernel(), |k, m, rhs| k.float_kernel().prepare::<$t>(m, rhs));
+        };
+        (@impl $module:ident, $act:ident, |$k:ident| $glue:expr, |$pk:ident, $m:ident, $r:ident| $prep:expr) => {
+            impl Fast for fam::$module::Kernel {
+                fn prepare(&self, $m: usize, $r: &PackedRhs) -> Result<Option<Prepared>> {
+                    let $pk = self;
+                    $prep
+                }
+                unsafe fn run_prepared(
+                    &self,
+                    p: &Prepared,
+                    x: Activation<'_>,
+                    lhs: *mut u8,
+                    rhs: &PackedRhs,
+                    y: ActivationMut<'_>,
+                    clamp: Clamp,
+                ) {
+                    let (Activation::$act(x), ActivationMut::$act(y)) = (x, y) else {
+                        unreachable!("PackedWeights::matmul checks the activation type first");
+                    };
+                    debug_assert!(x.len() >= p.m * p.k && y.len() >= p.m * p.n);
+                    let $k = self;
+                    // SAFETY: forwarded to the caller (the pointers are
+                    // those of slices of the activation type it vouches for).
+                    unsafe { $glue.run_prepared(p, x.as_ptr(), lhs, rhs, y.as_mut_ptr(), clamp) }
+                }
+            }
+        };
+    }
+
     /// How a packed-LHS family's `pack_lhs_into` is called: without or with
     /// the block length (the LHS is quantised per block of `bl`).
     macro_rules! pack_lhs_call {
@@ -104,9 +184,10 @@ mod families {
 
     /// A family whose kernels read a packed LHS: pack into `scratch`, run.
     macro_rules! packed_lhs {
-        ($module:ident, $act:ident, $layout:tt, $lhs:tt, |$s:ident, $w:ident| $pack:block) => {
+        ($module:ident, $act:ident, $layout:tt, $lhs:tt $(, $fast:ident)?, |$s:ident, $w:ident| $pack:block) => {
             impl Backend for fam::$module::Kernel {
                 common!($module, $layout);
+                $(fast_fn!($fast);)?
                 fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
                     let ($s, $w) = (self, w);
                     $pack
@@ -136,9 +217,10 @@ mod families {
 
     /// A family whose kernels read the LHS directly.
     macro_rules! direct_lhs {
-        ($module:ident, $act:ident, |$s:ident, $w:ident| $pack:block) => {
+        ($module:ident, $act:ident $(, $fast:ident)?, |$s:ident, $w:ident| $pack:block) => {
             impl Backend for fam::$module::Kernel {
                 common!($module, nobl);
+                $(fast_fn!($fast);)?
                 fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
                     let ($s, $w) = (self, w);
                     $pack
@@ -184,10 +266,10 @@ mod families {
     }
 
     // Dense float weights, f32 activations.
-    packed_lhs!(matmul_clamp_f32_f32p_f32p, F32, nobl, nobl, |s, w| {
+    packed_lhs!(matmul_clamp_f32_f32p_f32p, F32, nobl, nobl, fast, |s, w| {
         weights_for!(s, w, { x if is_dense(x) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
-    direct_lhs!(matmul_clamp_f32_f32_f32p, F32, |s, w| {
+    direct_lhs!(matmul_clamp_f32_f32_f32p, F32, fast, |s, w| {
         weights_for!(s, w, { x if is_dense(x) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
     // bf16 weights (exactly representable) on the bf16 kernels.
@@ -199,21 +281,23 @@ mod families {
         weights_for!(s, w, { x @ (WeightsRef::Bf16(_) | WeightsRef::F16(_)) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
     // f16 activations.
-    packed_lhs!(matmul_clamp_f16_f16p_f16p, F16, nobl, nobl, |s, w| {
+    packed_lhs!(matmul_clamp_f16_f16p_f16p, F16, nobl, nobl, fast, |s, w| {
         weights_for!(s, w, { WeightsRef::F16(w) => s.pack_rhs(w) })
     });
-    direct_lhs!(matmul_clamp_f16_f16_f16p, F16, |s, w| { weights_for!(s, w, { WeightsRef::F16(w) => s.pack_rhs(w) }) });
+    direct_lhs!(matmul_clamp_f16_f16_f16p, F16, fast, |s, w| {
+        weights_for!(s, w, { WeightsRef::F16(w) => s.pack_rhs(w) })
+    });
     // Quantised weights.
-    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi8cxp, F32, nobl, nobl, |s, w| {
+    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi8cxp, F32, nobl, nobl, fast, |s, w| {
         weights_for!(s, w, { WeightsRef::Int8PerChannel(w) => s.pack_rhs(w) })
     });
     packed_lhs!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32, nobl, nobl, |s, w| {
         weights_for!(s, w, { WeightsRef::Int4PerChannel(w) => s.pack_rhs(w) })
     });
-    packed_lhs!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16, nobl, nobl, |s, w| {
+    packed_lhs!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16, nobl, nobl, fast, |s, w| {
         weights_for!(s, w, { WeightsRef::Int4PerChannel(w) => s.pack_rhs(w) })
     });
-    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32, bl, nobl, |s, w| {
+    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32, bl, nobl, fast, |s, w| {
         weights_for!(s, w, { WeightsRef::Int4Block(w) => s.pack_rhs(*w) })
     });
     packed_lhs!(matmul_clamp_bf16_qai8dxp_qsi4c32p, Bf16, bl, nobl, |s, w| {
@@ -231,6 +315,16 @@ mod families {
     packed_lhs!(matmul_clamp_f16_qsi8d32p_qai4c32p, F16, bl, lhsbl, |s, w| {
         weights_for!(s, w, { WeightsRef::Int4AsymBlock(w) => s.pack_rhs(w) })
     });
+
+    // The families with a steady-state path (the others keep the checked
+    // one on every call).
+    fast!(matmul_clamp_f32_f32p_f32p, F32, float f32);
+    fast!(matmul_clamp_f32_f32_f32p, F32, float f32);
+    fast!(matmul_clamp_f16_f16p_f16p, F16, float half::f16);
+    fast!(matmul_clamp_f16_f16_f16p, F16, float half::f16);
+    fast!(matmul_clamp_f32_qai8dxp_qsi8cxp, F32);
+    fast!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16);
+    fast!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32);
 
     fn boxed<K: Backend + 'static>(it: impl Iterator<Item = K>) -> impl Iterator<Item = Box<dyn Backend>> {
         it.map(|k| Box::new(k) as Box<dyn Backend>)

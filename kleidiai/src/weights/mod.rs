@@ -30,8 +30,10 @@
 mod backend;
 pub mod file;
 
+use crate::buffer::AlignedBuf;
 use crate::cpu::Features;
 use crate::error::{Error, Result};
+use crate::families::engine::Prepared;
 use crate::formats::{
     BlockInt4, BlockScales, FloatElement, FloatWeights, Int4AsymBlock, Int4Blocks, Int4Encoding, Int4PerChannel,
     Int8PerChannel, NibbleOrder, Order, Q4_0,
@@ -41,6 +43,7 @@ use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::{self, KernelInfo, TileKind};
 use backend::Backend;
+use core::sync::atomic::{AtomicU64, Ordering};
 use half::{bf16, f16};
 use std::sync::Arc;
 
@@ -88,6 +91,14 @@ pub enum ActivationMut<'a> {
 }
 
 impl Activation<'_> {
+    /// Number of values.
+    fn len(&self) -> usize {
+        match self {
+            Activation::F32(v) => v.len(),
+            Activation::F16(v) => v.len(),
+            Activation::Bf16(v) => v.len(),
+        }
+    }
     fn dtype(&self) -> DType {
         match self {
             Activation::F32(_) => DType::F32,
@@ -98,6 +109,14 @@ impl Activation<'_> {
 }
 
 impl ActivationMut<'_> {
+    /// Number of values.
+    fn len(&self) -> usize {
+        match self {
+            ActivationMut::F32(v) => v.len(),
+            ActivationMut::F16(v) => v.len(),
+            ActivationMut::Bf16(v) => v.len(),
+        }
+    }
     fn dtype(&self) -> DType {
         match self {
             ActivationMut::F32(_) => DType::F32,
@@ -600,14 +619,56 @@ struct Slot {
 
 /// Reusable scratch (the packed LHS): pass the same one to every call so
 /// steady-state calls allocate nothing.
+///
+/// It also remembers the last call's checked plan: a call with the same
+/// weights, `m` and CPU features as the one before, on one worker, skips
+/// the checks the first made (kernel choice, blocking, layouts, sizes) and
+/// goes straight to the packer and the kernel.
 #[derive(Debug, Default)]
 pub struct Scratch {
     lhs: Option<PackedLhs>,
+    plan: Option<Plan>,
+}
+
+/// The checked plan of one `(weights, m, features)`, kept in a [`Scratch`].
+#[derive(Debug)]
+struct Plan {
+    /// [`PackedWeights`]' unique id (never reused in the process, unlike
+    /// an address).
+    weights: u64,
+    m: usize,
+    features: Features,
+    /// `None`: the chosen kernel keeps the checked path on every call.
+    ready: Option<Ready>,
+}
+
+/// A plan whose kernel has a steady-state path.
+#[derive(Debug)]
+struct Ready {
+    slot: usize,
+    gemv: bool,
+    /// The kernel's vector length on the planning thread: reused only
+    /// while the calling thread's is the same.
+    vector_bytes: usize,
+    sme: bool,
+    prepared: Prepared,
+    /// The packed LHS, zeroed once; the packer rewrites the same bytes on
+    /// every call with this plan, so padding it skips stays zero.
+    lhs: AlignedBuf,
+}
+
+/// Source of [`PackedWeights`] ids.
+static NEXT_WEIGHTS_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_weights_id() -> u64 {
+    NEXT_WEIGHTS_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Weights packed for the best kernels of this CPU. See the module docs.
 #[derive(Debug)]
 pub struct PackedWeights {
+    /// Unique in the process (see [`Plan`]).
+    id: u64,
     n: usize,
     k: usize,
     kind: WeightKind,
@@ -810,7 +871,7 @@ impl PackedWeights {
             }
         }
         let reference = if slots.is_empty() || opts.keep_reference { Some(w.to_owned_weights()?) } else { None };
-        Ok(PackedWeights { n, k, kind: w.kind(), activation: opts.activation, slots, reference })
+        Ok(PackedWeights { id: next_weights_id(), n, k, kind: w.kind(), activation: opts.activation, slots, reference })
     }
 
     /// Packs `w` like ggml packs its two slots: the first entry of `pairs`
@@ -869,7 +930,7 @@ impl PackedWeights {
             slots.push(Slot { rhs: g.pack(w)?.into_shared(), gemm: g, gemv: v });
         }
         let reference = if slots.is_empty() || keep_reference { Some(w.to_owned_weights()?) } else { None };
-        Ok(PackedWeights { n, k, kind: w.kind(), activation: act, slots, reference })
+        Ok(PackedWeights { id: next_weights_id(), n, k, kind: w.kind(), activation: act, slots, reference })
     }
 
     /// Whether a copy of the unpacked weights was kept (the portable
@@ -925,22 +986,99 @@ impl PackedWeights {
 
     /// The slot and kernel that serve `m` rows with the current features.
     fn pick(&self, m: usize, f: &Features) -> Option<(&Slot, &dyn Backend)> {
+        let (i, gemv) = self.pick_index(m, f)?;
+        let s = &self.slots[i];
+        Some((s, self.backend(i, gemv)?))
+    }
+
+    /// The backend of slot `i`: its GEMV kernel or its main one.
+    fn backend(&self, i: usize, gemv: bool) -> Option<&dyn Backend> {
+        let s = self.slots.get(i)?;
+        if gemv { s.gemv.as_deref() } else { Some(&*s.gemm) }
+    }
+
+    /// [`pick`](Self::pick) as (slot index, whether its GEMV kernel).
+    fn pick_index(&self, m: usize, f: &Features) -> Option<(usize, bool)> {
         let runs = |b: &dyn Backend| b.info().supported(f).is_ok();
         if m == 1 {
-            for s in &self.slots {
-                if let Some(g) = s.gemv.as_deref().filter(|g| runs(*g)) {
-                    return Some((s, g));
+            for (i, s) in self.slots.iter().enumerate() {
+                if s.gemv.as_deref().is_some_and(runs) {
+                    return Some((i, true));
                 }
                 if s.gemm.info().tile == TileKind::Gemv && runs(&*s.gemm) {
-                    return Some((s, &*s.gemm));
+                    return Some((i, false));
                 }
             }
         }
         self.slots
             .iter()
-            .filter(|s| runs(&*s.gemm))
-            .max_by_key(|s| u32::from(s.gemm.info().tile == TileKind::Gemm) * 1000 + s.gemm.info().rank)
-            .map(|s| (s, &*s.gemm))
+            .enumerate()
+            .filter(|(_, s)| runs(&*s.gemm))
+            .max_by_key(|(_, s)| u32::from(s.gemm.info().tile == TileKind::Gemm) * 1000 + s.gemm.info().rank)
+            .map(|(i, _)| (i, false))
+    }
+
+    /// The plan for `(m, f)`: the kernel [`pick`](Self::pick) chooses and,
+    /// when its family has a steady-state path, everything it checks once.
+    /// Reuses `old`'s packed-LHS allocation.
+    fn plan(&self, m: usize, f: &Features, old: Option<Plan>) -> Plan {
+        let mut lhs = old.and_then(|p| p.ready).map(|r| r.lhs).unwrap_or_default();
+        let ready = (|| {
+            let (slot, gemv) = self.pick_index(m, f)?;
+            let b = self.backend(slot, gemv)?;
+            let prepared = b.fast()?.prepare(m, &self.slots[slot].rhs).ok()??;
+            let info = b.info();
+            // pick_index checked that the CPU runs the kernel.
+            let vector_bytes = crate::families::engine::live_vector_bytes(info);
+            lhs.reset_zeroed(prepared.lhs_bytes);
+            Some(Ready { slot, gemv, vector_bytes, sme: info.is_sme(), prepared, lhs })
+        })();
+        Plan { weights: self.id, m, features: *f, ready }
+    }
+
+    /// The steady-state call: `None` when it does not apply (no plan with a
+    /// fast path for these weights, `m` and features; more than one worker;
+    /// another vector length; inputs too short, which the checked path
+    /// reports), then the caller takes the checked path.
+    #[allow(clippy::too_many_arguments)] // matmul's own arguments plus the features it read
+    fn matmul_planned(
+        &self,
+        m: usize,
+        x: Activation<'_>,
+        y: ActivationMut<'_>,
+        clamp: Clamp,
+        par: Parallelism,
+        f: &Features,
+        scratch: &mut Scratch,
+    ) -> Option<Result<()>> {
+        let same = matches!(&scratch.plan, Some(p) if p.weights == self.id && p.m == m && p.features == *f);
+        if !same {
+            scratch.plan = Some(self.plan(m, f, scratch.plan.take()));
+        }
+        let r = scratch.plan.as_mut()?.ready.as_mut()?;
+        let p = r.prepared;
+        let b = self.backend(r.slot, r.gemv)?;
+        let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
+        if crate::par::workers(par, work, r.sme) != 1
+            || x.len() < p.m * p.k
+            || y.len() < p.m * p.n
+            || crate::families::engine::live_vector_bytes(b.info()) != r.vector_bytes
+        {
+            return None;
+        }
+        if let Err(e) = clamp.check() {
+            return Some(Err(e));
+        }
+        // SAFETY: `p` is what this backend's `prepare` returned for this
+        // slot's packed RHS (the plan is keyed by these weights' unique id,
+        // m and the features it was chosen with, and weights never change);
+        // the features are unchanged, so the CPU runs the kernel, at the
+        // vector length it saw (compared above); x and y have the weights'
+        // activation type (matmul checked) and hold m x k and m x n values
+        // (products that `prepare` checked do not overflow); `r.lhs` has
+        // the `p.lhs_bytes` it asked for, 64-byte aligned; clamp checked.
+        unsafe { b.fast()?.run_prepared(&p, x, r.lhs.as_mut_ptr(), &self.slots[r.slot].rhs, y, clamp) };
+        Some(Ok(()))
     }
 
     /// ggml's hybrid mode: the first slot's SME kernel on the first columns
@@ -1057,6 +1195,9 @@ impl PackedWeights {
             )));
         }
         let mut f = Features::current();
+        if let Some(r) = self.matmul_planned(m, x, y.reborrow(), clamp, par, &f, scratch) {
+            return r;
+        }
         while let Some((slot, b)) = self.pick(m, &f) {
             let lhs = scratch.lhs.get_or_insert_with(PackedLhs::empty);
             match b.run(m, x, &slot.rhs, y.reborrow(), clamp, par, lhs) {
@@ -1264,7 +1405,7 @@ impl PackedWeights {
                 why: format!("no layout in the file runs here: {}", why.join("; ")),
             });
         }
-        Ok(PackedWeights { n, k, kind, activation, slots, reference: None })
+        Ok(PackedWeights { id: next_weights_id(), n, k, kind, activation, slots, reference: None })
     }
 }
 

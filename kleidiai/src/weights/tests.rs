@@ -118,23 +118,34 @@ fn act_vec(dt: DType, x: &[f32]) -> (Vec<f32>, Vec<f16>, Vec<bf16>) {
 
 /// Runs `w` on `x` (m rows) and returns the output widened to f32.
 fn run(w: &PackedWeights, dt: DType, m: usize, x: &[f32], par: Parallelism) -> Result<Vec<f32>> {
+    run_in(w, dt, m, x, par, &mut Scratch::default())
+}
+
+/// [`run`] with the caller's scratch.
+fn run_in(
+    w: &PackedWeights,
+    dt: DType,
+    m: usize,
+    x: &[f32],
+    par: Parallelism,
+    scratch: &mut Scratch,
+) -> Result<Vec<f32>> {
     let n = w.n();
     let (x32, x16, xb) = act_vec(dt, x);
-    let mut scratch = Scratch::default();
     match dt {
         DType::F16 => {
             let mut y = vec![f16::ZERO; m * n];
-            w.matmul(m, Activation::F16(&x16), ActivationMut::F16(&mut y), Clamp::NONE, par, &mut scratch)?;
+            w.matmul(m, Activation::F16(&x16), ActivationMut::F16(&mut y), Clamp::NONE, par, scratch)?;
             Ok(y.iter().map(|v| v.to_f32()).collect())
         }
         DType::Bf16 => {
             let mut y = vec![bf16::ZERO; m * n];
-            w.matmul(m, Activation::Bf16(&xb), ActivationMut::Bf16(&mut y), Clamp::NONE, par, &mut scratch)?;
+            w.matmul(m, Activation::Bf16(&xb), ActivationMut::Bf16(&mut y), Clamp::NONE, par, scratch)?;
             Ok(y.iter().map(|v| v.to_f32()).collect())
         }
         DType::F32 => {
             let mut y = vec![0f32; m * n];
-            w.matmul(m, Activation::F32(&x32), ActivationMut::F32(&mut y), Clamp::NONE, par, &mut scratch)?;
+            w.matmul(m, Activation::F32(&x32), ActivationMut::F32(&mut y), Clamp::NONE, par, scratch)?;
             Ok(y)
         }
     }
@@ -209,6 +220,47 @@ fn every_kind_matches_its_reference_and_is_deterministic() {
             }
         }
     }
+}
+
+/// One scratch shared by calls that change weights, kinds and `m`, and
+/// outlives weights (whose successors may reuse their address): the
+/// steady-state plan it keeps follows every change. Each output equals the
+/// checked path's (several workers) bit for bit; on Arm, the families with
+/// a steady-state path take it.
+#[test]
+fn a_shared_scratch_follows_weights_and_rows() {
+    crate::testing::enable_threading_for_tests();
+    let mut rng = Rng::new(23);
+    let (n, k) = (37, 128);
+    let mut scratch = Scratch::default();
+    let mut planned = Vec::new();
+    for round in 0..3 {
+        // Packed anew each round: the previous round's weights are gone.
+        let all: Vec<(PackedWeights, DType)> = cases(&mut rng, n, k)
+            .into_iter()
+            .map(|c| {
+                let opts = PackOptions { activation: c.act, ..Default::default() };
+                (PackedWeights::pack(&c.weights.as_ref(), &opts).unwrap(), c.act)
+            })
+            .collect();
+        for (w, act) in &all {
+            for m in [1, 4, 4, 1, 2] {
+                let x = rng.vec_f32(m * k);
+                let got = run_in(w, *act, m, &x, Parallelism::Sequential, &mut scratch).unwrap();
+                let checked = run(w, *act, m, &x, Parallelism::Rayon(3)).unwrap();
+                let kernel = w.kernel_for(m);
+                assert!(bit_identical(&got, &checked), "round {round} {:?}/{act:?} m={m} via {kernel:?}", w.kind);
+                if scratch.plan.as_ref().is_some_and(|p| p.ready.is_some()) {
+                    planned.extend(kernel);
+                }
+            }
+        }
+    }
+    planned.sort_unstable();
+    planned.dedup();
+    println!("steady-state path taken by {} kernels: {planned:?}", planned.len());
+    #[cfg(target_arch = "aarch64")]
+    assert!(!planned.is_empty(), "no call took the steady-state path");
 }
 
 #[test]
