@@ -1051,6 +1051,11 @@ impl PackedWeights {
         f: &Features,
         scratch: &mut Scratch,
     ) -> Option<Result<()>> {
+        // Inputs too short (or sizes that overflow) go to the checked path,
+        // which names the problem, before a plan sizes anything by `m`.
+        if m.checked_mul(self.k).is_none_or(|v| x.len() < v) || m.checked_mul(self.n).is_none_or(|v| y.len() < v) {
+            return None;
+        }
         let same = matches!(&scratch.plan, Some(p) if p.weights == self.id && p.m == m && p.features == *f);
         if !same {
             scratch.plan = Some(self.plan(m, f, scratch.plan.take()));
