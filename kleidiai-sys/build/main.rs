@@ -102,24 +102,41 @@ fn run() -> Result<(), String> {
         .filter(|s| !s.files.is_empty())
         .collect();
 
+    let t0 = std::time::Instant::now();
     compile::check_toolchain(&out_dir, &target)?;
-    let started = std::time::Instant::now();
-    let objects = compile::compile(&root, &out_dir, &selected, feature_on("ndebug"))?;
-    let compile_secs = started.elapsed().as_secs_f64();
+    let check_secs = t0.elapsed().as_secs_f64();
 
     let prefix = if env("KLEIDIAI_NO_SYMBOL_PREFIX") == "1" {
         println!("cargo:warning=KLEIDIAI_NO_SYMBOL_PREFIX=1: KleidiAI symbols are not prefixed");
         None
     } else {
-        let archive = out_dir.join(format!("lib{}.a", compile::ARCHIVE));
-        prefix::prefix_archive(&archive, &out_dir)?;
         Some(prefix::prefix())
     };
     println!("cargo:symbol_prefix={}", prefix.clone().unwrap_or_default());
 
+    // bindgen reads only headers and the prefix, not the objects: it runs on
+    // its own thread while the C compiles (it fills what the compile's
+    // last, single-file stretch leaves idle).
     let headers = bindings::public_headers(&root);
-    bindings::generate(&root, &out_dir, &headers, prefix.clone())?;
+    let (objects, compile_secs, bindings_secs) = std::thread::scope(|s| {
+        let bindgen = s.spawn(|| {
+            let t = std::time::Instant::now();
+            bindings::generate(&root, &out_dir, &headers, prefix.clone()).map(|()| t.elapsed().as_secs_f64())
+        });
+        let started = std::time::Instant::now();
+        let objects = compile::compile(&root, &out_dir, &selected, feature_on("ndebug"));
+        let compile_secs = started.elapsed().as_secs_f64();
+        let bindings = bindgen.join().map_err(|_| "bindgen panicked".to_string()).and_then(|r| r);
+        Ok::<_, String>((objects?, compile_secs, bindings?))
+    })?;
     println!("cargo:rustc-cfg=kai_bindings");
+
+    let t0 = std::time::Instant::now();
+    if prefix.is_some() {
+        let archive = out_dir.join(format!("lib{}.a", compile::ARCHIVE));
+        prefix::prefix_archive(&archive, &out_dir)?;
+    }
+    let prefix_secs = t0.elapsed().as_secs_f64();
 
     let summary = manifest::generate(&root, &out_dir, &selected, true)?;
     let mut m = std::fs::read_to_string(out_dir.join("manifest.rs")).map_err(|e| e.to_string())?;
@@ -139,7 +156,8 @@ fn run() -> Result<(), String> {
     std::fs::write(
         out_dir.join("build-report.txt"),
         format!(
-            "objects={objects}\ncompute_ukernels={}\npacking_ukernels={}\ncompile_seconds={compile_secs:.1}\ngroups={}\n",
+            "objects={objects}\ncompute_ukernels={}\npacking_ukernels={}\ncompile_seconds={compile_secs:.1}\n\
+             toolchain_check_seconds={check_secs:.1}\nbindgen_seconds={bindings_secs:.1}\nprefix_seconds={prefix_secs:.1}\ngroups={}\n",
             summary.compute,
             summary.packing,
             group_names.join(",")
