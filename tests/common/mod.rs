@@ -6,7 +6,7 @@ use std::io::Write;
 
 /// Appends one JSON line to the file named by `KLEIDIAI_TEST_REPORT` (set by
 /// `xtask test`); prints it too, so a plain `cargo test -- --nocapture` shows it.
-fn record(line: String) {
+pub fn record(line: String) {
     println!("{line}");
     if let Some(path) = std::env::var_os("KLEIDIAI_TEST_REPORT") {
         let mut f =
@@ -16,7 +16,8 @@ fn record(line: String) {
     }
 }
 
-fn json_str(s: &str) -> String {
+/// `s` as a JSON string literal.
+pub fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         match c {
@@ -93,8 +94,12 @@ impl Rng {
     pub fn vec_f32(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.f32()).collect()
     }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
+    /// Uniform in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
     }
 }
 

@@ -948,15 +948,7 @@ impl PackedWeights {
         y: ActivationMut<'_>,
         clamp: Clamp,
     ) -> Result<()> {
-        crate::error::nonzero(m, "m")?;
-        if x.dtype() != self.activation || y.dtype() != self.activation {
-            return Err(Error::InvalidArgument(format!(
-                "weights were packed for {:?} activations, got {:?} in and {:?} out",
-                self.activation,
-                x.dtype(),
-                y.dtype()
-            )));
-        }
+        self.check_call(m, &x, &y)?;
         match &self.reference {
             Some(r) => reference(r.as_ref(), m, x, y, clamp),
             None => Err(Error::Unsupported {
@@ -1034,6 +1026,21 @@ impl PackedWeights {
             Some(Ready { slot, gemv, vector_bytes, sme: info.is_sme(), prepared, lhs })
         })();
         Plan { weights: self.id, m, features: *f, ready }
+    }
+
+    /// What every matmul form checks first: rows, and activations of the
+    /// type the weights were packed for.
+    fn check_call(&self, m: usize, x: &Activation<'_>, y: &ActivationMut<'_>) -> Result<()> {
+        crate::error::nonzero(m, "m")?;
+        if x.dtype() != self.activation || y.dtype() != self.activation {
+            return Err(Error::InvalidArgument(format!(
+                "weights were packed for {:?} activations, got {:?} in and {:?} out",
+                self.activation,
+                x.dtype(),
+                y.dtype()
+            )));
+        }
+        Ok(())
     }
 
     /// The steady-state call: `None` when it does not apply (no plan with a
@@ -1190,15 +1197,7 @@ impl PackedWeights {
         par: Parallelism,
         scratch: &mut Scratch,
     ) -> Result<()> {
-        crate::error::nonzero(m, "m")?;
-        if x.dtype() != self.activation || y.dtype() != self.activation {
-            return Err(Error::InvalidArgument(format!(
-                "weights were packed for {:?} activations, got {:?} in and {:?} out",
-                self.activation,
-                x.dtype(),
-                y.dtype()
-            )));
-        }
+        self.check_call(m, &x, &y)?;
         let mut f = Features::current();
         if let Some(r) = self.matmul_planned(m, x, y.reborrow(), clamp, par, &f, scratch) {
             return r;

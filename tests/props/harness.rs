@@ -4,6 +4,7 @@
 //! `{"kind":"proptest",...}` in `KLEIDIAI_TEST_REPORT`, which `xtask test`
 //! sums over the host and every CPU model).
 
+use crate::common::{json_str, record};
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use std::cell::Cell;
@@ -77,29 +78,6 @@ impl Cases {
         // KLEIDIAI_PROPTEST_SCALE multiplies every count (a long local run).
         let scale = std::env::var("KLEIDIAI_PROPTEST_SCALE").ok().and_then(|s| s.parse::<f64>().ok()).unwrap_or(1.0);
         ((n as f64 * scale).round() as u32).max(1)
-    }
-}
-
-fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Appends a JSON line to `KLEIDIAI_TEST_REPORT` (when set) and prints it.
-pub fn record(line: String) {
-    println!("{line}");
-    if let Some(path) = std::env::var_os("KLEIDIAI_TEST_REPORT") {
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open report");
-        f.write_all(format!("{line}\n").as_bytes()).expect("write report");
     }
 }
 

@@ -11,6 +11,8 @@
 //! What non-finite inputs do (no undefined behaviour either way):
 //! see the crate docs of [`kleidiai::weights`].
 
+#[path = "../common/mod.rs"]
+mod common;
 mod file;
 mod ggml;
 mod harness;

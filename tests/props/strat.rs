@@ -95,33 +95,12 @@ impl Special {
     }
 }
 
-/// xorshift64*: the bulk data of a case comes from a seed (the strategy
-/// shrinks shapes; the values themselves need not shrink).
-pub struct Rng(u64);
+/// The bulk data of a case comes from a seed (the strategy shrinks shapes;
+/// the values themselves need not shrink): the suite's [`Rng`], plus what
+/// the properties add here.
+pub use crate::common::Rng;
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [-1, 1).
-    pub fn f32(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-    pub fn vec_f32(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next_u64() as u8).collect()
-    }
     /// `n` values in [-1, 1), with `special` written at one to three places.
     pub fn data(&mut self, n: usize, special: Special) -> Vec<f32> {
         let mut v = self.vec_f32(n);
