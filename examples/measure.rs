@@ -14,6 +14,12 @@
 //!   guest instructions in between from qemu's execution log.
 //! - `scaling KIND M SIZE REPS`: 1 thread against 2 (best of REPS each),
 //!   results compared bit for bit.
+//! - `cost KIND:M ITERS`: weights of `KIND` (q4_0, q8_0, f16, f32; n = k =
+//!   1024) packed with `PackOptions::default()`, then `ITERS` calls of
+//!   `PackedWeights::matmul` with `M` rows (one thread) between markers, for
+//!   xtask to count the guest instructions per call of whatever kernel the
+//!   default choice runs; prints the kernel, the layouts kept and the
+//!   packed and input bytes.
 
 use kleidiai::formats::{BlockInt4, FloatWeights, Order, Q4_0};
 use kleidiai::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
@@ -52,22 +58,61 @@ fn q4_0_bytes(n: usize, k: usize) -> Vec<u8> {
 struct Weights {
     kind: &'static str,
     f32: Vec<f32>,
+    f16: Vec<half::f16>,
+    bf16: Vec<half::bf16>,
     q4: Vec<u8>,
+    q8: Vec<kleidiai::ggml::BlockQ8_0>,
 }
 
 impl Weights {
     fn new(kind: &'static str, n: usize, k: usize) -> Weights {
         match kind {
-            "q4_0" => Weights { kind, f32: vec![], q4: q4_0_bytes(n, k) },
-            "f32" => Weights { kind, f32: data(n * k, 3).iter().map(|v| v * 0.05).collect(), q4: vec![] },
-            other => panic!("unknown kind {other} (q4_0, f32)"),
+            "q4_0" => Weights { kind, q4: q4_0_bytes(n, k), ..Weights::empty(kind) },
+            "i4" => Weights { kind, q4: q4_0_bytes(n, k)[..n * k / 2].to_vec(), ..Weights::empty(kind) },
+            "q8_0" => {
+                let v = data(n * k, 4);
+                let q8 = kleidiai::ggml::quantize_q8_0(&v, k).expect("whole blocks");
+                Weights { kind, q8, ..Weights::empty(kind) }
+            }
+            "f16" | "f16h" => {
+                let f16 = data(n * k, 6).iter().map(|v| half::f16::from_f32(v * 0.05)).collect();
+                Weights { kind, f16, ..Weights::empty(kind) }
+            }
+            "bf16" => {
+                let bf16 = data(n * k, 6).iter().map(|v| half::bf16::from_f32(v * 0.05)).collect();
+                Weights { kind, bf16, ..Weights::empty(kind) }
+            }
+            "f32" => {
+                let f32 = data(n * k, 3).iter().map(|v| v * 0.05).collect();
+                Weights { kind, f32, ..Weights::empty(kind) }
+            }
+            other => panic!("unknown kind {other} (q4_0, q8_0, f16, f32, bf16, i4, f16h)"),
         }
+    }
+    fn empty(kind: &'static str) -> Weights {
+        Weights { kind, f32: vec![], f16: vec![], bf16: vec![], q4: vec![], q8: vec![] }
     }
     fn view(&self, n: usize, k: usize) -> WeightsRef<'_> {
         match self.kind {
             "q4_0" => WeightsRef::Int4Block(BlockInt4::Q4_0(Q4_0 { n, k, data: &self.q4, bias: None })),
+            "i4" => WeightsRef::Int4PerChannel(kleidiai::formats::Int4PerChannel {
+                n,
+                k,
+                order: Order::NxK,
+                encoding: kleidiai::formats::Int4Encoding::Signed,
+                data: &self.q4,
+                scales: Box::leak(vec![0.01f32; n].into_boxed_slice()),
+                bias: None,
+            }),
+            "q8_0" => WeightsRef::GgmlQ8_0 { n, k, blocks: &self.q8 },
+            "f16" | "f16h" => WeightsRef::F16(FloatWeights { n, k, order: Order::NxK, data: &self.f16, bias: None }),
+            "bf16" => WeightsRef::Bf16(FloatWeights { n, k, order: Order::NxK, data: &self.bf16, bias: None }),
             _ => WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &self.f32, bias: None }),
         }
+    }
+    /// Bytes of the weights as given (what packing starts from).
+    fn input_bytes(&self) -> usize {
+        self.view(SIZE, SIZE).bytes()
     }
 }
 
@@ -418,12 +463,73 @@ fn scaling(args: &[String]) -> Result<(), String> {
     if identical { Ok(()) } else { Err("1 and 2 threads gave different results".into()) }
 }
 
+/// The default choice's cost: `KIND:M ITERS [GEMM [GEMV]]` (see the module
+/// docs); with kernel names, that pairing instead of the default choice.
+fn cost(args: &[String]) -> Result<(), String> {
+    let case = args.first().ok_or("cost KIND:M ITERS [GEMM [GEMV]]")?;
+    let iters: usize = args.get(1).and_then(|v| v.parse().ok()).ok_or("cost KIND:M ITERS")?;
+    let (kind, m) = case.split_once(':').ok_or("CASE is kind:m")?;
+    let kind =
+        ["q4_0", "q8_0", "f16", "f32", "bf16", "i4", "f16h"].into_iter().find(|k| *k == kind).ok_or("unknown kind")?;
+    let m: usize = m.parse().map_err(|_| "bad m")?;
+    let w = Weights::new(kind, SIZE, SIZE);
+    let act = if kind == "f16h" { kleidiai::weights::DType::F16 } else { kleidiai::weights::DType::F32 };
+    let opts = PackOptions { activation: act, ..PackOptions::default() };
+    let packed = match args.get(2) {
+        None => PackedWeights::pack(&w.view(SIZE, SIZE), &opts),
+        Some(gemm) => {
+            let gemv: Option<&'static str> = args.get(3).map(|v| &*Box::leak(v.clone().into_boxed_str()));
+            let gemm: &'static str = Box::leak(gemm.clone().into_boxed_str());
+            let p = kleidiai::weights::policy::Pairing::new(gemm, gemv);
+            PackedWeights::pack_with(&w.view(SIZE, SIZE), &[p], &opts)
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    let bytes = packed.to_bytes().map_err(|e| e.to_string())?.len();
+    let x = data(m * SIZE, 9);
+    let xh: Vec<half::f16> = x.iter().map(|v| half::f16::from_f32(*v)).collect();
+    let mut y = vec![0f32; m * SIZE];
+    let mut yh = vec![half::f16::ZERO; m * SIZE];
+    let mut scratch = Scratch::default();
+    let mut call = |y: &mut [f32], yh: &mut [half::f16]| {
+        let (xa, ya) = if act == kleidiai::weights::DType::F16 {
+            (Activation::F16(&xh), ActivationMut::F16(yh))
+        } else {
+            (Activation::F32(&x), ActivationMut::F32(y))
+        };
+        packed.matmul(m, xa, ya, Clamp::NONE, Parallelism::Sequential, &mut scratch).map_err(|e| e.to_string())
+    };
+    // Warm (plan made, scratch allocated, code translated), then the windows.
+    call(&mut y, &mut yh)?;
+    mark("begin/empty");
+    mark("end/empty");
+    mark("begin/safe");
+    for _ in 0..iters {
+        call(&mut y, &mut yh)?;
+    }
+    mark("end/safe");
+    let layouts: Vec<String> = packed
+        .layouts()
+        .iter()
+        .map(|(g, v)| format!("{g}{}", v.map(|v| format!("+{v}")).unwrap_or_default()))
+        .collect();
+    println!(
+        "case {kind}:{m} kernel={} layouts={} file_bytes={bytes} input_bytes={} checksum={:08x}",
+        packed.kernel_for(m).unwrap_or("reference"),
+        layouts.join(","),
+        w.input_bytes(),
+        y.iter().fold(0u32, |h, v| h.rotate_left(5) ^ v.to_bits())
+    );
+    Ok(())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let r = match args.first().map(String::as_str) {
         Some("overhead") => overhead(&args[1..]),
         Some("scaling") => scaling(&args[1..]),
-        _ => Err("usage: measure overhead [--time ROUNDS | --count KIND:M ITERS] | scaling KIND M SIZE REPS".into()),
+        Some("cost") => cost(&args[1..]),
+        _ => Err("usage: measure overhead [--time ROUNDS | --count KIND:M ITERS] | scaling KIND M SIZE REPS | cost KIND:M ITERS".into()),
     };
     if let Err(e) = r {
         eprintln!("measure: {e}");

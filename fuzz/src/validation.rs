@@ -684,6 +684,7 @@ fn pack(p: PackCall) {
         non_sme_layout: p.non_sme_layout,
         keep_reference: p.keep_reference,
         features: None,
+        ..PackOptions::default()
     };
     let packed = PackedWeights::pack(&w, &opts);
     tag(|| format!("pack {} {act:?} {}", variant(&p.w), ok(&packed)));

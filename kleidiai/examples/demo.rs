@@ -102,6 +102,7 @@ fn main() {
     let ms = [1usize, 32];
     let total = Kind::ALL.len() * ms.len();
     let mut results = Vec::new();
+    let mut memory = Vec::new();
     let mut failed = false;
     let mut case = 0;
     for kind in Kind::ALL {
@@ -118,12 +119,19 @@ fn main() {
             }
         };
         let pack = t.elapsed();
+        let input = layer.weights().bytes();
+        let held = packed.packed_bytes() + packed.reference_bytes();
         println!(
-            "    {} weights {n}x{k}: made in {:.0} ms, packed in {:.0} ms",
+            "    {} weights {n}x{k}: made in {:.0} ms, packed in {:.0} ms; holds {held} bytes = {:.3}x the {input} \
+             input bytes ({} layout(s){})",
             kind.name(),
             common::ms(make),
-            common::ms(pack)
+            common::ms(pack),
+            held as f64 / input as f64,
+            packed.layouts().len(),
+            if packed.reference_bytes() > 0 { ", reference copy" } else { "" }
         );
+        memory.push((kind, held as f64 / input as f64));
         let mut scratch = Scratch::default();
         for &m in &ms {
             case += 1;
@@ -180,6 +188,10 @@ fn main() {
             kernel.strip_prefix("kai_").unwrap_or(kernel),
             if *ok { "" } else { "  FAILED" }
         );
+    }
+    println!("\npacked bytes / input bytes (default options: one copy, GEMM and GEMV share it):");
+    for (kind, ratio) in &memory {
+        println!("    {:<5} {ratio:.3}x", kind.name());
     }
     println!("\ndemo finished in {:.1} s: {}", started.elapsed().as_secs_f64(), if failed { "FAILED" } else { "ok" });
     if failed {

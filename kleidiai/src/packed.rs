@@ -166,7 +166,6 @@ macro_rules! packed_operand {
             }
 
             /// The owned buffer, made owned (copying shared bytes) if needed.
-            #[allow(dead_code)]
             pub(crate) fn data_mut(&mut self) -> &mut AlignedBuf {
                 if let Storage::Shared { .. } = self.data {
                     self.data = Storage::Owned(AlignedBuf::from_bytes(self.data.as_slice()));
@@ -187,7 +186,6 @@ macro_rules! packed_operand {
             }
 
             /// Gives the buffer a new layout and `size` zero bytes.
-            #[allow(dead_code)]
             pub(crate) fn reset(&mut self, layout: PackedLayout, size: usize) {
                 self.layout = layout;
                 self.data_mut().reset_zeroed(size);

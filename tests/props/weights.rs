@@ -591,6 +591,8 @@ struct Options {
     act: DType,
     non_sme: bool,
     keep_reference: bool,
+    widened_copy: bool,
+    separate_gemv: bool,
     /// Features switched off for the pack (None: all detected ones).
     without: Option<Vec<CpuFeature>>,
 }
@@ -610,9 +612,17 @@ fn options(kind: Kind) -> impl Strategy<Value = Options> {
         prop_oneof![9 => proptest::sample::select(kind.activations().to_vec()), 1 => proptest::sample::select(DTYPES.to_vec())],
         any::<bool>(),
         any::<bool>(),
+        (any::<bool>(), any::<bool>()),
         proptest::option::weighted(0.3, proptest::sample::subsequence(tiers, 1..=3)),
     )
-        .prop_map(|(act, non_sme, keep_reference, without)| Options { act, non_sme, keep_reference, without })
+        .prop_map(|(act, non_sme, keep_reference, (widened_copy, separate_gemv), without)| Options {
+            act,
+            non_sme,
+            keep_reference,
+            widened_copy,
+            separate_gemv,
+            without,
+        })
 }
 
 /// Whether an operation exists for these weights and activations.
@@ -660,6 +670,8 @@ fn packed_weights_every_kind() {
             activation: opts.act,
             non_sme_layout: opts.non_sme,
             keep_reference: opts.keep_reference,
+            widened_copy: opts.widened_copy,
+            separate_gemv: opts.separate_gemv,
             features,
         };
         let packed = PackedWeights::pack(&w, &pack_opts);

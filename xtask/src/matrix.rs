@@ -714,6 +714,13 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         ok &= check.ok;
     }
     extra.insert("proptest".into(), props.json);
+    // ---- memory per weight kind (issue 11's goal).
+    let memory = crate::reliability::memory_table(&results);
+    for line in &memory.lines {
+        println!("{line}");
+    }
+    ok &= memory.ok;
+    extra.insert("memory".into(), memory.json);
     extra.insert("determinism_across_runs".into(), determinism.json);
 
     // ---- summary

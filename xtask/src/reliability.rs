@@ -156,3 +156,68 @@ pub fn annotate(record: &mut serde_json::Map<String, Value>, cpu: &str, verdicts
         }
     }
 }
+
+/// The memory table: per weight kind, what packed weights hold against the
+/// input bytes (and copies), on every model; fails above the goal the test
+/// recorded (`limit_ratio`, `max_copies`) and when a model recorded none.
+pub fn memory_table(results: &[ModelResult]) -> Check {
+    let mut lines = vec!["\n==> memory: bytes held / input bytes (copies), default options, n = k = 1024".to_string()];
+    let mut ok = true;
+    let mut rows: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut json = Vec::new();
+    for r in results {
+        if r.memory.is_empty() && r.cpu != "host" {
+            ok = false;
+            lines.push(format!("    {}: no memory records  <-- FAILED", r.cpu));
+        }
+        for m in &r.memory {
+            let s = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+            let f = |k: &str| m.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+            let over = !(f("ratio") <= f("limit_ratio")) || num(m, "copies") > num(m, "max_copies");
+            ok &= !over;
+            if num(m, "n") == 1024 && num(m, "k") == 1024 {
+                rows.entry((s("api"), s("weights"))).or_default().push(format!(
+                    "{:.3} ({}){}",
+                    f("ratio"),
+                    num(m, "copies"),
+                    if over { " <-- FAILED" } else { "" }
+                ));
+            } else if over {
+                lines.push(format!(
+                    "    {} {} {}x{}: {:.3}x, {} copies  <-- FAILED",
+                    r.cpu,
+                    s("api"),
+                    s("weights"),
+                    num(m, "n"),
+                    f("ratio"),
+                    num(m, "copies")
+                ));
+            }
+            let mut v = m.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("cpu".into(), Value::from(r.cpu.clone()));
+            }
+            json.push(v);
+        }
+    }
+    let cpus: Vec<&str> = results.iter().filter(|r| !r.memory.is_empty()).map(|r| r.cpu.as_str()).collect();
+    lines.push(format!(
+        "    {:<30} {}",
+        "weights",
+        cpus.iter().map(|c| format!("{:>14}", short(c))).collect::<String>()
+    ));
+    for ((api, w), cells) in &rows {
+        let name = if api == "ggml" { format!("ggml {w}") } else { w.clone() };
+        lines.push(format!("    {name:<30} {}", cells.iter().map(|c| format!("{c:>14}")).collect::<String>()));
+    }
+    lines.push(format!(
+        "    goal: at most 1.02x the input (plus a bias slot and row padding), one copy (ggml: no more than ggml allocates){}",
+        if ok { "" } else { "  <-- FAILED" }
+    ));
+    Check { ok, lines, json: Value::from(json) }
+}
+
+/// A CPU model's name, short enough for a table column.
+fn short(cpu: &str) -> String {
+    cpu.replace("max,sme-default-vector-length=64", "max SVL512").replace("neoverse-", "n-").chars().take(13).collect()
+}

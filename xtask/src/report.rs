@@ -93,6 +93,8 @@ pub struct Recorded {
     pub selection: Option<String>,
     /// Property-test records (`{"kind":"proptest", ...}`): cases tried.
     pub proptests: Vec<Value>,
+    /// Memory records (`{"kind":"memory", ...}`): bytes held per weight kind.
+    pub memory: Vec<Value>,
 }
 
 pub fn read_report(path: &Path) -> Result<Recorded, String> {
@@ -139,6 +141,7 @@ pub fn read_report(path: &Path) -> Result<Recorded, String> {
             }
             "selection" => r.selection = Some(s("highest_tier")),
             "proptest" => r.proptests.push(v),
+            "memory" => r.memory.push(v),
             "manifest" => {
                 if let Some(a) = v.get("kernels").and_then(Value::as_array) {
                     r.manifest.extend(a.iter().filter_map(|x| x.as_str().map(str::to_string)));
@@ -175,6 +178,7 @@ pub struct ModelResult {
     pub selection: Option<String>,
     pub by_binary: BTreeMap<String, Counts>,
     pub proptests: Vec<Value>,
+    pub memory: Vec<Value>,
 }
 
 impl ModelResult {
@@ -199,6 +203,7 @@ impl ModelResult {
         }
         self.by_binary.insert(binary.to_string(), counts);
         self.proptests.extend(rec.proptests);
+        self.memory.extend(rec.memory);
     }
 
     pub fn to_json(&self) -> Value {

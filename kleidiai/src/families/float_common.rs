@@ -56,7 +56,7 @@ pub(crate) use glue::*;
 mod glue {
     use super::*;
     use crate::Error;
-    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::buffer::SendPtr;
     use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
     use crate::formats::Order;
@@ -507,8 +507,26 @@ mod glue {
             })
         }
 
+        /// The order of weights the packer reads without a transposed
+        /// copy (N x K when it has both packers).
+        pub(crate) fn rhs_order(&self) -> Order {
+            if self.rhs.nxk.is_some() { Order::NxK } else { Order::KxN }
+        }
+
         /// Packs `w` (with a zero bias when it has none).
         pub(crate) fn pack_rhs<T: FloatElement>(&self, w: &FloatWeights<'_, T>) -> Result<PackedRhs> {
+            let mut out = PackedRhs::empty();
+            self.pack_rhs_into(w, &mut out)?;
+            Ok(out)
+        }
+
+        /// [`pack_rhs`](Self::pack_rhs) into `out`, reusing its allocation
+        /// (zeroed first; an error leaves `out` empty or as it was).
+        pub(crate) fn pack_rhs_into<T: FloatElement>(
+            &self,
+            w: &FloatWeights<'_, T>,
+            out: &mut PackedRhs,
+        ) -> Result<()> {
             w.validate()?;
             if T::BYTES != self.elem_bytes() {
                 return Err(Error::WrongFamily { kernel: self.info.name, why: "element type".into() });
@@ -552,7 +570,6 @@ mod glue {
                 &copy
             };
             let row_stride = if order == Order::NxK { k * eb } else { n * eb };
-            let mut buf;
             match packer {
                 RhsPacker::Fn { run, size, n_step } => {
                     // SAFETY: the kernel's features (which include the
@@ -565,7 +582,8 @@ mod glue {
                             self.info.name
                         )));
                     }
-                    buf = AlignedBuf::zeroed(bytes);
+                    out.reset(layout, bytes);
+                    let buf = out.data_mut();
                     // SAFETY: `data` holds n x k elements in `order` with
                     // rows `row_stride` bytes apart, `bias` n elements, the
                     // buffer the size the packer reports for (n, k); nr, kr
@@ -624,7 +642,8 @@ mod glue {
                         )));
                     }
                     self.check_api_rhs_stride(n, k, packed_stride.n)?;
-                    buf = AlignedBuf::zeroed(bytes);
+                    out.reset(layout, bytes);
+                    let buf = out.data_mut();
                     let mut args = sys::kai_matmul_pack_rhs_uker_args {
                         shape: sys::kai_matmul_pack_rhs_uker_dim_args { n, k },
                         ..Default::default()
@@ -641,7 +660,7 @@ mod glue {
                     unsafe { api().run.expect("run")(&cfg, &args) };
                 }
             }
-            Ok(PackedRhs::new(layout, buf))
+            Ok(())
         }
 
         /// For `kai_matmul_uker_api` kernels: the kernel reads packed RHS

@@ -12,12 +12,16 @@
 //! | F32 | f32p2vlx1 mopa / f32 1x16vl mla | f32p2vlx1 mopa | - | - | - |
 //! | F16 | bf16p2vlx2 mopa | - | - | - | - |
 //!
+//! Memory, as ggml: the second (non-SME) slot is packed only when the first
+//! is an SME one and more threads may run than SME workers (ggml's
+//! `GGML_TOTAL_THREADS` hint, when set, at most the SME cap means no second
+//! slot). F16 weights are kept as given, as ggml keeps its F16 tensor, and
+//! packed per call (ggml packs them into its work buffer on every call too).
+//! So a repacked tensor never holds more than ggml's allocation for it.
+//!
 //! Like ggml (whose KleidiAI path takes F16 weights only for more than one
 //! activation row), F16 weights with `m = 1` do not go to a KleidiAI kernel:
-//! the portable reference computes them in f32 from the original f16
-//! weights, which [`GgmlWeights::repack`] keeps for that (ggml keeps its F16
-//! tensor too). Weights viewed from a container ([`GgmlWeights::from_shared`])
-//! hold only packed layouts, so there `m = 1` is an [`Error::Unsupported`].
+//! the portable reference computes them in f32 from the kept f16 weights.
 //!
 //! `GGML_KLEIDIAI_SME`: unset, use SME when the CPU has it; `0`, never; `N`,
 //! at most N threads run SME kernels at once (the crate's SME worker cap).
@@ -28,11 +32,26 @@ use crate::error::{Error, Result};
 use crate::formats::{BlockInt4, FloatWeights, Order, Q4_0};
 use crate::packed::Clamp;
 use crate::par::Parallelism;
-use crate::weights::{Activation, ActivationMut, DType, PackedWeights, Scratch, WeightsRef};
+use crate::weights::policy::Pairing;
+use crate::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
 use half::f16;
 
 /// Environment variable with ggml's meaning (see the module docs).
 pub const SME_ENV: &str = "GGML_KLEIDIAI_SME";
+
+/// ggml's hint of the threads a graph runs on (see the module docs).
+pub const TOTAL_THREADS_ENV: &str = "GGML_TOTAL_THREADS";
+
+/// Whether ggml packs its second (non-SME) slot: unless `GGML_TOTAL_THREADS`
+/// says no more threads run than SME workers may (ggml's
+/// `kleidiai_pack_fallback_allowed`). An unreadable hint counts as none, as
+/// in ggml.
+fn second_slot_allowed() -> bool {
+    match std::env::var(TOTAL_THREADS_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()) {
+        Some(hint) if hint > 0 => hint > crate::par::sme_thread_cap(),
+        _ => true,
+    }
+}
 
 type Pair = (&'static str, Option<&'static str>);
 
@@ -195,6 +214,7 @@ impl GgmlWeights {
             )));
         }
         let f = ggml_features()?;
+        let second = second_slot_allowed();
         let row_bytes = src0.typ.row_bytes(k)?;
         let mut batches = Vec::with_capacity(d[2]);
         for b in 0..d[2] {
@@ -204,26 +224,31 @@ impl GgmlWeights {
                 let at = b * src0.nb[2] + r * src0.nb[1];
                 bytes.extend_from_slice(&src0.data[at..at + row_bytes]);
             }
-            let table = kernel_table(src0.typ);
+            let pairings: Vec<Pairing> = kernel_table(src0.typ)
+                .iter()
+                .map(|&(gemm, gemv)| Pairing { why: "ggml's table", ..Pairing::new(gemm, gemv) })
+                .collect();
+            let opts = PackOptions { non_sme_layout: second, features: Some(f), ..PackOptions::default() };
             let packed = match src0.typ {
                 GgmlType::Q4_0 => {
                     let w = WeightsRef::Int4Block(BlockInt4::Q4_0(Q4_0 { n, k, data: &bytes, bias: None }));
-                    PackedWeights::pack_kernels(&w, DType::F32, table, &f, false)?
+                    PackedWeights::pack_with(&w, &pairings, &opts)?
                 }
                 GgmlType::Q8_0 => {
                     let blocks = super::blocks::q8_0_blocks_from_bytes(&bytes)?;
                     let w = WeightsRef::GgmlQ8_0 { n, k, blocks: &blocks };
-                    PackedWeights::pack_kernels(&w, DType::F32, table, &f, false)?
+                    PackedWeights::pack_with(&w, &pairings, &opts)?
                 }
                 GgmlType::F32 => {
                     let data = f32s(&bytes);
                     let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
-                    PackedWeights::pack_kernels(&w, DType::F32, table, &f, false)?
+                    PackedWeights::pack_with(&w, &pairings, &opts)?
                 }
                 GgmlType::F16 => {
+                    // Kept as given and packed per call (ggml's F16 path).
                     let data: Vec<f16> = bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]])).collect();
                     let w = WeightsRef::F16(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
-                    PackedWeights::pack_kernels(&w, DType::F32, table, &f, true)?
+                    PackedWeights::pack_with(&w, &pairings, &opts)?
                 }
             };
             batches.push(packed);
@@ -348,6 +373,23 @@ impl GgmlWeights {
         self.batches[0].layouts()
     }
 
+    /// Bytes of the packed layouts held, every batch (F16 weights, kept as
+    /// given and packed per call, count as that copy).
+    pub fn packed_bytes(&self) -> usize {
+        self.batches.iter().map(PackedWeights::packed_bytes).sum()
+    }
+
+    /// Bytes of the unpacked copies kept (weights no kernel here takes,
+    /// computed by the portable reference).
+    pub fn reference_bytes(&self) -> usize {
+        self.batches.iter().map(PackedWeights::reference_bytes).sum()
+    }
+
+    /// Bytes of each packed layout of the first batch, in ggml's slot order.
+    pub fn slot_bytes(&self) -> Vec<usize> {
+        self.batches[0].slot_bytes()
+    }
+
     /// The kernel that serves `m` activation rows now (None: the reference).
     pub fn kernel_for(&self, m: usize) -> Option<&'static str> {
         if self.f16_single_row(m) {
@@ -434,7 +476,7 @@ impl GgmlWeights {
                             .into(),
                     });
                 }
-                w.matmul_reference(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE)?;
+                w.matmul_reference(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, inner)?;
                 store(out, b, dst);
                 continue;
             }

@@ -9,6 +9,23 @@ use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::KernelInfo;
 
+/// What a kernel call may reuse from one call to the next (kept in the
+/// caller's [`Scratch`](super::Scratch)): the packed LHS, and the buffers of
+/// weights packed per call ([`super::per_call`]).
+#[derive(Debug)]
+pub(crate) struct Work {
+    /// The packed LHS.
+    pub lhs: PackedLhs,
+    /// Buffers of [`super::per_call::PerCall`].
+    pub per_call: super::per_call::Buffers,
+}
+
+impl Default for Work {
+    fn default() -> Self {
+        Work { lhs: PackedLhs::empty(), per_call: Default::default() }
+    }
+}
+
 /// What the high-level API needs from one family kernel.
 pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     /// Registry information.
@@ -20,6 +37,12 @@ pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout>;
     /// Packs `w` (errors if the weight kind is not the family's).
     fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs>;
+    /// [`pack`](Self::pack) into `out`, reusing its allocation where the
+    /// family can (the weights packed per call do this on every call).
+    fn pack_reusing(&self, w: &WeightsRef<'_>, out: &mut PackedRhs) -> Result<()> {
+        *out = self.pack(w)?;
+        Ok(())
+    }
     /// `y (m x n) = x (m x k) · wᵀ` (+ bias packed in `rhs`), clamped.
     #[allow(clippy::too_many_arguments)] // one internal seam; each argument is distinct
     fn run(
@@ -30,8 +53,13 @@ pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
         y: super::ActivationMut<'_>,
         clamp: Clamp,
         par: Parallelism,
-        scratch: &mut PackedLhs,
+        work: &mut Work,
     ) -> Result<()>;
+    /// The order of dense weights its packer reads without transposing
+    /// them first (what weights packed per call are widened into).
+    fn rhs_order(&self) -> crate::formats::Order {
+        crate::formats::Order::NxK
+    }
     /// Whether the family's packers take a bias (two block-int4 families
     /// take none: weights with a bias go to the others).
     fn takes_bias(&self) -> bool {
@@ -123,6 +151,25 @@ mod families {
         };
     }
 
+    /// `Backend::pack_reusing` for a float family: f32 weights (what
+    /// [`super::per_call`] hands it, chunk after chunk) reuse `out`.
+    macro_rules! reuse_fn {
+        (reuse) => {
+            fn rhs_order(&self) -> Order {
+                self.float_kernel().rhs_order()
+            }
+            fn pack_reusing(&self, w: &WeightsRef<'_>, out: &mut PackedRhs) -> Result<()> {
+                match w {
+                    WeightsRef::F32(f) => self.float_kernel().pack_rhs_into(f, out),
+                    other => {
+                        *out = self.pack(other)?;
+                        Ok(())
+                    }
+                }
+            }
+        };
+    }
+
     /// `Backend::fast` for a family with a [`Fast`] impl (`fast` flag of
     /// [`packed_lhs!`] and [`direct_lhs!`]).
     macro_rules! fast_fn {
@@ -184,10 +231,11 @@ mod families {
 
     /// A family whose kernels read a packed LHS: pack into `scratch`, run.
     macro_rules! packed_lhs {
-        ($module:ident, $act:ident, $layout:tt, $lhs:tt $(, $fast:ident)?, |$s:ident, $w:ident| $pack:block) => {
+        ($module:ident, $act:ident, $layout:tt, $lhs:tt $(, $fast:ident)? $(; $reuse:ident)?, |$s:ident, $w:ident| $pack:block) => {
             impl Backend for fam::$module::Kernel {
                 common!($module, $layout);
                 $(fast_fn!($fast);)?
+                $(reuse_fn!($reuse);)?
                 fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
                     let ($s, $w) = (self, w);
                     $pack
@@ -201,13 +249,14 @@ mod families {
                     y: ActivationMut<'_>,
                     clamp: Clamp,
                     par: Parallelism,
-                    scratch: &mut PackedLhs,
+                    work: &mut Work,
                 ) -> Result<()> {
                     let (Activation::$act(x), ActivationMut::$act(y)) = (x, y) else {
                         return Err(wrong_kind(self.info(), "these activation types"));
                     };
                     let (k, bl) = (rhs.layout().k, rhs.layout().bl);
                     let _ = bl;
+                    let scratch = &mut work.lhs;
                     pack_lhs_call!($lhs, self, m, k, bl, x, par, scratch)?;
                     fam::$module::Kernel::run(self, scratch, rhs, y, clamp, par)
                 }
@@ -217,10 +266,11 @@ mod families {
 
     /// A family whose kernels read the LHS directly.
     macro_rules! direct_lhs {
-        ($module:ident, $act:ident $(, $fast:ident)?, |$s:ident, $w:ident| $pack:block) => {
+        ($module:ident, $act:ident $(, $fast:ident)? $(; $reuse:ident)?, |$s:ident, $w:ident| $pack:block) => {
             impl Backend for fam::$module::Kernel {
                 common!($module, nobl);
                 $(fast_fn!($fast);)?
+                $(reuse_fn!($reuse);)?
                 fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
                     let ($s, $w) = (self, w);
                     $pack
@@ -234,7 +284,7 @@ mod families {
                     y: ActivationMut<'_>,
                     clamp: Clamp,
                     par: Parallelism,
-                    _scratch: &mut PackedLhs,
+                    _work: &mut Work,
                 ) -> Result<()> {
                     let (Activation::$act(x), ActivationMut::$act(y)) = (x, y) else {
                         return Err(wrong_kind(self.info(), "these activation types"));
@@ -266,19 +316,21 @@ mod families {
     }
 
     // Dense float weights, f32 activations.
-    packed_lhs!(matmul_clamp_f32_f32p_f32p, F32, nobl, nobl, fast, |s, w| {
+    packed_lhs!(matmul_clamp_f32_f32p_f32p, F32, nobl, nobl, fast; reuse, |s, w| {
         weights_for!(s, w, { x if is_dense(x) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
-    direct_lhs!(matmul_clamp_f32_f32_f32p, F32, fast, |s, w| {
+    direct_lhs!(matmul_clamp_f32_f32_f32p, F32, fast; reuse, |s, w| {
         weights_for!(s, w, { x if is_dense(x) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
     // bf16 weights (exactly representable) on the bf16 kernels.
     packed_lhs!(matmul_clamp_f32_bf16p_bf16p, F32, nobl, nobl, |s, w| {
-        weights_for!(s, w, { x @ WeightsRef::Bf16(_) => pack_as_f32(x, |w| s.pack_rhs(w)) })
+        weights_for!(s, w, { x @ (WeightsRef::Bf16(_) | WeightsRef::F32(_)) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
     // ggml's F16 weights go to the SME2 bf16 kernel (rounded to bf16 there).
     packed_lhs!(matmul_clamp_fp32_bf16p_bf16p, F32, nobl, nobl, |s, w| {
-        weights_for!(s, w, { x @ (WeightsRef::Bf16(_) | WeightsRef::F16(_)) => pack_as_f32(x, |w| s.pack_rhs(w)) })
+        weights_for!(s, w, {
+            x @ (WeightsRef::Bf16(_) | WeightsRef::F16(_) | WeightsRef::F32(_)) => pack_as_f32(x, |w| s.pack_rhs(w))
+        })
     });
     // f16 activations.
     packed_lhs!(matmul_clamp_f16_f16p_f16p, F16, nobl, nobl, fast, |s, w| {

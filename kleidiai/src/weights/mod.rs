@@ -29,6 +29,8 @@
 
 mod backend;
 pub mod file;
+mod per_call;
+pub mod policy;
 
 use crate::buffer::AlignedBuf;
 use crate::cpu::Features;
@@ -39,12 +41,14 @@ use crate::formats::{
     Int8PerChannel, NibbleOrder, Order, Q4_0,
 };
 use crate::ggml::{BlockQ8_0, QK8_0};
-use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
+use crate::packed::{Clamp, PackedLayout, PackedRhs};
 use crate::par::Parallelism;
-use crate::registry::{self, KernelInfo, TileKind};
-use backend::Backend;
+use crate::registry::{self, TileKind};
+use backend::{Backend, Work};
 use core::sync::atomic::{AtomicU64, Ordering};
 use half::{bf16, f16};
+use per_call::PerCall;
+use policy::Pairing;
 use std::sync::Arc;
 
 /// Element type of activations and outputs.
@@ -260,6 +264,26 @@ impl WeightsRef<'_> {
             WeightsRef::Int4Block(BlockInt4::Blocks(w)) => w.bias.is_some(),
             WeightsRef::Int4AsymBlock(w) => w.bias.is_some(),
             WeightsRef::GgmlQ8_0 { .. } => false,
+        }
+    }
+
+    /// Bytes of the weights as given: values, scales and offsets, bias (what
+    /// [`PackedWeights::packed_bytes`] compares with; the sizes the fields
+    /// need, not the slices' lengths).
+    pub fn bytes(&self) -> usize {
+        let (n, k) = self.shape();
+        let bias = |b: Option<&[f32]>| b.map_or(0, |_| n * 4);
+        let blocks = |bl: usize| if bl == 0 { 0 } else { n * k.div_ceil(bl) };
+        match self {
+            WeightsRef::F32(w) => n * k * 4 + w.bias.map_or(0, |_| n * 4),
+            WeightsRef::F16(w) => n * k * 2 + w.bias.map_or(0, |_| n * 2),
+            WeightsRef::Bf16(w) => n * k * 2 + w.bias.map_or(0, |_| n * 2),
+            WeightsRef::Int8PerChannel(w) => n * k + n * 4 + bias(w.bias),
+            WeightsRef::Int4PerChannel(w) => w.data_len().unwrap_or(n * k.div_ceil(2)) + n * 4 + bias(w.bias),
+            WeightsRef::Int4Block(BlockInt4::Q4_0(q)) => n * k / 32 * 18 + bias(q.bias),
+            WeightsRef::Int4Block(BlockInt4::Blocks(b)) => n * k.div_ceil(2) + blocks(b.bl) * 2 + bias(b.bias),
+            WeightsRef::Int4AsymBlock(a) => n * k.div_ceil(2) + blocks(a.bl) * 8 + bias(a.bias),
+            WeightsRef::GgmlQ8_0 { .. } => n * k / QK8_0 * 34,
         }
     }
 
@@ -589,24 +613,65 @@ fn operation_exists(kind: WeightKind, act: DType) -> bool {
     )
 }
 
-/// How [`PackedWeights::pack`] chooses.
+/// How [`PackedWeights::pack`] chooses, and what it keeps.
+///
+/// The default keeps **one packed copy** of the weights, about the size of
+/// the weights as given (plus a bias, and the padding of a kernel's row
+/// block), read by both the GEMM kernel (m > 1) and the GEMV kernel (m = 1)
+/// of the pairing [`policy`] chooses. Each option that keeps more says what
+/// it costs.
+///
+/// ```
+/// use kleidiai::weights::{DType, PackOptions};
+/// let opts = PackOptions { activation: DType::F32, non_sme_layout: true, ..PackOptions::default() };
+/// assert!(!opts.keep_reference && !opts.widened_copy);
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct PackOptions {
     /// Element type of the activations and outputs the weights will meet.
     pub activation: DType,
-    /// Also pack the best layout that does not need SME (ggml's second
-    /// slot): used when SME is switched off later, or not allowed.
+    /// When the chosen layout is an SME one, also pack the best layout that
+    /// does not need SME (ggml's second slot). Costs one more copy of the
+    /// weights (about 1x the input bytes). It serves when SME is switched
+    /// off later ([`crate::cpu::disable`]) and the hybrid SME + NEON mode of
+    /// [`crate::ggml`]; without it, weights whose only layout cannot run any
+    /// more fall back to the reference copy if one was kept, else the call
+    /// is an [`Error::Unsupported`]. Default: false.
     pub non_sme_layout: bool,
     /// Keep a copy of the unpacked weights so the portable reference can
-    /// serve when no packed layout can run (always kept when none was packed).
+    /// serve when no packed layout can run (always kept when none was
+    /// packed). Costs one more copy (the input bytes); weights packed per
+    /// call (see `widened_copy`) need none. Default: false.
     pub keep_reference: bool,
+    /// f16 and bf16 weights on kernels that take f32 (every f16 weight with
+    /// f32 activations; bf16 weights where no bf16 kernel runs): keep a
+    /// widened f32 packed copy, twice the input bytes, instead of the
+    /// weights as given, widened and packed a chunk at a time on every call
+    /// (same results bit for bit; each call does the widening and packing,
+    /// which costs more than the kernel itself at m = 1 and little at m = 64:
+    /// see the README's table). Default: false.
+    pub widened_copy: bool,
+    /// Where the chosen pairing names a GEMV kernel that takes fewer
+    /// instructions for one row but reads another layout
+    /// ([`policy::Pairing::faster_gemv`]), also pack that layout: one more
+    /// copy of the weights (about 1x the input bytes) for a faster m = 1
+    /// (about 2x fewer instructions for f32 weights on SME2; the README's
+    /// table has each case). Default: false.
+    pub separate_gemv: bool,
     /// Restrict kernel choice to these features (None: [`Features::current`]).
     pub features: Option<Features>,
 }
 
 impl Default for PackOptions {
     fn default() -> Self {
-        PackOptions { activation: DType::F32, non_sme_layout: true, keep_reference: false, features: None }
+        PackOptions {
+            activation: DType::F32,
+            non_sme_layout: false,
+            keep_reference: false,
+            widened_copy: false,
+            separate_gemv: false,
+            features: None,
+        }
     }
 }
 
@@ -626,7 +691,7 @@ struct Slot {
 /// goes straight to the packer and the kernel.
 #[derive(Debug, Default)]
 pub struct Scratch {
-    lhs: Option<PackedLhs>,
+    work: Option<Work>,
     plan: Option<Plan>,
 }
 
@@ -675,25 +740,6 @@ pub struct PackedWeights {
     activation: DType,
     slots: Vec<Slot>,
     reference: Option<OwnedWeights>,
-}
-
-/// The best of `cands` for `tile` that runs with `f` (without SME kernels
-/// unless `sme`), leaving out kernels already `refused` these weights.
-fn best<'a>(
-    cands: &'a [Box<dyn Backend>],
-    tile: TileKind,
-    f: &Features,
-    sme: bool,
-    refused: &[&str],
-) -> Option<&'a dyn Backend> {
-    let infos: Vec<&KernelInfo> = cands
-        .iter()
-        .map(|b| b.info())
-        .filter(|i| i.tile == tile && (sme || !i.is_sme()) && !refused.contains(&i.name))
-        .collect();
-    let m = if tile == TileKind::Gemv { 1 } else { 64 };
-    let chosen = registry::select_from(infos.into_iter(), m, f)?;
-    cands.iter().find(|b| b.info().name == chosen.name).map(|b| &**b)
 }
 
 /// The backend of kernel `name`, if it serves weights of `kind` with `act`
@@ -768,6 +814,13 @@ fn packed_len(b: &dyn Backend, kind: WeightKind, layout: &PackedLayout, payload:
     crate::error::mul(block.as_bytes().len(), blocks, "packed size")
 }
 
+/// The bytes of weights kept as given: n x k values of two bytes, and an
+/// f32 bias per channel when `bias`.
+fn per_call_len(layout: &PackedLayout, bias: bool) -> Result<usize> {
+    let values = crate::error::mul(crate::error::mul(layout.rows, layout.k, "weights")?, 2, "weights")?;
+    values.checked_add(if bias { layout.rows * 4 } else { 0 }).ok_or_else(|| Error::Overflow("packed size".into()))
+}
+
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }
 }
@@ -797,11 +850,13 @@ fn dequantized_row(w: &WeightsRef<'_>, row: usize) -> Result<Vec<f32>> {
 }
 
 impl PackedWeights {
-    /// Packs `w` for the best GEMM and GEMV kernels `opts` allows.
-    /// Errors when the weights are invalid or no operation takes them with
-    /// `opts.activation` (the same on every CPU: a kernel that cannot take
-    /// these particular weights is passed over for the next best one, or
-    /// the portable reference).
+    /// Packs `w` for the first [`policy`] pairing this CPU runs (the GEMM
+    /// and the GEMV kernel that share one packed layout), with what `opts`
+    /// asks to keep besides. Errors when the weights are invalid or no
+    /// operation takes them with `opts.activation` (the same on every CPU:
+    /// a kernel that cannot take these particular weights, a bias or a
+    /// block length, say, is passed over for the next pairing, or the
+    /// portable reference).
     pub fn pack(w: &WeightsRef<'_>, opts: &PackOptions) -> Result<PackedWeights> {
         w.validate()?;
         if !operation_exists(w.kind(), opts.activation) {
@@ -816,6 +871,34 @@ impl PackedWeights {
             // 32-value blocks.
             crate::error::multiple_of(a.bl, 32, "bl", "asymmetric int4 kernels take blocks of a multiple of 32")?;
         }
+        Self::pack_with(w, policy::pairings(w.kind(), opts.activation), opts)
+    }
+
+    /// [`pack`](Self::pack) with kernels of your choosing: the first of
+    /// `pairings` whose GEMM kernel runs here and takes these weights (and,
+    /// with [`PackOptions::non_sme_layout`], when that one is an SME kernel,
+    /// also the first that is not). Each pairing's GEMV kernel must read
+    /// its GEMM kernel's layout. ggml's tables go through here
+    /// ([`crate::ggml::kernel_table`]).
+    ///
+    /// Errors: invalid weights, a kernel name this build does not have for
+    /// this weight kind and activation type ([`Error::UnknownKernel`]), a
+    /// GEMV kernel that reads another layout. No pairing that runs here is
+    /// not an error: the reference copy then serves (on a target without
+    /// kernels, always).
+    ///
+    /// ```
+    /// use kleidiai::formats::{FloatWeights, Order};
+    /// use kleidiai::weights::{policy, DType, PackOptions, PackedWeights, WeightKind, WeightsRef};
+    /// let w = vec![0.5f32; 16 * 32];
+    /// let w = WeightsRef::F32(FloatWeights { n: 16, k: 32, order: Order::NxK, data: &w, bias: None });
+    /// // Only the NEON pairing of the default table:
+    /// let neon = policy::pairings(WeightKind::F32, DType::F32).last().copied().unwrap();
+    /// let p = PackedWeights::pack_with(&w, &[neon], &PackOptions::default()).unwrap();
+    /// assert!(p.layouts().len() <= 1);
+    /// ```
+    pub fn pack_with(w: &WeightsRef<'_>, pairings: &[Pairing], opts: &PackOptions) -> Result<PackedWeights> {
+        w.validate()?;
         // ggml Q8_0 is repacked as int8 per channel (ggml's own requantisation).
         let requantized;
         let view;
@@ -828,134 +911,152 @@ impl PackedWeights {
             other => other,
         };
         let (n, k) = w.shape();
-        let bl = w.bl();
+        let (bl, kind, act) = (w.bl(), w.kind(), opts.activation);
         let f = opts.features.unwrap_or_else(Features::current);
-        let mut cands = backend::candidates(w.kind(), opts.activation);
-        if w.has_bias() {
-            cands.retain(|b| b.takes_bias());
-        }
+        // A kernel of this weight kind and activation type that runs here,
+        // wrapped to pack per call when its packer converts the weights.
+        let resolve = |name: &str| -> Result<Option<Box<dyn Backend>>> {
+            if registry::kernels().is_empty() {
+                return Ok(None); // no kernels on this target: the reference serves
+            }
+            let b = backend_for(kind, act, name).ok_or_else(|| Error::UnknownKernel(name.to_string()))?;
+            if b.info().supported(&f).is_err() {
+                return Ok(None);
+            }
+            Ok(Some(match policy::converted(kind, b.info().family) {
+                Some(elem) if !opts.widened_copy => Box::new(PerCall::new(b, elem, w.has_bias())),
+                _ => b,
+            }))
+        };
         let mut slots: Vec<Slot> = Vec::new();
-        // Kernels that cannot take these weights (a packer without a K x N
-        // variant, scales that do not fit the packer's scale type...): the
-        // next best kernel serves instead.
-        let mut refused: Vec<&'static str> = Vec::new();
-        let passes: &[bool] = if opts.non_sme_layout { &[true, false] } else { &[true] };
-        for &sme in passes {
-            loop {
-                let gemm = best(&cands, TileKind::Gemm, &f, sme, &refused)
-                    .or_else(|| best(&cands, TileKind::Gemv, &f, sme, &refused));
-                let Some(gemm) = gemm else { break };
-                if slots.iter().any(|s| s.gemm.info().name == gemm.info().name) {
-                    break;
-                }
-                let packed = gemm.rhs_layout(n, k, bl).and_then(|layout| Ok((layout, gemm.pack(w)?)));
-                let Ok((layout, rhs)) = packed else {
-                    refused.push(gemm.info().name);
+        for sme in [true, false] {
+            // The second pass only for a non-SME copy beside an SME one.
+            let second = opts.non_sme_layout && slots.first().is_some_and(|s| s.gemm.info().is_sme());
+            if !sme && !second {
+                break;
+            }
+            for p in pairings {
+                let Some(gemm) = resolve(p.gemm)? else { continue };
+                if (!sme && gemm.info().is_sme()) || (w.has_bias() && !gemm.takes_bias()) {
                     continue;
+                }
+                // A kernel that cannot take these weights (a packer without
+                // a K x N variant, scales out of its range...): the next
+                // pairing serves instead.
+                let Ok(layout) = gemm.rhs_layout(n, k, bl) else { continue };
+                let Ok(rhs) = gemm.pack(w) else { continue };
+                let gemv = match p.gemv {
+                    Some(name) => match resolve(name)? {
+                        Some(v) if sme || !v.info().is_sme() => {
+                            if v.rhs_layout(n, k, bl)? != layout {
+                                return Err(Error::InvalidArgument(format!(
+                                    "{name} does not read {}'s packed layout",
+                                    p.gemm
+                                )));
+                            }
+                            Some(v)
+                        }
+                        _ => None,
+                    },
+                    None => None,
                 };
-                let gemv =
-                    best(&cands, TileKind::Gemv, &f, sme, &refused).filter(|g| g.info().name != gemm.info().name);
-                // GEMM and GEMV share one packed layout when their nr/kr/sr
-                // agree; otherwise the GEMV kernel gets a slot of its own (if
-                // it takes these weights; else the GEMM kernel serves m == 1).
-                let (shared, own) = match gemv {
-                    Some(g) if g.rhs_layout(n, k, bl).is_ok_and(|l| l == layout) => (Some(g.boxed()), None),
-                    Some(g) => (None, g.pack(w).ok().map(|rhs| (g, rhs))),
-                    None => (None, None),
-                };
-                slots.push(Slot { gemm: gemm.boxed(), gemv: shared, rhs: rhs.into_shared() });
-                if let Some((g, rhs)) = own {
-                    slots.push(Slot { gemm: g.boxed(), gemv: None, rhs: rhs.into_shared() });
+                slots.push(Slot { gemm, gemv, rhs: rhs.into_shared() });
+                // The faster GEMV's own layout, when asked for.
+                if let (true, true, Some(name)) = (opts.separate_gemv, sme, p.faster_gemv) {
+                    if let Some(v) = resolve(name)? {
+                        if let (Ok(_), Ok(rhs)) = (v.rhs_layout(n, k, bl), v.pack(w)) {
+                            slots.push(Slot { gemm: v, gemv: None, rhs: rhs.into_shared() });
+                        }
+                    }
                 }
                 break;
             }
         }
-        let reference = if slots.is_empty() || opts.keep_reference { Some(w.to_owned_weights()?) } else { None };
-        Ok(PackedWeights { id: next_weights_id(), n, k, kind: w.kind(), activation: opts.activation, slots, reference })
+        let per_call = slots.iter().any(|s| PerCall::is_format(s.rhs.layout().format));
+        let reference =
+            if slots.is_empty() || (opts.keep_reference && !per_call) { Some(w.to_owned_weights()?) } else { None };
+        Ok(PackedWeights { id: next_weights_id(), n, k, kind, activation: act, slots, reference })
     }
 
-    /// Packs `w` like ggml packs its two slots: the first entry of `pairs`
-    /// whose kernels run with `f`, and, when that one is an SME kernel, also
-    /// the first runnable entry that is not (the layout used when SME is off
-    /// or busy). Each entry is a GEMM kernel and optionally a GEMV kernel
-    /// that must read the same packed layout. `keep_reference` keeps a copy
-    /// of the unpacked weights even when a layout was packed (for
-    /// [`matmul_reference`](Self::matmul_reference)).
-    pub(crate) fn pack_kernels(
-        w: &WeightsRef<'_>,
-        act: DType,
-        pairs: &[(&str, Option<&str>)],
-        f: &Features,
-        keep_reference: bool,
-    ) -> Result<PackedWeights> {
-        w.validate()?;
-        let requantized;
-        let view;
-        let w = match w {
-            WeightsRef::GgmlQ8_0 { n, k, blocks } => {
-                requantized = requantize_q8_0(*n, *k, blocks)?;
-                view = requantized.as_ref();
-                &view
-            }
-            other => other,
-        };
-        let (n, k) = w.shape();
-        let bl = w.bl();
-        let mut slots: Vec<Slot> = Vec::new();
-        for (gemm, gemv) in pairs {
-            let Some(g) = backend_for(w.kind(), act, gemm) else { continue };
-            if g.info().supported(f).is_err() {
-                continue;
-            }
-            match slots.first() {
-                None => {}
-                Some(first) if first.gemm.info().is_sme() && !g.info().is_sme() && slots.len() == 1 => {}
-                Some(_) => continue,
-            }
-            let layout = g.rhs_layout(n, k, bl)?;
-            let v = match gemv {
-                Some(name) => {
-                    let v =
-                        backend_for(w.kind(), act, name).ok_or_else(|| Error::UnknownKernel((*name).to_string()))?;
-                    if v.info().supported(f).is_err() {
-                        None
-                    } else if v.rhs_layout(n, k, bl)? != layout {
-                        return Err(Error::InvalidArgument(format!("{name} does not read {gemm}'s packed layout")));
-                    } else {
-                        Some(v)
-                    }
-                }
-                None => None,
-            };
-            slots.push(Slot { rhs: g.pack(w)?.into_shared(), gemm: g, gemv: v });
-        }
-        let reference = if slots.is_empty() || keep_reference { Some(w.to_owned_weights()?) } else { None };
-        Ok(PackedWeights { id: next_weights_id(), n, k, kind: w.kind(), activation: act, slots, reference })
-    }
-
-    /// Whether a copy of the unpacked weights was kept (the portable
-    /// reference can run).
+    /// Whether the portable reference can run: a copy of the unpacked
+    /// weights was kept, or a layout holds the weights as given.
     pub(crate) fn has_reference(&self) -> bool {
-        self.reference.is_some()
+        self.reference.is_some() || self.per_call_slot().is_some()
     }
 
-    /// `matmul` on the portable reference over the kept unpacked weights,
-    /// whatever kernels could run; an error when no copy was kept.
+    /// The slot that keeps the weights as given (packed per call), if any.
+    fn per_call_slot(&self) -> Option<(PerCall, &PackedRhs)> {
+        self.slots.iter().find_map(|s| PerCall::for_format(s.gemm.boxed(), s.rhs.layout().format).map(|p| (p, &s.rhs)))
+    }
+
+    /// The portable reference over the kept weights: the unpacked copy, or
+    /// the weights kept as given by a per-call layout (None: neither).
+    fn run_reference(
+        &self,
+        m: usize,
+        x: Activation<'_>,
+        y: ActivationMut<'_>,
+        clamp: Clamp,
+        work: &mut Work,
+    ) -> Option<Result<()>> {
+        if let Some(r) = &self.reference {
+            return Some(reference(r.as_ref(), m, x, y, clamp));
+        }
+        let (p, rhs) = self.per_call_slot()?;
+        Some(match (x, y) {
+            (Activation::F32(x), ActivationMut::F32(y)) => p.reference(m, x, rhs, y, clamp, &mut work.per_call),
+            _ => Err(Error::InvalidArgument("weights kept as given take f32 activations".into())),
+        })
+    }
+
+    /// `matmul` on the portable reference over the kept weights, whatever
+    /// kernels could run; an error when none were kept.
     pub(crate) fn matmul_reference(
         &self,
         m: usize,
         x: Activation<'_>,
         y: ActivationMut<'_>,
         clamp: Clamp,
+        scratch: &mut Scratch,
     ) -> Result<()> {
         self.check_call(m, &x, &y)?;
-        match &self.reference {
-            Some(r) => reference(r.as_ref(), m, x, y, clamp),
-            None => Err(Error::Unsupported {
+        let work = scratch.work.get_or_insert_with(Work::default);
+        self.run_reference(m, x, y, clamp, work).unwrap_or_else(|| {
+            Err(Error::Unsupported {
                 kernel: "portable reference",
                 why: "these weights hold only packed layouts (no unpacked copy was kept)".into(),
-            }),
-        }
+            })
+        })
+    }
+
+    /// Bytes of the packed layouts these weights hold (each a copy of the
+    /// weights in a kernel's format; weights packed per call count as the
+    /// copy they keep). [`PackOptions`] says what each layout costs.
+    ///
+    /// ```
+    /// use kleidiai::formats::{FloatWeights, Order};
+    /// use kleidiai::weights::{PackOptions, PackedWeights, WeightsRef};
+    /// let data = vec![0.25f32; 64 * 128];
+    /// let w = WeightsRef::F32(FloatWeights { n: 64, k: 128, order: Order::NxK, data: &data, bias: None });
+    /// let p = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
+    /// // One copy (or, with no kernel here, the reference copy instead),
+    /// // plus the kernel's bias slots.
+    /// let held = p.packed_bytes() + p.reference_bytes();
+    /// assert!(held as f64 <= 1.02 * w.bytes() as f64 + 64.0 * 4.0);
+    /// ```
+    pub fn packed_bytes(&self) -> usize {
+        self.slots.iter().map(|s| s.rhs.as_bytes().len()).sum()
+    }
+
+    /// Bytes of each packed layout, in slot order.
+    pub(crate) fn slot_bytes(&self) -> Vec<usize> {
+        self.slots.iter().map(|s| s.rhs.as_bytes().len()).collect()
+    }
+
+    /// Bytes of the copy of the unpacked weights kept for the portable
+    /// reference (0: none kept; see [`PackOptions::keep_reference`]).
+    pub fn reference_bytes(&self) -> usize {
+        self.reference.as_ref().map_or(0, |r| r.as_ref().bytes())
     }
 
     /// Output channels.
@@ -993,12 +1094,16 @@ impl PackedWeights {
     fn pick_index(&self, m: usize, f: &Features) -> Option<(usize, bool)> {
         let runs = |b: &dyn Backend| b.info().supported(f).is_ok();
         if m == 1 {
+            // A layout of its own for a GEMV kernel (a faster one packed on
+            // request) first, then a GEMV sharing a GEMM's layout.
+            for (i, s) in self.slots.iter().enumerate() {
+                if s.gemm.info().tile == TileKind::Gemv && runs(&*s.gemm) {
+                    return Some((i, false));
+                }
+            }
             for (i, s) in self.slots.iter().enumerate() {
                 if s.gemv.as_deref().is_some_and(runs) {
                     return Some((i, true));
-                }
-                if s.gemm.info().tile == TileKind::Gemv && runs(&*s.gemm) {
-                    return Some((i, false));
                 }
             }
         }
@@ -1137,8 +1242,8 @@ impl PackedWeights {
         let (Some(v0), Some(v1)) = (s0.rhs.row_view(0..n_sme), s1.rhs.row_view(n_sme..n)) else { return Ok(false) };
         let (mut y0, mut y1) = (vec![0f32; m * n_sme], vec![0f32; m * (n - n_sme)]);
         let [sc0, sc1] = scratch;
-        let l0 = sc0.lhs.get_or_insert_with(PackedLhs::empty);
-        let l1 = sc1.lhs.get_or_insert_with(PackedLhs::empty);
+        let l0 = sc0.work.get_or_insert_with(Work::default);
+        let l1 = sc1.work.get_or_insert_with(Work::default);
         let x = &x[..m * k];
         let (a, b) = rayon::join(
             || {
@@ -1178,8 +1283,8 @@ impl PackedWeights {
     ) -> Result<()> {
         let s = &self.slots[slot];
         let k = if m == 1 { s.gemv.as_deref().unwrap_or(&*s.gemm) } else { &*s.gemm };
-        let lhs = scratch.lhs.get_or_insert_with(PackedLhs::empty);
-        k.run(m, Activation::F32(x), &s.rhs, ActivationMut::F32(y), Clamp::NONE, Parallelism::Sequential, lhs)
+        let work = scratch.work.get_or_insert_with(Work::default);
+        k.run(m, Activation::F32(x), &s.rhs, ActivationMut::F32(y), Clamp::NONE, Parallelism::Sequential, work)
     }
 
     /// The kernel that would serve `m` rows now (None: the reference).
@@ -1203,8 +1308,8 @@ impl PackedWeights {
             return r;
         }
         while let Some((slot, b)) = self.pick(m, &f) {
-            let lhs = scratch.lhs.get_or_insert_with(PackedLhs::empty);
-            match b.run(m, x, &slot.rhs, y.reborrow(), clamp, par, lhs) {
+            let work = scratch.work.get_or_insert_with(Work::default);
+            match b.run(m, x, &slot.rhs, y.reborrow(), clamp, par, work) {
                 // A tier switched off (cpu::disable) between the choice and
                 // the kernel's own check, which refuses before any FFI call
                 // and before writing `y`: choose again with what is left
@@ -1213,12 +1318,13 @@ impl PackedWeights {
                 r => return r,
             }
         }
-        match &self.reference {
-            Some(r) => reference(r.as_ref(), m, x, y, clamp),
+        let work = scratch.work.get_or_insert_with(Work::default);
+        match self.run_reference(m, x, y, clamp, work) {
+            Some(r) => r,
             None => Err(Error::Unsupported {
                 kernel: self.slots.first().map_or("(none)", |s| s.gemm.info().name),
                 why: "no packed layout runs with the current CPU features and no reference copy was kept \
-                      (PackOptions::keep_reference)"
+                      (PackOptions::keep_reference, or PackOptions::non_sme_layout for a layout without SME)"
                     .into(),
             }),
         }
@@ -1339,7 +1445,25 @@ impl PackedWeights {
             }
         }
         for (i, s) in h.slots.iter().enumerate() {
-            let Some(gemm) = backend_for(kind, activation, &s.gemm_kernel) else {
+            let gemm = backend_for(kind, activation, &s.gemm_kernel);
+            // Weights kept as given (packed per call) name the kernel that
+            // packs them and their own format.
+            let gemm = match gemm {
+                Some(g) if PerCall::is_format(&s.format) => match PerCall::for_format(g, &s.format) {
+                    Some(p) if policy::converted(kind, p.info().family).is_some() => {
+                        Some(Box::new(p) as Box<dyn Backend>)
+                    }
+                    _ => {
+                        return Err(Error::InvalidArgument(format!(
+                            "packed-weight file rejected: slot {i} keeps {kind:?} weights as given for {}, which \
+                             does not pack them per call",
+                            s.gemm_kernel
+                        )));
+                    }
+                },
+                other => other,
+            };
+            let Some(gemm) = gemm else {
                 why.push(format!(
                     "slot {i}: kernel {} is not in this build or does not take {kind:?} weights with {activation:?} \
                      activations",
@@ -1369,7 +1493,11 @@ impl PackedWeights {
             }
             // A layout this CPU runs with a payload of another size is a
             // corrupt (or crafted) file, not one packed elsewhere: refuse it.
-            let len = packed_len(&*gemm, kind, &want, s.len)?;
+            let len = if PerCall::is_format(want.format) {
+                per_call_len(&want, s.format.contains("bias"))?
+            } else {
+                packed_len(&*gemm, kind, &want, s.len)?
+            };
             if len as u64 != s.len {
                 return Err(Error::InvalidArgument(format!(
                     "packed-weight file rejected: slot {i} holds {} bytes, {want} packs to {len}",
@@ -1387,7 +1515,13 @@ impl PackedWeights {
             let gemv = if s.gemv_kernel.is_empty() {
                 None
             } else {
-                let g = backend_for(kind, activation, &s.gemv_kernel).ok_or_else(|| {
+                let g = backend_for(kind, activation, &s.gemv_kernel).map(|g| {
+                    match PerCall::for_format(g.boxed(), &s.format) {
+                        Some(p) => Box::new(p) as Box<dyn Backend>,
+                        None => g,
+                    }
+                });
+                let g = g.ok_or_else(|| {
                     Error::InvalidArgument(format!(
                         "slot {i}: GEMV kernel {} is not in this build or does not take these weights",
                         s.gemv_kernel

@@ -469,3 +469,160 @@ fn rewritten_shape_with_valid_checksums_is_refused() {
         assert!(PackedWeights::from_bytes(&rebuild(&twice, &p2)).is_err(), "duplicate slot accepted");
     }
 }
+
+/// Every pairing of the policy names kernels of its weight kind and
+/// activation type, and where this CPU runs both, the GEMV reads the GEMM's
+/// layout (at several shapes, tails included); the kernels no pairing names
+/// are counted (reachable through `families`).
+#[test]
+fn policy_pairings_share_one_layout() {
+    let f = Features::current();
+    let mut checked = 0;
+    for kind in WeightKind::ALL {
+        for act in [DType::F32, DType::F16, DType::Bf16] {
+            let pairs = policy::pairings(kind, act);
+            assert_eq!(pairs.is_empty(), !operation_exists(kind, act), "{kind:?} {act:?}");
+            if registry::kernels().is_empty() {
+                continue;
+            }
+            for p in pairs {
+                let g = backend_for(kind, act, p.gemm).unwrap_or_else(|| panic!("{} for {kind:?} {act:?}", p.gemm));
+                assert!(!p.why.is_empty());
+                if let Some(fast) = p.faster_gemv {
+                    let v = backend_for(kind, act, fast).unwrap_or_else(|| panic!("{fast} for {kind:?} {act:?}"));
+                    assert_eq!(v.info().tile, TileKind::Gemv, "{fast}");
+                    if v.info().supported(&f).is_ok() && g.info().supported(&f).is_ok() {
+                        let bl = if matches!(kind, WeightKind::Int4Block) { 32 } else { 0 };
+                        assert_ne!(g.rhs_layout(64, 256, bl).unwrap(), v.rhs_layout(64, 256, bl).unwrap(), "{fast}");
+                    }
+                }
+                let Some(v) = p.gemv else { continue };
+                let v = backend_for(kind, act, v).unwrap_or_else(|| panic!("{v} for {kind:?} {act:?}"));
+                assert_eq!(g.info().tile, TileKind::Gemm, "{}", p.gemm);
+                assert_eq!(v.info().tile, TileKind::Gemv, "{v:?}");
+                if g.info().supported(&f).is_err() || v.info().supported(&f).is_err() {
+                    continue;
+                }
+                let bl = if matches!(kind, WeightKind::Int4Block | WeightKind::Int4AsymBlock) { 32 } else { 0 };
+                for (n, k) in [(64, 256), (100, 96), (1, 32), (257, 4160)] {
+                    assert_eq!(g.rhs_layout(n, k, bl).unwrap(), v.rhs_layout(n, k, bl).unwrap(), "{p:?} {n}x{k}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    println!("{checked} pairings run here and share their layout");
+}
+
+/// Default packing keeps one layout, and with it the policy's GEMV serves
+/// one row wherever it runs.
+#[test]
+fn default_packing_keeps_one_layout_for_gemm_and_gemv() {
+    let mut rng = Rng::new(5);
+    for c in cases(&mut rng, 40, 128) {
+        let w = c.weights.as_ref();
+        let packed = PackedWeights::pack(&w, &PackOptions { activation: c.act, ..Default::default() }).unwrap();
+        assert!(packed.layouts().len() <= 1, "{:?}: {:?}", w.kind(), packed.layouts());
+        let Some((gemm, gemv)) = packed.layouts().first().copied() else { continue };
+        let pairing = policy::pairings(w.kind(), c.act).iter().find(|p| p.gemm == gemm).expect("a policy pairing");
+        assert_eq!(
+            gemv,
+            pairing.gemv.filter(|v| registry::by_name(v).is_some_and(|i| i.supported(&Features::current()).is_ok()))
+        );
+        if let Some(v) = gemv {
+            assert_eq!(packed.kernel_for(1), Some(v));
+        }
+        assert_eq!(packed.kernel_for(7), Some(gemm));
+    }
+}
+
+/// f16 and bf16 weights on f32 kernels: packed per call (the default) and
+/// widened once (`widened_copy`) give the same bits, for one row and
+/// several, with and without a bias, on one thread and three, and through
+/// a saved file.
+#[test]
+fn weights_packed_per_call_match_a_widened_copy() {
+    let mut rng = Rng::new(8);
+    let (n, k) = (70, 96);
+    let data = rng.vec_f32(n * k);
+    let bias: Vec<f32> = rng.vec_f32(n);
+    let h: Vec<f16> = data.iter().map(|v| f16::from_f32(*v)).collect();
+    let hb: Vec<f16> = bias.iter().map(|v| f16::from_f32(*v)).collect();
+    let b: Vec<bf16> = data.iter().map(|v| bf16::from_f32(*v)).collect();
+    let bb: Vec<bf16> = bias.iter().map(|v| bf16::from_f32(*v)).collect();
+    fn fw<'a, T>(n: usize, k: usize, data: &'a [T], bias: Option<&'a [T]>) -> FloatWeights<'a, T> {
+        FloatWeights { n, k, order: Order::NxK, data, bias }
+    }
+    let all = [
+        WeightsRef::F16(fw(n, k, &h, None)),
+        WeightsRef::F16(fw(n, k, &h, Some(&hb))),
+        WeightsRef::Bf16(fw(n, k, &b, None)),
+        WeightsRef::Bf16(fw(n, k, &b, Some(&bb))),
+    ];
+    for w in all {
+        let one = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
+        let wide = PackedWeights::pack(&w, &PackOptions { widened_copy: true, ..Default::default() }).unwrap();
+        assert_eq!(one.layouts(), wide.layouts(), "the same kernels");
+        let saved = one.to_bytes().ok().map(|b| PackedWeights::from_bytes(&b).unwrap());
+        for m in [1, 9] {
+            let x = rng.vec_f32(m * k);
+            for par in [Parallelism::Sequential, Parallelism::Rayon(3)] {
+                let a = run(&one, DType::F32, m, &x, par).unwrap();
+                let z = run(&wide, DType::F32, m, &x, par).unwrap();
+                assert!(bit_identical(&a, &z), "{:?} m={m} {par:?}", w.kind());
+                if let Some(s) = &saved {
+                    assert!(bit_identical(&a, &run(s, DType::F32, m, &x, par).unwrap()), "saved file");
+                }
+            }
+        }
+        let (mut r1, mut r2) = (vec![0f32; k], vec![0f32; k]);
+        one.row(3, &mut r1).unwrap();
+        wide.row(3, &mut r2).unwrap();
+        assert!(bit_identical(&r1, &r2), "get_rows");
+        if !one.layouts().is_empty() && one.layouts()[0].0.contains("_f32_f32") {
+            assert!(
+                one.packed_bytes() < wide.packed_bytes() / 2 + 1024,
+                "{} vs {}",
+                one.packed_bytes(),
+                wide.packed_bytes()
+            );
+        }
+    }
+}
+
+/// `separate_gemv` packs the faster GEMV's own layout where the chosen
+/// pairing names one, and one row then runs on it (close to the default's
+/// result: another kernel, the same weights).
+#[test]
+fn a_separate_gemv_layout_only_when_asked() {
+    let mut rng = Rng::new(12);
+    for c in cases(&mut rng, 48, 128) {
+        let w = c.weights.as_ref();
+        let one = PackedWeights::pack(&w, &PackOptions { activation: c.act, ..Default::default() }).unwrap();
+        let two =
+            PackedWeights::pack(&w, &PackOptions { activation: c.act, separate_gemv: true, ..Default::default() })
+                .unwrap();
+        let Some((gemm, _)) = one.layouts().first().copied() else { continue };
+        let faster = policy::pairings(w.kind(), c.act).iter().find(|p| p.gemm == gemm).and_then(|p| p.faster_gemv);
+        let runs =
+            faster.is_some_and(|v| registry::by_name(v).is_some_and(|i| i.supported(&Features::current()).is_ok()));
+        if !runs {
+            assert_eq!(one.layouts(), two.layouts(), "{gemm}: nothing faster to keep");
+            continue;
+        }
+        assert_eq!(two.layouts().len(), 2, "{:?}", two.layouts());
+        assert_eq!(two.kernel_for(1), faster);
+        assert_eq!(two.kernel_for(5), Some(gemm));
+        assert!(two.packed_bytes() > one.packed_bytes() * 3 / 2, "the second layout is a second copy");
+        let x = rng.vec_f32(c.weights.as_ref().shape().1);
+        let a = run(&one, c.act, 1, &x, Parallelism::Sequential).unwrap();
+        let b = run(&two, c.act, 1, &x, Parallelism::Sequential).unwrap();
+        let tol = magnitude(&c, 1, &x);
+        for (j, ((a, b), t)) in a.iter().zip(&b).zip(&tol).enumerate() {
+            assert!((a - b).abs() <= 2.0 * c.tol * t + 1e-6, "{gemm} j={j}: {a} vs {b}");
+        }
+        // The file keeps both layouts.
+        let back = PackedWeights::from_bytes(&two.to_bytes().unwrap()).unwrap();
+        assert_eq!(back.layouts(), two.layouts());
+    }
+}
