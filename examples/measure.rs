@@ -463,8 +463,10 @@ fn scaling(args: &[String]) -> Result<(), String> {
     if identical { Ok(()) } else { Err("1 and 2 threads gave different results".into()) }
 }
 
-/// The default choice's cost: `KIND:M ITERS [GEMM [GEMV]]` (see the module
-/// docs); with kernel names, that pairing instead of the default choice.
+/// The default choice's cost: `KIND:M ITERS [--separate-gemv]
+/// [--keep-as-given] [GEMM [GEMV]]` (see the module docs): with the options,
+/// those `PackOptions`; with kernel names, that pairing instead of the
+/// default choice.
 fn cost(args: &[String]) -> Result<(), String> {
     let case = args.first().ok_or("cost KIND:M ITERS [GEMM [GEMV]]")?;
     let iters: usize = args.get(1).and_then(|v| v.parse().ok()).ok_or("cost KIND:M ITERS")?;
@@ -474,7 +476,16 @@ fn cost(args: &[String]) -> Result<(), String> {
     let m: usize = m.parse().map_err(|_| "bad m")?;
     let w = Weights::new(kind, SIZE, SIZE);
     let act = if kind == "f16h" { kleidiai::weights::DType::F16 } else { kleidiai::weights::DType::F32 };
-    let opts = PackOptions { activation: act, ..PackOptions::default() };
+    let mut opts = PackOptions { activation: act, ..PackOptions::default() };
+    let mut names = Vec::new();
+    for a in &args[2..] {
+        match a.as_str() {
+            "--separate-gemv" => opts.separate_gemv = true,
+            "--keep-as-given" => opts.keep_as_given = true,
+            other => names.push(other.to_string()),
+        }
+    }
+    let args = [&args[..2], &names[..]].concat();
     let packed = match args.get(2) {
         None => PackedWeights::pack(&w.view(SIZE, SIZE), &opts),
         Some(gemm) => {

@@ -591,7 +591,7 @@ struct Options {
     act: DType,
     non_sme: bool,
     keep_reference: bool,
-    widened_copy: bool,
+    keep_as_given: bool,
     separate_gemv: bool,
     /// Features switched off for the pack (None: all detected ones).
     without: Option<Vec<CpuFeature>>,
@@ -615,11 +615,11 @@ fn options(kind: Kind) -> impl Strategy<Value = Options> {
         (any::<bool>(), any::<bool>()),
         proptest::option::weighted(0.3, proptest::sample::subsequence(tiers, 1..=3)),
     )
-        .prop_map(|(act, non_sme, keep_reference, (widened_copy, separate_gemv), without)| Options {
+        .prop_map(|(act, non_sme, keep_reference, (keep_as_given, separate_gemv), without)| Options {
             act,
             non_sme,
             keep_reference,
-            widened_copy,
+            keep_as_given,
             separate_gemv,
             without,
         })
@@ -670,7 +670,7 @@ fn packed_weights_every_kind() {
             activation: opts.act,
             non_sme_layout: opts.non_sme,
             keep_reference: opts.keep_reference,
-            widened_copy: opts.widened_copy,
+            keep_as_given: opts.keep_as_given,
             separate_gemv: opts.separate_gemv,
             features,
         };

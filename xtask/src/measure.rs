@@ -164,10 +164,23 @@ pub fn run(args: &[String]) -> Result<bool, String> {
                 "kernels: the default choice per weight kind, guest instructions per call (qemu -cpu {cpu})"
             ));
             for kind in ["q4_0", "q8_0", "f16", "f32"] {
-                for (m, iters) in [(1, 2), (64, 1)] {
+                // The default options at m = 1 and 64, then what each option
+                // that keeps more buys: a separate GEMV layout (m = 1), a
+                // f16 weights kept as given (packed per call).
+                let mut runs = vec![(1, 2, ""), (64, 1, "")];
+                if self::after_options() {
+                    runs.push((1, 2, "--separate-gemv"));
+                    if kind == "f16" {
+                        runs.extend([(1, 2, "--keep-as-given"), (64, 1, "--keep-as-given")]);
+                    }
+                }
+                for (m, iters, option) in runs {
                     let case = format!("{kind}:{m}");
                     let t = Instant::now();
-                    let args = ["cost".to_string(), case.clone(), iters.to_string()];
+                    let mut args = vec!["cost".to_string(), case.clone(), iters.to_string()];
+                    if !option.is_empty() {
+                        args.push(option.to_string());
+                    }
                     let (windows, stdout) = count_windows(&env, cpu, &exe, &args, Counting::Blocks)?;
                     let get = |w: &str| windows.iter().find(|(n, _)| n == w).map(|(_, c)| *c);
                     let (Some(empty), Some(calls)) = (get("empty"), get("safe")) else {
@@ -178,12 +191,12 @@ pub fn run(args: &[String]) -> Result<bool, String> {
                     let num = |k: &str| field(info, k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
                     let ratio = num("file_bytes") / num("input_bytes");
                     println!(
-                        "    {case:<8} {per_call:>12.0} instructions per call  packed/input {ratio:.3}  {}  [{}]",
+                        "    {case:<8} {option:<16} {per_call:>12.0} instructions per call  packed/input {ratio:.3}  {}  [{}]",
                         field(info, "kernel").unwrap_or(""),
                         field(info, "layouts").unwrap_or("")
                     );
                     rows.push(json!({
-                        "cpu": cpu, "case": case, "calls": iters, "instructions_per_call": per_call,
+                        "cpu": cpu, "case": case, "option": option, "calls": iters, "instructions_per_call": per_call,
                         "kernel": field(info, "kernel").unwrap_or(""), "layouts": field(info, "layouts").unwrap_or(""),
                         "file_bytes": num("file_bytes"), "input_bytes": num("input_bytes"), "packed_over_input": ratio,
                         "checksum": field(info, "checksum").unwrap_or(""), "seconds": t.elapsed().as_secs_f64(),
@@ -205,6 +218,12 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
     println!("\nwrote {}", path.display());
     Ok(ok)
+}
+
+/// Whether the example knows the options of `PackOptions` that keep more
+/// (`KLEIDIAI_MEASURE_DEFAULT_ONLY` set: no, for measuring an older tree).
+fn after_options() -> bool {
+    std::env::var_os("KLEIDIAI_MEASURE_DEFAULT_ONLY").is_none()
 }
 
 /// `key=value` from a result line of the example.

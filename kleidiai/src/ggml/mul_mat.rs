@@ -228,7 +228,13 @@ impl GgmlWeights {
                 .iter()
                 .map(|&(gemm, gemv)| Pairing { why: "ggml's table", ..Pairing::new(gemm, gemv) })
                 .collect();
-            let opts = PackOptions { non_sme_layout: second, features: Some(f), ..PackOptions::default() };
+            // ggml keeps F16 weights as given and packs them per call.
+            let opts = PackOptions {
+                non_sme_layout: second,
+                keep_as_given: true,
+                features: Some(f),
+                ..PackOptions::default()
+            };
             let packed = match src0.typ {
                 GgmlType::Q4_0 => {
                     let w = WeightsRef::Int4Block(BlockInt4::Q4_0(Q4_0 { n, k, data: &bytes, bias: None }));

@@ -624,7 +624,7 @@ fn operation_exists(kind: WeightKind, act: DType) -> bool {
 /// ```
 /// use kleidiai::weights::{DType, PackOptions};
 /// let opts = PackOptions { activation: DType::F32, non_sme_layout: true, ..PackOptions::default() };
-/// assert!(!opts.keep_reference && !opts.widened_copy);
+/// assert!(!opts.keep_reference && !opts.keep_as_given);
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct PackOptions {
@@ -640,17 +640,19 @@ pub struct PackOptions {
     pub non_sme_layout: bool,
     /// Keep a copy of the unpacked weights so the portable reference can
     /// serve when no packed layout can run (always kept when none was
-    /// packed). Costs one more copy (the input bytes); weights packed per
-    /// call (see `widened_copy`) need none. Default: false.
+    /// packed). Costs one more copy (the input bytes); weights kept as
+    /// given (`keep_as_given`) need none. Default: false.
     pub keep_reference: bool,
     /// f16 and bf16 weights on kernels that take f32 (every f16 weight with
-    /// f32 activations; bf16 weights where no bf16 kernel runs): keep a
-    /// widened f32 packed copy, twice the input bytes, instead of the
-    /// weights as given, widened and packed a chunk at a time on every call
-    /// (same results bit for bit; each call does the widening and packing,
-    /// which costs more than the kernel itself at m = 1 and little at m = 64:
-    /// see the README's table). Default: false.
-    pub widened_copy: bool,
+    /// f32 activations: upstream has no kernel for them; bf16 weights where
+    /// no bf16 kernel runs): keep them as given, one copy the size of the
+    /// input, and widen and pack a chunk of channels on every call, instead
+    /// of the default widened f32 copy, twice the input bytes. The same
+    /// results bit for bit; each call then does the widening and packing,
+    /// many times the kernel's own work (about 95x the instructions at
+    /// m = 1 and 11x at m = 64 for f32 kernels on SME2: the README's table).
+    /// For weights too large to keep widened. Default: false.
+    pub keep_as_given: bool,
     /// Where the chosen pairing names a GEMV kernel that takes fewer
     /// instructions for one row but reads another layout
     /// ([`policy::Pairing::faster_gemv`]), also pack that layout: one more
@@ -668,7 +670,7 @@ impl Default for PackOptions {
             activation: DType::F32,
             non_sme_layout: false,
             keep_reference: false,
-            widened_copy: false,
+            keep_as_given: false,
             separate_gemv: false,
             features: None,
         }
@@ -924,7 +926,7 @@ impl PackedWeights {
                 return Ok(None);
             }
             Ok(Some(match policy::converted(kind, b.info().family) {
-                Some(elem) if !opts.widened_copy => Box::new(PerCall::new(b, elem, w.has_bias())),
+                Some(elem) if opts.keep_as_given => Box::new(PerCall::new(b, elem, w.has_bias())),
                 _ => b,
             }))
         };

@@ -1,18 +1,16 @@
 //! Weights kept as given and packed on every call, a chunk of output
-//! channels at a time: f16 or bf16 weights on kernels that take f32 (the
-//! default for them, one copy the size of the input instead of a widened
-//! f32 copy twice its size), and ggml's F16 weights (which ggml itself packs
-//! per call).
+//! channels at a time: f16 or bf16 weights on kernels that take f32 when
+//! asked ([`PackOptions::keep_as_given`](super::PackOptions::keep_as_given):
+//! one copy the size of the input instead of a widened f32 copy twice its
+//! size), and ggml's F16 weights (which ggml itself packs per call).
 //!
 //! The stored layout is the weights' own values, N x K, after an optional
 //! f32 bias. Each call widens one chunk of channels to f32 (a multiple of
 //! the kernel's row block, about [`CHUNK_BYTES`] of f32), packs it for the
 //! kernel with the kernel's own packer, runs the kernel on it, and moves on:
 //! every output column is computed from the very bytes a packed copy would
-//! hold, so results are bit-identical to packing once
-//! ([`PackOptions::widened_copy`](super::PackOptions::widened_copy)); only
-//! the work per call differs (the widening and packing, measured in the
-//! README).
+//! hold, so results are bit-identical to packing once; only the work per
+//! call differs (the widening and packing, measured in the README).
 
 use super::backend::{Backend, Work};
 use super::{Activation, ActivationMut, WeightsRef};
@@ -86,17 +84,35 @@ impl PerCall {
         if self.bias { n * 4 } else { 0 }
     }
 
-    /// Channel `row` of the kept weights, widened, into `out[..k]`.
+    /// Channel `row` of the kept weights, widened, into `out[..k]` (with
+    /// half's vector conversions where the CPU has them).
     fn widen_row(&self, rhs: &PackedRhs, row: usize, out: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        use zerocopy::FromBytes;
         let l = rhs.layout();
         let at = self.bias_bytes(l.rows) + row * l.k * 2;
         let bytes = &rhs.as_bytes()[at..at + l.k * 2];
-        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-            let bits = [b[0], b[1]];
-            *o = match self.elem {
-                Elem::F16 => f16::from_le_bytes(bits).to_f32(),
-                Elem::Bf16 => bf16::from_le_bytes(bits).to_f32(),
-            };
+        let out = &mut out[..l.k];
+        // The values start 2-byte aligned (the buffer is 64-byte aligned,
+        // the bias before them 4 bytes a channel), so the views succeed; a
+        // byte at a time otherwise.
+        match self.elem {
+            Elem::F16 => match <[f16]>::ref_from_bytes(bytes) {
+                Ok(v) => v.convert_to_f32_slice(out),
+                Err(_) => {
+                    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                        *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                    }
+                }
+            },
+            Elem::Bf16 => match <[bf16]>::ref_from_bytes(bytes) {
+                Ok(v) => v.convert_to_f32_slice(out),
+                Err(_) => {
+                    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                        *o = bf16::from_le_bytes([b[0], b[1]]).to_f32();
+                    }
+                }
+            },
         }
     }
 

@@ -536,8 +536,8 @@ fn default_packing_keeps_one_layout_for_gemm_and_gemv() {
     }
 }
 
-/// f16 and bf16 weights on f32 kernels: packed per call (the default) and
-/// widened once (`widened_copy`) give the same bits, for one row and
+/// f16 and bf16 weights on f32 kernels: widened once (the default) and kept
+/// as given, packed per call (`keep_as_given`) give the same bits, for one row and
 /// several, with and without a bias, on one thread and three, and through
 /// a saved file.
 #[test]
@@ -560,8 +560,8 @@ fn weights_packed_per_call_match_a_widened_copy() {
         WeightsRef::Bf16(fw(n, k, &b, Some(&bb))),
     ];
     for w in all {
-        let one = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
-        let wide = PackedWeights::pack(&w, &PackOptions { widened_copy: true, ..Default::default() }).unwrap();
+        let one = PackedWeights::pack(&w, &PackOptions { keep_as_given: true, ..Default::default() }).unwrap();
+        let wide = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
         assert_eq!(one.layouts(), wide.layouts(), "the same kernels");
         let saved = one.to_bytes().ok().map(|b| PackedWeights::from_bytes(&b).unwrap());
         for m in [1, 9] {
