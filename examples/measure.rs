@@ -135,6 +135,16 @@ mod raw {
         F32p(sys::kai_matmul_clamp_f32_f32p_f32p_run_matmul_func_t),
         /// No LHS packing: an `f32_f32_f32p` kernel.
         F32(sys::kai_matmul_clamp_f32_f32_f32p_run_matmul_func_t),
+        /// One of the `lhs_quant_pack_qsi8d32p` packers + a `qsi8d32p_qsi4c32p` kernel.
+        Qsi8d32p(sys::kai_matmul_clamp_f32_qsi8d32p_qsi4c32p_run_matmul_func_t, Qsi8d32Packer),
+    }
+
+    /// The `qsi8d32p` LHS packer a kernel pairs with (registry name).
+    #[derive(Clone, Copy)]
+    enum Qsi8d32Packer {
+        Scalar,
+        Neon,
+        Sb4x8,
     }
 
     pub struct Raw {
@@ -192,6 +202,14 @@ mod raw {
                     (Call::F32p(i.run_matmul), mr, kr, sr)
                 } else if let Some(i) = find!(matmul_clamp_f32_f32_f32p, kernel) {
                     (Call::F32(i.run_matmul), 1, 1, 1)
+                } else if let Some(i) = find!(matmul_clamp_f32_qsi8d32p_qsi4c32p, kernel) {
+                    let (mr, kr, sr) = tiles!(i);
+                    let packer = match info.lhs_packer {
+                        Some("kai_lhs_quant_pack_qsi8d32p_f32_neon") => Qsi8d32Packer::Neon,
+                        Some("kai_lhs_quant_pack_qsi8d32p4x8sb_f32_neon") => Qsi8d32Packer::Sb4x8,
+                        _ => Qsi8d32Packer::Scalar,
+                    };
+                    (Call::Qsi8d32p(i.run_matmul, packer), mr, kr, sr)
                 } else {
                     return Err(format!("{} is not a family this probe drives raw", info.family));
                 }
@@ -204,6 +222,15 @@ mod raw {
                     Call::F16p(_) => sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon(m, k, 32, mr, kr, sr),
                     Call::F32p(_) => sys::kai_get_lhs_packed_size_lhs_pack_f32p2vlx1_f32_sme(m, k, mr, kr, sr),
                     Call::F32(_) => 0,
+                    Call::Qsi8d32p(_, Qsi8d32Packer::Scalar) => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32(m, k, 32, mr, kr, sr)
+                    }
+                    Call::Qsi8d32p(_, Qsi8d32Packer::Neon) => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon(m, k, 32, mr, kr, sr)
+                    }
+                    Call::Qsi8d32p(_, Qsi8d32Packer::Sb4x8) => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, 32, mr, kr, sr)
+                    }
                 }
             };
             let lhs_packer = info.lhs_packer.unwrap_or("(none: the kernel reads the LHS)");
@@ -265,6 +292,33 @@ mod raw {
                             lhs,
                             rhs,
                             y.as_mut_ptr().cast(),
+                            n * 4,
+                            4,
+                            min,
+                            max,
+                        );
+                    }
+                    Call::Qsi8d32p(run, packer) => {
+                        let (x, st) = (x.as_ptr(), k * 4);
+                        match packer {
+                            Qsi8d32Packer::Scalar => {
+                                sys::kai_run_lhs_quant_pack_qsi8d32p_f32(m, k, 32, mr, kr, sr, 0, x, st, lhs)
+                            }
+                            Qsi8d32Packer::Neon => {
+                                sys::kai_run_lhs_quant_pack_qsi8d32p_f32_neon(m, k, 32, mr, kr, sr, 0, x, st, lhs)
+                            }
+                            Qsi8d32Packer::Sb4x8 => {
+                                sys::kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, 32, mr, kr, sr, 0, x, st, lhs)
+                            }
+                        }
+                        run.expect("the generated table fills run_matmul")(
+                            m,
+                            n,
+                            k,
+                            32,
+                            lhs,
+                            rhs,
+                            y.as_mut_ptr(),
                             n * 4,
                             4,
                             min,
