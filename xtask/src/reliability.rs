@@ -163,7 +163,8 @@ pub fn annotate(record: &mut serde_json::Map<String, Value>, cpu: &str, verdicts
 pub fn memory_table(results: &[ModelResult]) -> Check {
     let mut lines = vec!["\n==> memory: bytes held / input bytes (copies), default options, n = k = 1024".to_string()];
     let mut ok = true;
-    let mut rows: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    // (api, weights) -> cpu -> cell
+    let mut rows: BTreeMap<(String, String), BTreeMap<String, String>> = BTreeMap::new();
     let mut json = Vec::new();
     for r in results {
         if r.memory.is_empty() && r.cpu != "host" {
@@ -173,15 +174,14 @@ pub fn memory_table(results: &[ModelResult]) -> Check {
         for m in &r.memory {
             let s = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
             let f = |k: &str| m.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-            let over = !(f("ratio") <= f("limit_ratio")) || num(m, "copies") > num(m, "max_copies");
+            let within = f("ratio") <= f("limit_ratio"); // false for NaN: an unreadable record fails
+            let over = !within || num(m, "copies") > num(m, "max_copies");
             ok &= !over;
             if num(m, "n") == 1024 && num(m, "k") == 1024 {
-                rows.entry((s("api"), s("weights"))).or_default().push(format!(
-                    "{:.3} ({}){}",
-                    f("ratio"),
-                    num(m, "copies"),
-                    if over { " <-- FAILED" } else { "" }
-                ));
+                rows.entry((s("api"), s("weights"))).or_default().insert(
+                    r.cpu.clone(),
+                    format!("{:.3} ({}){}", f("ratio"), num(m, "copies"), if over { " <-- FAILED" } else { "" }),
+                );
             } else if over {
                 lines.push(format!(
                     "    {} {} {}x{}: {:.3}x, {} copies  <-- FAILED",
@@ -212,7 +212,8 @@ pub fn memory_table(results: &[ModelResult]) -> Check {
             "PackedWeights" => w.clone(),
             other => format!("{w} {}", other.trim_start_matches("PackedWeights ")),
         };
-        lines.push(format!("    {name:<30} {}", cells.iter().map(|c| format!("{c:>14}")).collect::<String>()));
+        let cells: String = cpus.iter().map(|c| format!("{:>14}", cells.get(*c).map_or("-", String::as_str))).collect();
+        lines.push(format!("    {name:<30} {cells}"));
     }
     lines.push(format!(
         "    goal: at most 1.02x the input (plus a bias slot and row padding; 2x where f16/bf16 weights are widened \

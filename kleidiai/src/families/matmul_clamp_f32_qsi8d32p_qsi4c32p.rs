@@ -659,6 +659,96 @@ mod imp {
             Ok(())
         }
 
+        /// The checks of [`pack_lhs_into`](Self::pack_lhs_into) and
+        /// [`run`](Self::run) for a dense `m x k` LHS and `rhs`, made once
+        /// (the steady-state path of `PackedWeights::matmul`).
+        pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
+            let l = *rhs.layout();
+            let (n, k, bl) = (l.rows, l.k, l.bl);
+            error::nonzero(m, "m")?;
+            error::nonzero(k, "k")?;
+            rhs.expect(&self.rhs_layout(n, k, bl)?, self.0.info.name)?;
+            let (t, _) = self.tiles()?;
+            self.check(k, bl, &t)?;
+            let layout = self.lhs_layout(m, k, bl)?;
+            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            let ok = match self.0.lhs {
+                LhsPacker::Scalar => sr != 0 && kr % sr == 0 && bl % (kr / sr).max(1) == 0,
+                LhsPacker::Neon => kr == 4,
+                LhsPacker::Sb4x8 => mr == 4 && kr == 16 && sr == 2,
+            };
+            if !ok {
+                return Ok(None);
+            }
+            error::mul(error::mul(m, k, "lhs")?, 4, "lhs")?;
+            error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
+            // SAFETY: size queries, pure arithmetic (k % bl, k % kr checked).
+            let lhs_bytes = unsafe {
+                match self.0.lhs {
+                    LhsPacker::Scalar => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32(m, k, bl, mr, kr, sr),
+                    LhsPacker::Neon => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon(m, k, bl, mr, kr, sr)
+                    }
+                    LhsPacker::Sb4x8 => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, bl, mr, kr, sr)
+                    }
+                }
+            };
+            Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
+        }
+
+        /// What `pack_lhs_into` then `run` do on one thread for the whole
+        /// output, without their checks.
+        ///
+        /// # Safety
+        /// `p` is what [`prepare`](Self::prepare) returned (`Some`) for this
+        /// `rhs`; the CPU still runs the kernel at the vector length it ran at
+        /// then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes` writable bytes
+        /// (64-byte aligned), `y` `p.m x p.n` f32; `clamp` is valid.
+        pub(crate) unsafe fn run_prepared(
+            &self,
+            p: &engine::Prepared,
+            x: *const f32,
+            lhs: *mut u8,
+            rhs: &PackedRhs,
+            y: *mut f32,
+            clamp: Clamp,
+        ) {
+            let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
+            let (mr, kr, sr) = (t.mr, t.kr, t.sr);
+            let i = self.0.iface;
+            // SAFETY: the caller's contract: `prepare` checked layout,
+            // shape, block rules, packer parameters and the packed size for
+            // exactly these operands and this kernel; one packer call from
+            // row 0 (offset 0) writes what the row-range calls of
+            // `pack_lhs_into` write; GEMV kernels (mr 1) get one row per
+            // call at the packer's offset of that row, as in `run`.
+            unsafe {
+                let dst = lhs.cast::<core::ffi::c_void>();
+                match self.0.lhs {
+                    LhsPacker::Scalar => {
+                        sys::kai_run_lhs_quant_pack_qsi8d32p_f32(m, k, bl, mr, kr, sr, 0, x, k * 4, dst)
+                    }
+                    LhsPacker::Neon => {
+                        sys::kai_run_lhs_quant_pack_qsi8d32p_f32_neon(m, k, bl, mr, kr, sr, 0, x, k * 4, dst)
+                    }
+                    LhsPacker::Sb4x8 => {
+                        sys::kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, bl, mr, kr, sr, 0, x, k * 4, dst)
+                    }
+                }
+                let (get_lhs, run) = (i.get_lhs_packed_offset.expect("lhs offset"), i.run_matmul.expect("run"));
+                let rp = rhs.data().as_ptr().cast();
+                let step = if mr == 1 { 1 } else { m };
+                let mut r0 = 0;
+                while r0 < m {
+                    let h = step.min(m - r0);
+                    let lo = if r0 == 0 { 0 } else { get_lhs(r0, k, bl) };
+                    run(h, n, k, bl, lhs.add(lo).cast(), rp, y.add(r0 * n), n * 4, 4, clamp.min, clamp.max);
+                    r0 += h;
+                }
+            }
+        }
+
         /// Packs the dense `m x k` LHS and runs: the one-call form.
         pub fn matmul(
             &self,

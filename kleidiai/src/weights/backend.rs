@@ -355,7 +355,7 @@ mod families {
     packed_lhs!(matmul_clamp_bf16_qai8dxp_qsi4c32p, Bf16, bl, nobl, |s, w| {
         weights_for!(s, w, { WeightsRef::Int4Block(w) => s.pack_rhs(*w) })
     });
-    packed_lhs!(matmul_clamp_f32_qsi8d32p_qsi4c32p, F32, bl, lhsbl, |s, w| {
+    packed_lhs!(matmul_clamp_f32_qsi8d32p_qsi4c32p, F32, bl, lhsbl, fast, |s, w| {
         weights_for!(s, w, { WeightsRef::Int4Block(w) => s.pack_rhs(*w) })
     });
     packed_lhs!(matmul_clamp_f32_f16p_qsi4c32p, F32, bl, nobl, |s, w| {
@@ -377,6 +377,7 @@ mod families {
     fast!(matmul_clamp_f32_qai8dxp_qsi8cxp, F32);
     fast!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16);
     fast!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32);
+    fast!(matmul_clamp_f32_qsi8d32p_qsi4c32p, F32);
 
     fn boxed<K: Backend + 'static>(it: impl Iterator<Item = K>) -> impl Iterator<Item = Box<dyn Backend>> {
         it.map(|k| Box::new(k) as Box<dyn Backend>)
