@@ -74,10 +74,28 @@ fn install_hint(target: &str) -> String {
     }
 }
 
-/// Compiles every selected file with its group's flags on a pool of
-/// `NUM_JOBS` workers (one cargo build-script job owns all cores it was
-/// given), and archives the objects as `libkleidiai.a`. Returns the object count.
-pub fn compile(root: &Path, out_dir: &Path, selected: &[Selected<'_>], ndebug: bool) -> Result<usize, String> {
+/// What [`compile`] did.
+pub struct Stats {
+    /// Objects archived.
+    pub objects: usize,
+    /// Wall seconds of compiling and archiving.
+    pub seconds: f64,
+    /// Whether the C files were compiled with a precompiled header.
+    pub pch: bool,
+}
+
+/// Compiles every selected file with its group's flags, `prefix_header`
+/// included first, on a pool of `NUM_JOBS` workers (one cargo build-script
+/// job owns all cores it was given), and archives the objects as
+/// `lib<ARCHIVE>.a`.
+pub fn compile(
+    root: &Path,
+    out_dir: &Path,
+    selected: &[Selected<'_>],
+    prefix_header: &Path,
+    ndebug: bool,
+) -> Result<Stats, String> {
+    let started = std::time::Instant::now();
     // kai_get_version is a non-static `inline` with no external definition in
     // upstream; this translation unit provides one (C99 6.7.4).
     let shim = out_dir.join("kai_version_shim.c");
@@ -89,10 +107,10 @@ pub fn compile(root: &Path, out_dir: &Path, selected: &[Selected<'_>], ndebug: b
     // (source, object, compiler command with the group's flags)
     let mut jobs: Vec<(PathBuf, PathBuf, cc::Tool)> = Vec::new();
     for sel in selected {
-        let tool = base_build(root, sel.group, ndebug, false)
+        let tool = base_build(root, sel.group, prefix_header, ndebug, false)
             .try_get_compiler()
             .map_err(|e| format!("C compiler for group {}: {e}", sel.group.name))?;
-        let ice_tool = base_build(root, sel.group, ndebug, true)
+        let ice_tool = base_build(root, sel.group, prefix_header, ndebug, true)
             .try_get_compiler()
             .map_err(|e| format!("C compiler for group {}: {e}", sel.group.name))?;
         let mut sources: Vec<PathBuf> = sel.files.iter().map(|f| root.join(f)).collect();
@@ -143,11 +161,14 @@ pub fn compile(root: &Path, out_dir: &Path, selected: &[Selected<'_>], ndebug: b
     let mut archive = cc::Build::new();
     archive.objects(&objects);
     archive.try_compile(ARCHIVE).map_err(|e| format!("archiving lib{ARCHIVE}.a failed: {e}"))?;
-    Ok(count)
+    Ok(Stats { objects: count, seconds: started.elapsed().as_secs_f64(), pch: false })
 }
 
-fn base_build(root: &Path, group: &Group, ndebug: bool, no_vectorize: bool) -> cc::Build {
+fn base_build(root: &Path, group: &Group, prefix_header: &Path, ndebug: bool, no_vectorize: bool) -> cc::Build {
     let mut b = cc::Build::new();
+    // The prefix header renames every KleidiAI identifier (see prefix.rs);
+    // first, so it sees every use.
+    b.flag("-include").flag(prefix_header);
     b.include(root)
         .std("c99")
         .warnings(false)

@@ -140,7 +140,12 @@ pub fn ukernel(name: &str) -> Option<&'static Ukernel> {
     UKERNELS.binary_search_by(|k| k.name.cmp(name)).ok().map(|i| &UKERNELS[i])
 }
 
-#[cfg(kai_bindings)]
+// The committed bindings (`cargo run -p xtask -- bindings` writes them), or,
+// with the `bindgen` feature, the ones the build script just generated.
+#[cfg(all(kai_bindings, not(kai_generated_bindings)))]
+#[allow(missing_docs, clippy::all, rustdoc::all, unsafe_op_in_unsafe_fn)]
+mod bindings;
+#[cfg(all(kai_bindings, kai_generated_bindings))]
 mod bindings {
     #![allow(missing_docs, clippy::all, rustdoc::all, unsafe_op_in_unsafe_fn)]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

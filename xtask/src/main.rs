@@ -7,6 +7,7 @@
 
 mod downstream;
 mod fuzz;
+mod generated;
 mod matrix;
 mod measure;
 mod reliability;
@@ -14,6 +15,18 @@ mod report;
 mod util;
 
 use std::process::ExitCode;
+
+// The build script's std-only and bindgen modules, compiled here as well so
+// the committed bindings and the checks use exactly the build's own code.
+#[allow(dead_code)]
+#[path = "../../kleidiai-sys/build/files.rs"]
+mod files;
+#[allow(dead_code)]
+#[path = "../../kleidiai-sys/build/bindings.rs"]
+mod kai_bindings;
+#[allow(dead_code)]
+#[path = "../../kleidiai-sys/build/prefix.rs"]
+mod prefix;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,9 +39,16 @@ fn main() -> ExitCode {
             }
             true
         }),
+        Some("bindings") => generated::bindings(&args[1..]),
+        Some("check-generated") => generated::check_all("aarch64-unknown-linux-gnu").map(|lines| {
+            for l in lines {
+                println!("{l}");
+            }
+            true
+        }),
         Some("fuzz") => fuzz::run().map(|results| results.iter().all(fuzz::FuzzResult::ok)),
         Some("help") | Some("--help") | None => {
-            eprintln!("{}\n\n{}", matrix::USAGE, measure::USAGE);
+            eprintln!("{}\n\n{}\n\n{}", matrix::USAGE, measure::USAGE, generated::USAGE);
             Ok(true)
         }
         Some(other) => Err(format!("unknown command `{other}`\n{}", matrix::USAGE)),

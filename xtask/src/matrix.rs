@@ -551,6 +551,25 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     println!("    {} test binaries (incl. the C ABI test program)", arm_exes.len());
 
     {
+        phase("generated files: committed bindings fresh and shared across aarch64 targets; symbols prefixed");
+        let t = Instant::now();
+        match crate::generated::check_all(TARGET) {
+            Ok(lines) => {
+                for l in &lines {
+                    println!("    {l}");
+                }
+                extra.insert("generated".into(), lines.into());
+            }
+            Err(e) => {
+                println!("    FAILED: {e}");
+                extra.insert("generated".into(), Value::String(format!("failed: {e}")));
+                ok = false;
+            }
+        }
+        phases.push(("generated files".into(), t.elapsed().as_secs_f64()));
+    }
+
+    {
         phase("benches: compile only (criterion, for real Arm hardware)");
         let mut c = cargo();
         c.args(["bench", "--no-run", "-q", "--target", TARGET]);
