@@ -63,14 +63,21 @@ pub fn check_toolchain(out_dir: &Path, target: &str) -> Result<(), String> {
 }
 
 fn install_hint(target: &str) -> String {
-    if target.contains("linux") && !target.contains("android") {
+    let var = format!("CC_{}", target.replace('-', "_"));
+    if target.contains("android") {
+        format!(
+            "Fix: install the Android NDK and point {var} at its clang              (`<ndk>/toolchains/llvm/prebuilt/<host>/bin/aarch64-linux-android<api>-clang`; cargo-ndk does this)."
+        )
+    } else if target.contains("apple") {
+        format!("Fix: install Xcode's command line tools (`xcode-select --install`), or point {var} at a clang.")
+    } else if target.contains("linux") {
         "Fix: install the aarch64 cross compiler and C library (Debian/Ubuntu: \
          `apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross`, which the project's \
          `scripts/setup.sh` does), or use clang: CC_aarch64_unknown_linux_gnu=clang \
          CFLAGS_aarch64_unknown_linux_gnu=--target=aarch64-linux-gnu."
             .to_string()
     } else {
-        format!("Fix: install a C compiler for {target} and point CC_{} at it.", target.replace('-', "_"))
+        format!("Fix: install a C compiler for {target} and point {var} at it.")
     }
 }
 

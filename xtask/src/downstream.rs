@@ -4,12 +4,32 @@
 //! built offline against the two unpacked `.crate` files for aarch64, its
 //! tests run under qemu.
 
+use crate::restricted::Restricted;
 use crate::util::{Env, cargo, root, run_status, timed_output};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const TARGET: &str = "aarch64-unknown-linux-gnu";
+/// The C compiler (and linker driver) and archiver of a Debian cross toolchain.
+const CROSS_CC: &str = "aarch64-linux-gnu-gcc";
+const CROSS_AR: &str = "aarch64-linux-gnu-ar";
+
+/// The package name in a cargo package id (`registry+...#name@1.0`,
+/// `path+file:///...#name@0.1.0`, or the old `name 1.0 (source)` form).
+fn package_name(id: &str) -> String {
+    if let Some((_, frag)) = id.rsplit_once('#') {
+        let name = frag.split('@').next().unwrap_or(frag);
+        // `path+file:///x/kleidiai-sys-0.1.0#0.1.0` has only a version.
+        if name.starts_with(|c: char| c.is_ascii_digit()) {
+            let path = id.split('#').next().unwrap_or(id);
+            let dir = path.rsplit('/').next().unwrap_or(path);
+            return dir.rsplit_once('-').map_or(dir, |(n, _)| n).to_string();
+        }
+        return name.to_string();
+    }
+    id.split_whitespace().next().unwrap_or(id).to_string()
+}
 /// CPU models the downstream tests run on: the SME2 kernels, and the
 /// oldest core (NEON only; most kinds fall back to the reference).
 const MODELS: [&str; 2] = ["max", "cortex-a53"];
@@ -88,9 +108,14 @@ pub fn run(env: &Env) -> Result<Vec<String>, String> {
     copy_dir(&root().join("tests/downstream"), &project)?;
 
     // 3. Build its tests for aarch64, offline, with the two crates patched in
-    //    where crates.io would provide them.
-    let mut build = cargo();
+    //    where crates.io would provide them, in a restricted environment: the
+    //    PATH holds only the C compiler (which links too), the archiver and
+    //    the host's `cc` (build scripts link with it); no libclang user, no
+    //    nm or objcopy; every other variable cleared.
+    let r = Restricted::new("downstream", &[CROSS_CC, CROSS_AR, "cc"])?;
+    let mut build = r.cargo(&root());
     build
+        .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", CROSS_CC)
         .args(["test", "--release", "--offline", "--no-run", "--message-format=json-render-diagnostics"])
         .args(["--target", TARGET, "--manifest-path"])
         .arg(project.join("Cargo.toml"))
@@ -100,13 +125,20 @@ pub fn run(env: &Env) -> Result<Vec<String>, String> {
         build.arg("--config").arg(format!("patch.crates-io.{name}.path={:?}", dir.display().to_string()));
     }
     build.stderr(std::process::Stdio::inherit());
-    let (out, secs) = timed_output(env.apply(&mut build))?;
+    let (out, secs) = timed_output(&mut build)?;
     if !out.status.success() {
-        return Err("building the downstream crate against the packaged crates failed".into());
+        return Err(format!(
+            "building the downstream crate against the packaged crates with PATH = {:?} failed",
+            r.tools()
+        ));
     }
     let mut exes = Vec::new();
+    let mut packages = std::collections::BTreeSet::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+        if let Some(id) = v.get("package_id").and_then(Value::as_str) {
+            packages.insert(package_name(id));
+        }
         let is_test = v.pointer("/profile/test").and_then(Value::as_bool) == Some(true);
         if let (true, Some(exe)) = (is_test, v.get("executable").and_then(Value::as_str)) {
             exes.push(PathBuf::from(exe));
@@ -117,7 +149,20 @@ pub fn run(env: &Env) -> Result<Vec<String>, String> {
     if !lock.contains("name = \"kleidiai-sys\"") {
         return Err("the downstream Cargo.lock has no kleidiai-sys".into());
     }
-    lines.push(format!("downstream crate built offline for {TARGET} against the .crate files: {secs:.1}s"));
+    let clang_users: Vec<&String> =
+        packages.iter().filter(|p| ["bindgen", "clang-sys"].contains(&p.as_str())).collect();
+    if !clang_users.is_empty() {
+        return Err(format!("the default build compiled {clang_users:?}: libclang would be needed"));
+    }
+    if !packages.contains("kleidiai-sys") {
+        return Err(format!("the downstream build did not build kleidiai-sys (units: {packages:?})"));
+    }
+    lines.push(format!(
+        "downstream crate built offline for {TARGET} against the .crate files: {secs:.1}s, PATH = {:?} only \
+         (no nm, objcopy or libclang user; {} packages, none of them bindgen or clang-sys)",
+        r.tools(),
+        packages.len()
+    ));
 
     // 4. Run its tests under qemu.
     for cpu in MODELS {

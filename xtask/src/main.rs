@@ -12,6 +12,8 @@ mod matrix;
 mod measure;
 mod reliability;
 mod report;
+mod restricted;
+mod userbuild;
 mod util;
 
 use std::process::ExitCode;
@@ -46,9 +48,18 @@ fn main() -> ExitCode {
             }
             true
         }),
+        // The test command's docs.rs and bad-input phase alone.
+        Some("user-build") => util::load_env().and_then(|env| {
+            let mut lines = vec![userbuild::docs_rs()?];
+            lines.extend(userbuild::bad_input(&env)?);
+            for l in lines {
+                println!("{l}");
+            }
+            Ok(true)
+        }),
         Some("fuzz") => fuzz::run().map(|results| results.iter().all(fuzz::FuzzResult::ok)),
         Some("help") | Some("--help") | None => {
-            eprintln!("{}\n\n{}\n\n{}", matrix::USAGE, measure::USAGE, generated::USAGE);
+            eprintln!("{}\n\n{}\n\n{}\n\n{}", matrix::USAGE, measure::USAGE, generated::USAGE, userbuild::USAGE);
             Ok(true)
         }
         Some(other) => Err(format!("unknown command `{other}`\n{}", matrix::USAGE)),

@@ -675,6 +675,29 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         phases.push(("docs".into(), t.elapsed().as_secs_f64()));
     }
 
+    {
+        phase("a user's build: docs.rs with no aarch64 C compiler; bad input stops with one message");
+        let t = Instant::now();
+        match crate::userbuild::docs_rs().and_then(|l| {
+            let mut lines = vec![l];
+            lines.extend(crate::userbuild::bad_input(&env)?);
+            Ok(lines)
+        }) {
+            Ok(lines) => {
+                for l in &lines {
+                    println!("    {l}");
+                }
+                extra.insert("user_build".into(), lines.into());
+            }
+            Err(e) => {
+                println!("    FAILED: {e}");
+                extra.insert("user_build".into(), Value::String(format!("failed: {e}")));
+                ok = false;
+            }
+        }
+        phases.push(("docs.rs and bad input".into(), t.elapsed().as_secs_f64()));
+    }
+
     let mut fuzz_results = Vec::new();
     if opts.fuzz {
         phase("fuzz: cargo fuzz targets, bounded runs on a copy of fuzz/corpus (host, reference backend)");
