@@ -7,6 +7,9 @@
 //!   aarch64 target family the file claims to serve (Android, macOS, Windows
 //!   GNU ABI) and fails if any would differ.
 //!
+//! - `cargo run -p xtask -- header [--check]`: `kleidiai-capi/include/kleidiai_rs.h`,
+//!   cbindgen over `kleidiai-capi` (its `cbindgen.toml`).
+//!
 //! Needs libclang (scripts/setup.sh installs it); the crates' default build
 //! does not.
 
@@ -18,6 +21,9 @@ use std::path::{Path, PathBuf};
 pub const USAGE: &str = "usage: cargo run -p xtask -- bindings [--check]
   regenerates kleidiai-sys/src/bindings.rs (bindgen, needs libclang);
   --check: fail if the committed file is stale, or if another aarch64 target would differ
+usage: cargo run -p xtask -- header [--check]
+  regenerates kleidiai-capi/include/kleidiai_rs.h (cbindgen over kleidiai-capi);
+  --check: fail if the committed header is stale
 usage: cargo run -p xtask -- check-generated
   the test command's phase: bindings --check, and the symbol prefix checked with llvm-nm
   on the last aarch64 release build's archive and on upstream's .S files assembled for macOS";
@@ -351,6 +357,59 @@ pub fn check_all(target: &str) -> Result<Vec<String>, String> {
     let kai = kleidiai_root()?;
     let mut lines = check_bindings(&kai, &expected_bindings(&kai)?)?;
     lines.push(check_bindgen_feature(target)?);
+    lines.push(check_header(&expected_header()?)?);
     lines.extend(check_symbols(&built_archive(target)?)?);
     Ok(lines)
+}
+
+/// The C header as cbindgen generates it from `kleidiai-capi` and its
+/// `cbindgen.toml`.
+fn expected_header() -> Result<String, String> {
+    let dir = root().join("kleidiai-capi");
+    let config = cbindgen::Config::from_file(dir.join("cbindgen.toml"))
+        .map_err(|e| format!("kleidiai-capi/cbindgen.toml: {e}"))?;
+    let bindings = cbindgen::Builder::new()
+        .with_crate(&dir)
+        .with_config(config)
+        .generate()
+        .map_err(|e| format!("cbindgen over kleidiai-capi: {e}"))?;
+    let mut out = Vec::new();
+    bindings.write(&mut out);
+    String::from_utf8(out).map_err(|e| format!("cbindgen wrote invalid UTF-8: {e}"))
+}
+
+fn header_path() -> PathBuf {
+    root().join("kleidiai-capi/include/kleidiai_rs.h")
+}
+
+/// `xtask header [--check]`.
+pub fn header(args: &[String]) -> Result<bool, String> {
+    let text = expected_header()?;
+    match args {
+        [] => {
+            let path = header_path();
+            std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+            println!("wrote {} ({} lines)", path.display(), text.lines().count());
+        }
+        [a] if a == "--check" => println!("{}", check_header(&text)?),
+        _ => return Err(USAGE.into()),
+    }
+    Ok(true)
+}
+
+fn check_header(expected: &str) -> Result<String, String> {
+    let path = header_path();
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    if committed != expected {
+        return Err(format!(
+            "{} is stale (cbindgen over kleidiai-capi gives another header, at {}).\n\
+             Fix: cargo run -p xtask -- header",
+            path.display(),
+            first_difference(&committed, expected)
+        ));
+    }
+    Ok(format!(
+        "C header fresh: kleidiai-capi/include/kleidiai_rs.h matches cbindgen over kleidiai-capi ({} functions)",
+        expected.lines().filter(|l| !l.starts_with("//") && l.contains("kairs_") && l.contains('(')).count()
+    ))
 }

@@ -42,6 +42,7 @@ fn main() -> ExitCode {
             true
         }),
         Some("bindings") => generated::bindings(&args[1..]),
+        Some("header") => generated::header(&args[1..]),
         Some("check-generated") => generated::check_all("aarch64-unknown-linux-gnu").map(|lines| {
             for l in lines {
                 println!("{l}");
