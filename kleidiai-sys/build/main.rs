@@ -72,6 +72,7 @@ fn run() -> Result<(), String> {
     println!("cargo:rerun-if-changed=src/bindings.rs");
     println!("cargo:rerun-if-env-changed=KLEIDIAI_SOURCE_DIR");
     println!("cargo:rerun-if-env-changed=DOCS_RS");
+    println!("cargo:rerun-if-env-changed=KLEIDIAI_NO_PCH");
     println!("cargo:rustc-check-cfg=cfg(kai_bindings)");
     println!("cargo:rustc-check-cfg=cfg(kai_generated_bindings)");
 
@@ -172,25 +173,31 @@ fn run() -> Result<(), String> {
 
     let t0 = Instant::now();
     let ids = prefix::identifiers(&root)?;
-    let prefix_header = out_dir.join("kai_prefix.h");
-    write(&prefix_header, &prefix::header(&prefix, &ids))?;
+    let prefix_headers = [out_dir.join("kai_prefix.h"), out_dir.join("kai_prefix_asm.h")];
+    write(&prefix_headers[0], &prefix::header(&prefix, &ids, false))?;
+    write(&prefix_headers[1], &prefix::header(&prefix, &ids, true))?;
     let prefix_secs = t0.elapsed().as_secs_f64();
 
     // With the `bindgen` feature, bindgen reads only headers: it runs on its
     // own thread while the C compiles.
     let (stats, bindgen_secs) = std::thread::scope(|s| {
         let bindgen = s.spawn(|| regenerate_bindings(&root, &out_dir, &prefix, &target));
-        let stats = compile::compile(&root, &out_dir, &selected, &prefix_header, feature_on("ndebug"));
+        let stats = compile::compile(&root, &out_dir, &selected, &prefix_headers, feature_on("ndebug"));
         let bindgen_secs = bindgen.join().map_err(|_| "bindgen panicked".to_string()).and_then(|r| r);
         Ok::<_, String>((stats?, bindgen_secs?))
     })?;
 
     report.push_str(&format!(
-        "objects={}\ncompile_seconds={:.1}\npch={}\ntoolchain_check_seconds={check_secs:.1}\n\
+        "objects={}\ncompile_seconds={:.1}\npch={}\njob_seconds_c={:.1}\njob_seconds_asm={:.1}\n\
+         job_seconds_pch={:.1}\nslowest={}\ntoolchain_check_seconds={check_secs:.1}\n\
          prefix_header_seconds={prefix_secs:.2}\nprefixed_identifiers={}\nbindgen_seconds={bindgen_secs:.1}\n",
         stats.objects,
         stats.seconds,
         stats.pch,
+        stats.job_seconds[0],
+        stats.job_seconds[1],
+        stats.job_seconds[2],
+        stats.slowest.iter().map(|(f, s)| format!("{f}:{s:.1}")).collect::<Vec<_>>().join(","),
         ids.all.len(),
     ));
     write(&out_dir.join("build-report.txt"), &report)

@@ -63,13 +63,36 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Packages, builds and tests; returns one line per step.
-pub fn run(env: &Env) -> Result<Vec<String>, String> {
+/// The packaged crates unpacked, and a copy of `tests/downstream` to build
+/// against them.
+pub struct Packaged {
+    /// `kleidiai-sys` and `kleidiai`, unpacked from their `.crate` files.
+    pub dirs: Vec<PathBuf>,
+    /// The copy of the downstream crate.
+    pub project: PathBuf,
+    /// One line per step.
+    pub lines: Vec<String>,
+}
+
+impl Packaged {
+    /// `--config patch.crates-io...` arguments that make cargo take the
+    /// unpacked crates where crates.io would provide them.
+    pub fn patch_args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for (name, dir) in ["kleidiai-sys", "kleidiai"].iter().zip(&self.dirs) {
+            v.push("--config".to_string());
+            v.push(format!("patch.crates-io.{name}.path={:?}", dir.display().to_string()));
+        }
+        v
+    }
+}
+
+/// `cargo package` of both crates (cargo verifies by building each from its
+/// `.crate`, `kleidiai` against the packaged `kleidiai-sys`), unpacked under
+/// `target/downstream/crates`, and `tests/downstream` copied to `project_dir`.
+pub fn package(env: &Env, project_dir: &Path) -> Result<Packaged, String> {
     let mut lines = Vec::new();
     let work = root().join("target/downstream");
-
-    // 1. Package both crates; cargo verifies by building each from its
-    //    .crate (kleidiai against the packaged kleidiai-sys).
     let mut pkg = cargo();
     pkg.args(["package", "-q", "--allow-dirty", "-p", "kleidiai-sys", "-p", "kleidiai"]);
     let secs = run_status(env.apply(&mut pkg))?;
@@ -82,10 +105,10 @@ pub fn run(env: &Env) -> Result<Vec<String>, String> {
     }
     lines.push(format!("cargo package with verification: {secs:.1}s"));
 
-    // 2. Unpack them (kept while the .crate bytes, which cargo makes
-    //    reproducible, stay the same: a fresh unpack rebuilds KleidiAI), and
-    //    copy the downstream crate next to them (so its Cargo.lock and build
-    //    never touch the source tree).
+    // Unpack them (kept while the .crate bytes, which cargo makes
+    // reproducible, stay the same: a fresh unpack rebuilds KleidiAI), and
+    // copy the downstream crate next to them (so its Cargo.lock and build
+    // never touch the source tree).
     let unpacked = work.join("crates");
     std::fs::create_dir_all(&unpacked).map_err(|e| e.to_string())?;
     let mut dirs = Vec::new();
@@ -103,9 +126,17 @@ pub fn run(env: &Env) -> Result<Vec<String>, String> {
         }
         dirs.push(dir);
     }
-    let project = work.join("project");
-    let _ = std::fs::remove_dir_all(&project);
-    copy_dir(&root().join("tests/downstream"), &project)?;
+    let _ = std::fs::remove_dir_all(project_dir);
+    copy_dir(&root().join("tests/downstream"), project_dir)?;
+    Ok(Packaged { dirs, project: project_dir.to_path_buf(), lines })
+}
+
+/// Packages, builds and tests; returns one line per step.
+pub fn run(env: &Env) -> Result<Vec<String>, String> {
+    let work = root().join("target/downstream");
+    let packaged = package(env, &work.join("project"))?;
+    let mut lines = packaged.lines.clone();
+    let project = packaged.project.clone();
 
     // 3. Build its tests for aarch64, offline, with the two crates patched in
     //    where crates.io would provide them, in a restricted environment: the
@@ -121,9 +152,7 @@ pub fn run(env: &Env) -> Result<Vec<String>, String> {
         .arg(project.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(work.join("target"));
-    for (name, dir) in ["kleidiai-sys", "kleidiai"].iter().zip(&dirs) {
-        build.arg("--config").arg(format!("patch.crates-io.{name}.path={:?}", dir.display().to_string()));
-    }
+    build.args(packaged.patch_args());
     build.stderr(std::process::Stdio::inherit());
     let (out, secs) = timed_output(&mut build)?;
     if !out.status.success() {

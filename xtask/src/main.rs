@@ -5,6 +5,7 @@
 //! one summary table and `target/test-matrix.json`. `xtask fuzz` runs the
 //! fuzz phase alone.
 
+mod buildtime;
 mod downstream;
 mod fuzz;
 mod generated;
@@ -57,6 +58,15 @@ fn main() -> ExitCode {
                 println!("{l}");
             }
             Ok(true)
+        }),
+        // The test command's cold-build comparison alone: `build-time [ROUNDS]`.
+        Some("build-time") => util::load_env().and_then(|env| {
+            let rounds = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(buildtime::ROUNDS);
+            let v = buildtime::compare(&env, rounds)?;
+            let path = util::root().join("target/build-time.json");
+            std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap_or_default())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(v.get("ratio").and_then(serde_json::Value::as_f64).is_some_and(|r| r <= 0.9))
         }),
         Some("fuzz") => fuzz::run().map(|results| results.iter().all(fuzz::FuzzResult::ok)),
         Some("help") | Some("--help") | None => {
