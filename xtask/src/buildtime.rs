@@ -21,7 +21,7 @@
 //! cargo's `--timings` report of the best run says where the time went.
 
 use crate::restricted::Restricted;
-use crate::util::{Env, root, run_status, which};
+use crate::util::{Env, children_cpu_seconds, root, run_status, which};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -38,6 +38,7 @@ const GOAL: f64 = 0.9;
 /// units and build report.
 struct Ours {
     seconds: f64,
+    cpu: f64,
     units: Vec<Value>,
     report: String,
 }
@@ -66,9 +67,9 @@ fn ours(
         .arg(dir)
         .args(packaged.patch_args())
         .stdout(Stdio::null());
-    let t = Instant::now();
+    let (t, cpu0) = (Instant::now(), children_cpu_seconds());
     run_status(&mut c)?;
-    let seconds = t.elapsed().as_secs_f64();
+    let (seconds, cpu) = (t.elapsed().as_secs_f64(), children_cpu_seconds() - cpu0);
     let html = std::fs::read_to_string(dir.join("cargo-timings/cargo-timing.html")).unwrap_or_default();
     let units = html
         .split("const UNIT_DATA = ")
@@ -85,7 +86,7 @@ fn ours(
         .filter(|e| e.file_name().to_string_lossy().starts_with("kleidiai-sys-"))
         .find_map(|e| std::fs::read_to_string(e.path().join("out/build-report.txt")).ok())
         .unwrap_or_default();
-    Ok(Ours { seconds, units, report })
+    Ok(Ours { seconds, cpu, units, report })
 }
 
 /// A crate whose only dependency is `kleidiai-sys` (outside any workspace):
@@ -104,9 +105,11 @@ fn sys_only_crate(dir: &Path) -> Result<std::path::PathBuf, String> {
     Ok(manifest)
 }
 
-/// Configure + build of upstream's CMake project; (configure, build) seconds.
-fn cmake(clang: &str, clangxx: &str, dir: &Path, jobs: usize) -> Result<(f64, f64), String> {
+/// Configure + build of upstream's CMake project; (configure, build, CPU)
+/// seconds.
+fn cmake(clang: &str, clangxx: &str, dir: &Path, jobs: usize) -> Result<(f64, f64, f64), String> {
     let _ = std::fs::remove_dir_all(dir);
+    let cpu0 = children_cpu_seconds();
     let mut cfg = Command::new("cmake");
     cfg.arg("-S")
         .arg(root().join("vendor/kleidiai"))
@@ -129,7 +132,7 @@ fn cmake(clang: &str, clangxx: &str, dir: &Path, jobs: usize) -> Result<(f64, f6
     let mut b = Command::new("cmake");
     b.arg("--build").arg(dir).arg("-j").arg(jobs.to_string()).stdout(Stdio::null());
     let build = run_status(&mut b)?;
-    Ok((configure, build))
+    Ok((configure, build, children_cpu_seconds() - cpu0))
 }
 
 /// `name`'s unit of `mode` (`todo` = a compile, `run-custom-build` = a build
@@ -231,28 +234,35 @@ pub fn compare(env: &Env, rounds: usize) -> Result<Value, String> {
     lock.args(["generate-lockfile", "--offline", "-q", "--manifest-path"]).arg(&sys_alone).args(packaged.patch_args());
     run_status(&mut lock)?;
     let mut runs_ours: Vec<Ours> = Vec::new();
-    let mut runs_cmake: Vec<(f64, f64)> = Vec::new();
+    let mut runs_cmake: Vec<(f64, f64, f64)> = Vec::new();
     let mut runs_sys: Vec<f64> = Vec::new();
     let mut runs_rust: Vec<f64> = Vec::new();
     for i in 0..rounds {
         let o = ours(&r, &packaged, &downstream, &[], clang, ar, &dir.join("cargo"))?;
-        let (c, b) = cmake(clang, clangxx, &dir.join("cmake"), jobs())?;
-        let sys = ours(&r, &packaged, &sys_alone, &[], clang, ar, &dir.join("cargo-sys"))?.seconds;
+        let (c, b, cmake_cpu) = cmake(clang, clangxx, &dir.join("cmake"), jobs())?;
+        let sys = ours(&r, &packaged, &sys_alone, &[], clang, ar, &dir.join("cargo-sys"))?;
         // Everything but the C: with DOCS_RS the build script compiles
         // nothing, the Rust side (bindings, kleidiai, every dependency) is
         // the same, and a library needs no link.
-        let rust = ours(&r, &packaged, &downstream, &[("DOCS_RS", "1")], clang, ar, &dir.join("cargo-rust"))?.seconds;
+        let rust = ours(&r, &packaged, &downstream, &[("DOCS_RS", "1")], clang, ar, &dir.join("cargo-rust"))?;
         println!(
-            "    round {}: downstream crate {:.1}s | CMake configure {c:.1}s + build {b:.1}s = {:.1}s | \
-             kleidiai-sys alone {sys:.1}s | downstream without the C {rust:.1}s",
+            "    round {}: downstream crate {:.1}s ({:.0} CPU-s) | CMake configure {c:.1}s + build {b:.1}s = {:.1}s \
+             ({cmake_cpu:.0} CPU-s): {:.2}x | kleidiai-sys alone {:.1}s ({:.0} CPU-s) | downstream without the C {:.1}s \
+             ({:.0} CPU-s)",
             i + 1,
             o.seconds,
-            c + b
+            o.cpu,
+            c + b,
+            o.seconds / (c + b),
+            sys.seconds,
+            sys.cpu,
+            rust.seconds,
+            rust.cpu,
         );
         runs_ours.push(o);
-        runs_cmake.push((c, b));
-        runs_sys.push(sys);
-        runs_rust.push(rust);
+        runs_cmake.push((c, b, cmake_cpu));
+        runs_sys.push(sys.seconds);
+        runs_rust.push(rust.seconds);
     }
     for d in ["cargo", "cargo-sys", "cargo-rust", "cmake"] {
         let _ = std::fs::remove_dir_all(dir.join(d));
@@ -260,7 +270,14 @@ pub fn compare(env: &Env, rounds: usize) -> Result<Value, String> {
     let best_sys = runs_sys.iter().copied().fold(f64::INFINITY, f64::min);
     let best_rust = runs_rust.iter().copied().fold(f64::INFINITY, f64::min);
     let best = runs_ours.iter().min_by(|a, b| a.seconds.total_cmp(&b.seconds)).ok_or("no run")?;
-    let best_cmake = runs_cmake.iter().map(|(c, b)| c + b).fold(f64::INFINITY, f64::min);
+    let best_cmake = runs_cmake.iter().map(|(c, b, _)| c + b).fold(f64::INFINITY, f64::min);
+    // Robust figures on a shared machine: the median of the per-round
+    // ratios, and the CPU time ratio (best of each).
+    let mut per_round: Vec<f64> = runs_ours.iter().zip(&runs_cmake).map(|(o, (c, b, _))| o.seconds / (c + b)).collect();
+    per_round.sort_by(f64::total_cmp);
+    let median = per_round[per_round.len() / 2];
+    let best_cpu = runs_ours.iter().map(|o| o.cpu).fold(f64::INFINITY, f64::min);
+    let best_cmake_cpu = runs_cmake.iter().map(|x| x.2).fold(f64::INFINITY, f64::min);
     let ratio = best.seconds / best_cmake;
     let (lines, parts) = breakdown(best, best.seconds);
     let c_ratio = report_value(&best.report, "compile_seconds")
@@ -277,6 +294,11 @@ pub fn compare(env: &Env, rounds: usize) -> Result<Value, String> {
     println!(
         "    the downstream crate without the C (DOCS_RS=1: the Rust crates alone; best {best_rust:.1}s) against CMake: {:.2}x",
         best_rust / best_cmake
+    );
+    println!(
+        "    median of the per-round ratios {median:.2}x; CPU time (user + system, best of each) {best_cpu:.0} s \
+         against {best_cmake_cpu:.0} s: {:.2}x",
+        best_cpu / best_cmake_cpu
     );
     if let Some(c) = c_ratio {
         println!("    the C alone (build script's compile + archive against CMake's build step): {c:.2}x");
@@ -298,6 +320,11 @@ pub fn compare(env: &Env, rounds: usize) -> Result<Value, String> {
         "downstream_without_c_seconds": runs_rust,
         "downstream_without_c_ratio": best_rust / best_cmake,
         "ratio": ratio,
+        "per_round_ratios": per_round,
+        "median_ratio": median,
+        "downstream_cpu_seconds": runs_ours.iter().map(|o| o.cpu).collect::<Vec<_>>(),
+        "cmake_cpu_seconds": runs_cmake.iter().map(|x| x.2).collect::<Vec<_>>(),
+        "cpu_ratio": best_cpu / best_cmake_cpu,
         "goal": GOAL,
         "c_only_ratio": c_ratio,
         "breakdown": parts,
