@@ -11,6 +11,12 @@
 //! the `interfaces` module holds, per compute family, each kernel's upstream
 //! interface struct already filled with its functions.
 //!
+//! Building needs only the target's C compiler: the bindings are pregenerated
+//! (the `bindgen` feature regenerates them, with libclang), and every KleidiAI
+//! symbol is renamed `<SYMBOL_PREFIX>kai_*` at compile time, so another copy of
+//! KleidiAI in the same program cannot clash with this one. The Rust names
+//! stay upstream's.
+//!
 //! ```
 //! let compute = kleidiai_sys::UKERNELS.iter().filter(|k| k.op != kleidiai_sys::Op::Pack).count();
 //! if cfg!(target_arch = "aarch64") {
