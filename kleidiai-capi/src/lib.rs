@@ -1,6 +1,8 @@
 //! C ABI of [`kleidiai`] for ggml integrations; the header is
-//! `include/kleidiai_rs.h` (kept by hand, and compiled and exercised by the C
-//! test program `tests/c/capi_test.c` in this crate's tests).
+//! `include/kleidiai_rs.h`, generated from this crate by cbindgen
+//! (`cargo run -p xtask -- header`; the test command fails when it is stale)
+//! with the doc comments below as its comments, and compiled and exercised by
+//! the C test program `tests/c/capi_test.c`.
 //!
 //! Every entry point checks its pointers and sizes, turns every error into a
 //! status code with a message ([`kairs_last_error`]), and catches panics.
@@ -14,26 +16,61 @@ use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::Arc;
 
-/// Success.
+/// Status: success.
 pub const KAIRS_OK: c_int = 0;
-/// Bad argument.
+/// Status: bad argument (shape, stride, type, null pointer).
 pub const KAIRS_ERR_INVALID: c_int = -1;
-/// No kernel runs here, or packed for another CPU.
+/// Status: no kernel runs here, or packed for another CPU or vector length.
 pub const KAIRS_ERR_UNSUPPORTED: c_int = -2;
-/// Packed data does not fit or is corrupted.
+/// Status: packed data does not fit the kernel or is corrupted.
 pub const KAIRS_ERR_LAYOUT: c_int = -3;
-/// A buffer is too small.
+/// Status: a buffer is too small.
 pub const KAIRS_ERR_BUFFER: c_int = -4;
-/// A size overflows.
+/// Status: a size does not fit in `size_t`.
 pub const KAIRS_ERR_OVERFLOW: c_int = -5;
-/// A caught panic (a bug).
+/// Status: a bug in kleidiai-rs (a panic was caught; please report it).
 pub const KAIRS_ERR_INTERNAL: c_int = -6;
 
-/// A ggml tensor shape (mirrors `kairs_desc`).
+/// Tensor type: ggml's `GGML_TYPE_F32`.
+pub const KAIRS_TYPE_F32: i32 = 0;
+/// Tensor type: ggml's `GGML_TYPE_F16`.
+pub const KAIRS_TYPE_F16: i32 = 1;
+/// Tensor type: ggml's `GGML_TYPE_Q4_0`.
+pub const KAIRS_TYPE_Q4_0: i32 = 2;
+/// Tensor type: ggml's `GGML_TYPE_Q8_0`.
+pub const KAIRS_TYPE_Q8_0: i32 = 8;
+
+/// CPU feature bit of [`kairs_cpu_features`]: Advanced SIMD.
+pub const KAIRS_FEAT_NEON: u32 = 1 << 0;
+/// CPU feature bit: FEAT_FP16.
+pub const KAIRS_FEAT_FP16: u32 = 1 << 1;
+/// CPU feature bit: FEAT_BF16.
+pub const KAIRS_FEAT_BF16: u32 = 1 << 2;
+/// CPU feature bit: FEAT_DotProd.
+pub const KAIRS_FEAT_DOTPROD: u32 = 1 << 3;
+/// CPU feature bit: FEAT_I8MM.
+pub const KAIRS_FEAT_I8MM: u32 = 1 << 4;
+/// CPU feature bit: FEAT_SVE.
+pub const KAIRS_FEAT_SVE: u32 = 1 << 5;
+/// CPU feature bit: FEAT_SVE2.
+pub const KAIRS_FEAT_SVE2: u32 = 1 << 6;
+/// CPU feature bit: FEAT_SVE2p1.
+pub const KAIRS_FEAT_SVE2P1: u32 = 1 << 7;
+/// CPU feature bit: FEAT_SME.
+pub const KAIRS_FEAT_SME: u32 = 1 << 8;
+/// CPU feature bit: FEAT_SME2.
+pub const KAIRS_FEAT_SME2: u32 = 1 << 9;
+/// CPU feature bit: FEAT_SME2p1.
+pub const KAIRS_FEAT_SME2P1: u32 = 1 << 10;
+
+/// A ggml tensor's shape (`kairs_desc` in C): `ne[0]` values per row,
+/// `ne[1]` rows, `ne[2]`, `ne[3]` batches; `nb[]` byte strides (`nb[0]` must
+/// be the element or block size). C names its fields `type`, `ne`, `nb`:
+/// cbindgen:field-names=[type, ne, nb]
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct KairsDesc {
-    /// ggml type id.
+    /// ggml type id (`KAIRS_TYPE_*`); `type` in C.
     pub type_: i32,
     /// Sizes.
     pub ne: [i64; 4],
@@ -155,32 +192,36 @@ fn repack_tensor(d: &KairsDesc, data: &[u8]) -> Result<GgmlWeights, Error> {
     GgmlWeights::repack(&Tensor { typ, ne: d.ne, nb: d.nb, data })
 }
 
-/// See `kleidiai_rs.h`.
+/// The CPU features in use (detected, minus `KLEIDIAI_DISABLE`), as
+/// `KAIRS_FEAT_*` bits.
 #[unsafe(no_mangle)]
 pub extern "C" fn kairs_cpu_features() -> u32 {
     Features::current().iter().fold(0u32, |m, f| m | (1 << f as u32))
 }
 
-/// See `kleidiai_rs.h`.
+/// SME streaming vector length in bytes (0: no SME).
 #[unsafe(no_mangle)]
 pub extern "C" fn kairs_sme_vector_bytes() -> u32 {
     Features::current().sme_vector_bytes().unwrap_or(0) as u32
 }
 
-/// See `kleidiai_rs.h`.
+/// Version of kleidiai-rs and of the KleidiAI it carries, e.g.
+/// `"0.1.0 (KleidiAI 1.30.0)"`.
 #[unsafe(no_mangle)]
 pub extern "C" fn kairs_version() -> *const c_char {
     static V: &str = concat!(env!("CARGO_PKG_VERSION"), " (KleidiAI 1.30.0)\0");
     V.as_ptr().cast()
 }
 
-/// See `kleidiai_rs.h`.
+/// Why the last call on this thread failed (`""` after a success). Valid
+/// until the next call on this thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn kairs_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
-/// See `kleidiai_rs.h`.
+/// Bytes [`kairs_repack`] needs for weights `src0` (type F32, F16, Q4_0 or
+/// Q8_0; `ne[0]` = k, `ne[1]` = n; only F16 may have `ne[2]` > 1).
 ///
 /// # Safety
 /// `src0` points to a valid descriptor, `data` to `data_size` readable bytes,
@@ -201,7 +242,10 @@ pub unsafe extern "C" fn kairs_repack_size(
     })
 }
 
-/// See `kleidiai_rs.h`.
+/// Repacks `src0` into `dst` (64-byte aligned, at least
+/// [`kairs_repack_size`] bytes). `hybrid` != 0 lets mul_mat run SME and
+/// non-SME kernels at once when it gets more threads than the SME cap
+/// (results then depend on the thread count).
 ///
 /// # Safety
 /// As [`kairs_repack_size`]; `dst` points to `dst_size` writable bytes.
@@ -233,7 +277,7 @@ pub unsafe extern "C" fn kairs_repack(
     })
 }
 
-/// See `kleidiai_rs.h`.
+/// Full check of repacked weights, payload checksums included.
 ///
 /// # Safety
 /// `packed` points to `packed_size` readable bytes.
@@ -243,7 +287,9 @@ pub unsafe extern "C" fn kairs_verify(packed: *const c_void, packed_size: usize)
     guard(|| unsafe { view(packed, packed_size, true) }.map(|_| ()))
 }
 
-/// See `kleidiai_rs.h`.
+/// The kernel serving `m` rows for these weights, or `"reference"` (no
+/// KleidiAI kernel: for F16 weights with m = 1 that means ggml's own F16
+/// path, see [`kairs_mul_mat`]).
 ///
 /// # Safety
 /// `packed` points to `packed_size` readable bytes; `name` is writable.
@@ -268,7 +314,8 @@ pub unsafe extern "C" fn kairs_kernel_name(
     })
 }
 
-/// See `kleidiai_rs.h`.
+/// Upper bound of the scratch memory one mul_mat of `m` rows uses (it is
+/// allocated internally and reused per thread).
 ///
 /// # Safety
 /// `packed` points to `packed_size` readable bytes; `size` is writable.
@@ -284,7 +331,10 @@ pub unsafe extern "C" fn kairs_work_size(packed: *const c_void, packed_size: usi
     })
 }
 
-/// See `kleidiai_rs.h`.
+/// dst = src1 x weights^T with ggml's mul_mat semantics: src1 F32
+/// [k, m, ne12], dst F32 [n, m, ne12]; F16 weights broadcast over batches.
+/// Like ggml's KleidiAI path, F16 weights with m = 1 are not served here
+/// (`KAIRS_ERR_UNSUPPORTED`): run ggml's own F16 path for them.
 ///
 /// # Safety
 /// Every pointer valid for its size (reads for inputs, writes for `dst_data`).
@@ -319,7 +369,8 @@ pub unsafe extern "C" fn kairs_mul_mat(
     })
 }
 
-/// See `kleidiai_rs.h`.
+/// Weight rows `rows` as f32 (ggml get_rows): `n_rows` x k floats into
+/// `dst`.
 ///
 /// # Safety
 /// `packed` readable for `packed_size` bytes, `rows` for `n_rows` values,
@@ -350,4 +401,39 @@ pub unsafe extern "C" fn kairs_get_rows(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kleidiai::cpu::CpuFeature;
+
+    #[test]
+    fn constants_match_the_library() {
+        for (c, t) in [
+            (KAIRS_TYPE_F32, GgmlType::F32),
+            (KAIRS_TYPE_F16, GgmlType::F16),
+            (KAIRS_TYPE_Q4_0, GgmlType::Q4_0),
+            (KAIRS_TYPE_Q8_0, GgmlType::Q8_0),
+        ] {
+            assert_eq!(GgmlType::from_id(c as u32).ok(), Some(t));
+        }
+        let bits = [
+            KAIRS_FEAT_NEON,
+            KAIRS_FEAT_FP16,
+            KAIRS_FEAT_BF16,
+            KAIRS_FEAT_DOTPROD,
+            KAIRS_FEAT_I8MM,
+            KAIRS_FEAT_SVE,
+            KAIRS_FEAT_SVE2,
+            KAIRS_FEAT_SVE2P1,
+            KAIRS_FEAT_SME,
+            KAIRS_FEAT_SME2,
+            KAIRS_FEAT_SME2P1,
+        ];
+        assert_eq!(bits.len(), CpuFeature::ALL.len());
+        for (bit, f) in bits.iter().zip(CpuFeature::ALL) {
+            assert_eq!(*bit, 1 << f as u32, "{}", f.name());
+        }
+    }
 }

@@ -121,7 +121,7 @@ pub struct Summary {
 /// name and its fields in order.
 fn interface_of(dir: &Path) -> Option<(String, Vec<String>)> {
     let mut files = Vec::new();
-    crate::bindings::walk(dir, &mut files);
+    crate::files::walk(dir, &mut files);
     let header = files.iter().find(|p| p.to_string_lossy().ends_with("_interface.h"))?;
     let text = std::fs::read_to_string(header).ok()?;
     // The family's interface is the struct whose name ends in `_ukernel`

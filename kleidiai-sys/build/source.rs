@@ -8,11 +8,11 @@ pub const UPSTREAM_VERSION: &str = "1.30.0";
 pub const UPSTREAM_COMMIT: &str = "74b1a12d3620c89dae4766de640e064952000f4d";
 const UPSTREAM_URL: &str = "https://github.com/ARM-software/kleidiai";
 
-const HOW_TO_GET: &str = "Get the sources one of two ways:\n  \
+const HOW_TO_GET: &str = "Fix: get the sources one of two ways:\n  \
      * in a git checkout of kleidiai-rs: `git submodule update --init vendor/kleidiai`\n  \
      * anywhere: `git clone --branch v1.30.0 https://github.com/ARM-software/kleidiai` and set\n    \
      KLEIDIAI_SOURCE_DIR to that directory.\n\
-     (A kleidiai-sys crate downloaded from crates.io carries the sources itself.)";
+     (A kleidiai-sys crate downloaded from crates.io carries the sources itself: unset KLEIDIAI_SOURCE_DIR.)";
 
 /// Locates the source tree: `KLEIDIAI_SOURCE_DIR`, else the bundled `kleidiai/`
 /// (a symlink to the workspace's submodule in a git checkout, a real directory
@@ -42,8 +42,9 @@ pub fn locate(manifest_dir: &Path) -> Result<PathBuf, String> {
         return Err(format!(
             "KleidiAI at {} ({origin}) is version {version}, but kleidiai-sys is written against \
              {UPSTREAM_VERSION} ({UPSTREAM_URL} tag v{UPSTREAM_VERSION}, commit \
-             74b1a12d3620c89dae4766de640e064952000f4d).\n  In a git checkout: `git submodule update --init vendor/kleidiai` \
-             (resets the submodule to the pinned commit); otherwise check out tag v{UPSTREAM_VERSION} there.",
+             {UPSTREAM_COMMIT}).\nFix: in a git checkout of kleidiai-rs, `git submodule update --init vendor/kleidiai` \
+             (resets the submodule to the pinned commit); with KLEIDIAI_SOURCE_DIR, check out tag v{UPSTREAM_VERSION} \
+             there, or unset it to use the sources the crate carries.",
             root.display()
         ));
     }
@@ -53,7 +54,7 @@ pub fn locate(manifest_dir: &Path) -> Result<PathBuf, String> {
         if head != UPSTREAM_COMMIT {
             let msg = format!(
                 "KleidiAI at {} ({origin}) is at commit {head}, not v{UPSTREAM_VERSION} ({UPSTREAM_COMMIT}).\n  \
-                 In a git checkout of kleidiai-rs: `git submodule update --init vendor/kleidiai`.",
+                 Fix: in a git checkout of kleidiai-rs, `git submodule update --init vendor/kleidiai`.",
                 root.display()
             );
             if origin == "KLEIDIAI_SOURCE_DIR" {

@@ -11,6 +11,12 @@
 //! the `interfaces` module holds, per compute family, each kernel's upstream
 //! interface struct already filled with its functions.
 //!
+//! Building needs only the target's C compiler: the bindings are pregenerated
+//! (the `bindgen` feature regenerates them, with libclang), and every KleidiAI
+//! symbol is renamed `<SYMBOL_PREFIX>kai_*` at compile time, so another copy of
+//! KleidiAI in the same program cannot clash with this one. The Rust names
+//! stay upstream's.
+//!
 //! ```
 //! let compute = kleidiai_sys::UKERNELS.iter().filter(|k| k.op != kleidiai_sys::Op::Pack).count();
 //! if cfg!(target_arch = "aarch64") {
@@ -140,7 +146,12 @@ pub fn ukernel(name: &str) -> Option<&'static Ukernel> {
     UKERNELS.binary_search_by(|k| k.name.cmp(name)).ok().map(|i| &UKERNELS[i])
 }
 
-#[cfg(kai_bindings)]
+// The committed bindings (`cargo run -p xtask -- bindings` writes them), or,
+// with the `bindgen` feature, the ones the build script just generated.
+#[cfg(all(kai_bindings, not(kai_generated_bindings)))]
+#[allow(missing_docs, clippy::all, rustdoc::all, unsafe_op_in_unsafe_fn)]
+mod bindings;
+#[cfg(all(kai_bindings, kai_generated_bindings))]
 mod bindings {
     #![allow(missing_docs, clippy::all, rustdoc::all, unsafe_op_in_unsafe_fn)]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

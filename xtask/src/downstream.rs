@@ -4,12 +4,32 @@
 //! built offline against the two unpacked `.crate` files for aarch64, its
 //! tests run under qemu.
 
+use crate::restricted::Restricted;
 use crate::util::{Env, cargo, root, run_status, timed_output};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const TARGET: &str = "aarch64-unknown-linux-gnu";
+/// The C compiler (and linker driver) and archiver of a Debian cross toolchain.
+const CROSS_CC: &str = "aarch64-linux-gnu-gcc";
+const CROSS_AR: &str = "aarch64-linux-gnu-ar";
+
+/// The package name in a cargo package id (`registry+...#name@1.0`,
+/// `path+file:///...#name@0.1.0`, or the old `name 1.0 (source)` form).
+fn package_name(id: &str) -> String {
+    if let Some((_, frag)) = id.rsplit_once('#') {
+        let name = frag.split('@').next().unwrap_or(frag);
+        // `path+file:///x/kleidiai-sys-0.1.0#0.1.0` has only a version.
+        if name.starts_with(|c: char| c.is_ascii_digit()) {
+            let path = id.split('#').next().unwrap_or(id);
+            let dir = path.rsplit('/').next().unwrap_or(path);
+            return dir.rsplit_once('-').map_or(dir, |(n, _)| n).to_string();
+        }
+        return name.to_string();
+    }
+    id.split_whitespace().next().unwrap_or(id).to_string()
+}
 /// CPU models the downstream tests run on: the SME2 kernels, and the
 /// oldest core (NEON only; most kinds fall back to the reference).
 const MODELS: [&str; 2] = ["max", "cortex-a53"];
@@ -43,13 +63,36 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Packages, builds and tests; returns one line per step.
-pub fn run(env: &Env) -> Result<Vec<String>, String> {
+/// The packaged crates unpacked, and a copy of `tests/downstream` to build
+/// against them.
+pub struct Packaged {
+    /// `kleidiai-sys` and `kleidiai`, unpacked from their `.crate` files.
+    pub dirs: Vec<PathBuf>,
+    /// The copy of the downstream crate.
+    pub project: PathBuf,
+    /// One line per step.
+    pub lines: Vec<String>,
+}
+
+impl Packaged {
+    /// `--config patch.crates-io...` arguments that make cargo take the
+    /// unpacked crates where crates.io would provide them.
+    pub fn patch_args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for (name, dir) in ["kleidiai-sys", "kleidiai"].iter().zip(&self.dirs) {
+            v.push("--config".to_string());
+            v.push(format!("patch.crates-io.{name}.path={:?}", dir.display().to_string()));
+        }
+        v
+    }
+}
+
+/// `cargo package` of both crates (cargo verifies by building each from its
+/// `.crate`, `kleidiai` against the packaged `kleidiai-sys`), unpacked under
+/// `target/downstream/crates`, and `tests/downstream` copied to `project_dir`.
+pub fn package(env: &Env, project_dir: &Path) -> Result<Packaged, String> {
     let mut lines = Vec::new();
     let work = root().join("target/downstream");
-
-    // 1. Package both crates; cargo verifies by building each from its
-    //    .crate (kleidiai against the packaged kleidiai-sys).
     let mut pkg = cargo();
     pkg.args(["package", "-q", "--allow-dirty", "-p", "kleidiai-sys", "-p", "kleidiai"]);
     let secs = run_status(env.apply(&mut pkg))?;
@@ -62,10 +105,10 @@ pub fn run(env: &Env) -> Result<Vec<String>, String> {
     }
     lines.push(format!("cargo package with verification: {secs:.1}s"));
 
-    // 2. Unpack them (kept while the .crate bytes, which cargo makes
-    //    reproducible, stay the same: a fresh unpack rebuilds KleidiAI), and
-    //    copy the downstream crate next to them (so its Cargo.lock and build
-    //    never touch the source tree).
+    // Unpack them (kept while the .crate bytes, which cargo makes
+    // reproducible, stay the same: a fresh unpack rebuilds KleidiAI), and
+    // copy the downstream crate next to them (so its Cargo.lock and build
+    // never touch the source tree).
     let unpacked = work.join("crates");
     std::fs::create_dir_all(&unpacked).map_err(|e| e.to_string())?;
     let mut dirs = Vec::new();
@@ -83,30 +126,48 @@ pub fn run(env: &Env) -> Result<Vec<String>, String> {
         }
         dirs.push(dir);
     }
-    let project = work.join("project");
-    let _ = std::fs::remove_dir_all(&project);
-    copy_dir(&root().join("tests/downstream"), &project)?;
+    let _ = std::fs::remove_dir_all(project_dir);
+    copy_dir(&root().join("tests/downstream"), project_dir)?;
+    Ok(Packaged { dirs, project: project_dir.to_path_buf(), lines })
+}
+
+/// Packages, builds and tests; returns one line per step.
+pub fn run(env: &Env) -> Result<Vec<String>, String> {
+    let work = root().join("target/downstream");
+    let packaged = package(env, &work.join("project"))?;
+    let mut lines = packaged.lines.clone();
+    let project = packaged.project.clone();
 
     // 3. Build its tests for aarch64, offline, with the two crates patched in
-    //    where crates.io would provide them.
-    let mut build = cargo();
+    //    where crates.io would provide them, in a restricted environment: the
+    //    PATH holds only the C compiler (which links too), the archiver and
+    //    the host's `cc` (build scripts link with it); no libclang user, no
+    //    nm or objcopy; every other variable cleared.
+    let r = Restricted::new("downstream", &[CROSS_CC, CROSS_AR, "cc"])?;
+    let mut build = r.cargo(&root());
     build
+        .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", CROSS_CC)
         .args(["test", "--release", "--offline", "--no-run", "--message-format=json-render-diagnostics"])
         .args(["--target", TARGET, "--manifest-path"])
         .arg(project.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(work.join("target"));
-    for (name, dir) in ["kleidiai-sys", "kleidiai"].iter().zip(&dirs) {
-        build.arg("--config").arg(format!("patch.crates-io.{name}.path={:?}", dir.display().to_string()));
-    }
+    build.args(packaged.patch_args());
     build.stderr(std::process::Stdio::inherit());
-    let (out, secs) = timed_output(env.apply(&mut build))?;
+    let (out, secs) = timed_output(&mut build)?;
     if !out.status.success() {
-        return Err("building the downstream crate against the packaged crates failed".into());
+        return Err(format!(
+            "building the downstream crate against the packaged crates with PATH = {:?} failed",
+            r.tools()
+        ));
     }
     let mut exes = Vec::new();
+    let mut packages = std::collections::BTreeSet::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+        if let Some(id) = v.get("package_id").and_then(Value::as_str) {
+            packages.insert(package_name(id));
+        }
         let is_test = v.pointer("/profile/test").and_then(Value::as_bool) == Some(true);
         if let (true, Some(exe)) = (is_test, v.get("executable").and_then(Value::as_str)) {
             exes.push(PathBuf::from(exe));
@@ -117,7 +178,20 @@ pub fn run(env: &Env) -> Result<Vec<String>, String> {
     if !lock.contains("name = \"kleidiai-sys\"") {
         return Err("the downstream Cargo.lock has no kleidiai-sys".into());
     }
-    lines.push(format!("downstream crate built offline for {TARGET} against the .crate files: {secs:.1}s"));
+    let clang_users: Vec<&String> =
+        packages.iter().filter(|p| ["bindgen", "clang-sys"].contains(&p.as_str())).collect();
+    if !clang_users.is_empty() {
+        return Err(format!("the default build compiled {clang_users:?}: libclang would be needed"));
+    }
+    if !packages.contains("kleidiai-sys") {
+        return Err(format!("the downstream build did not build kleidiai-sys (units: {packages:?})"));
+    }
+    lines.push(format!(
+        "downstream crate built offline for {TARGET} against the .crate files: {secs:.1}s, PATH = {:?} only \
+         (no nm, objcopy or libclang user; {} packages, none of them bindgen or clang-sys)",
+        r.tools(),
+        packages.len()
+    ));
 
     // 4. Run its tests under qemu.
     for cpu in MODELS {

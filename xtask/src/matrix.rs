@@ -11,7 +11,7 @@ use std::time::Instant;
 
 pub const USAGE: &str = "usage: cargo run -p xtask --release -- test [options]
   --models a,b,...   only these qemu CPU models (default: the whole matrix)
-  --no-compare       skip the cold-build comparison against upstream's CMake
+  --no-compare       skip the cold-build comparison against upstream's CMake (best of 3 interleaved)
   --no-msrv          skip the MSRV check
   --no-downstream    skip cargo package and the downstream crate built from the .crate files
   --no-host          skip the host (x86) run
@@ -396,92 +396,6 @@ fn build_c_test(target: Option<&str>) -> Result<PathBuf, String> {
     Ok(exe)
 }
 
-pub(crate) fn compare_build() -> Result<Value, String> {
-    let clang = ["clang-19", "clang"].into_iter().find(|c| util::which(c).is_some());
-    let Some(clang) = clang else {
-        return Ok(
-            serde_json::json!({"skipped": "no clang: upstream's CMake build with GCC 12 stops at an internal compiler error"}),
-        );
-    };
-    let ar = ["llvm-ar-19", "llvm-ar"].into_iter().find(|c| util::which(c).is_some()).unwrap_or("aarch64-linux-gnu-ar");
-    let dir = root().join("target/build-compare");
-    let cargo_dir = dir.join("cargo");
-    let cc_env = |c: &mut Command| {
-        c.env("CC_aarch64_unknown_linux_gnu", clang)
-            .env("CFLAGS_aarch64_unknown_linux_gnu", "--target=aarch64-linux-gnu")
-            .env("AR_aarch64_unknown_linux_gnu", ar);
-    };
-    let build = |c: &mut Command| {
-        c.args(["build", "--release", "-q", "-p", "kleidiai-sys", "--target", TARGET, "--target-dir"]).arg(&cargo_dir);
-    };
-    // Warm: dependencies (bindgen, cc) are not part of what is compared.
-    let mut warm = cargo();
-    build(&mut warm);
-    cc_env(&mut warm);
-    run_status(&mut warm)?;
-    let mut clean = cargo();
-    clean.args(["clean", "-q", "--release", "-p", "kleidiai-sys", "--target", TARGET, "--target-dir"]).arg(&cargo_dir);
-    run_status(&mut clean)?;
-    let mut cold = cargo();
-    build(&mut cold);
-    cc_env(&mut cold);
-    let ours_total = run_status(&mut cold)?;
-    let report = std::fs::read_dir(cargo_dir.join(TARGET).join("release/build"))
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .map(|e| e.path().join("out/build-report.txt"))
-        .find(|p| p.is_file())
-        .and_then(|p| std::fs::read_to_string(p).ok())
-        .unwrap_or_default();
-    let ours_compile: f64 = report
-        .lines()
-        .find_map(|l| l.strip_prefix("compile_seconds="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN);
-
-    let cmake_dir = dir.join("cmake");
-    let _ = std::fs::remove_dir_all(&cmake_dir);
-    let clangxx = if clang == "clang-19" { "clang++-19" } else { "clang++" };
-    let mut cfg = Command::new("cmake");
-    cfg.arg("-S")
-        .arg(root().join("vendor/kleidiai"))
-        .arg("-B")
-        .arg(&cmake_dir)
-        .args([
-            "-DCMAKE_BUILD_TYPE=Release",
-            "-DKLEIDIAI_BUILD_TESTS=OFF",
-            "-DCMAKE_SYSTEM_NAME=Linux",
-            "-DCMAKE_SYSTEM_PROCESSOR=aarch64",
-        ])
-        .arg(format!("-DCMAKE_C_COMPILER={clang}"))
-        .arg("-DCMAKE_C_COMPILER_TARGET=aarch64-linux-gnu")
-        .arg(format!("-DCMAKE_CXX_COMPILER={clangxx}"))
-        .arg("-DCMAKE_CXX_COMPILER_TARGET=aarch64-linux-gnu")
-        .arg(format!("-DCMAKE_ASM_COMPILER={clang}"))
-        .arg("-DCMAKE_ASM_COMPILER_TARGET=aarch64-linux-gnu")
-        .stdout(std::process::Stdio::null());
-    let cmake_configure = run_status(&mut cfg)?;
-    let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let mut b = Command::new("cmake");
-    b.arg("--build").arg(&cmake_dir).arg("-j").arg(jobs.to_string()).stdout(std::process::Stdio::null());
-    let cmake_build = run_status(&mut b)?;
-    println!(
-        "    kleidiai-sys cold build ({clang}): {ours_total:.1}s total, of which C compile + archive {ours_compile:.1}s"
-    );
-    println!(
-        "    upstream CMake ({clang}, Release, -j{jobs}): configure {cmake_configure:.1}s + build {cmake_build:.1}s = {:.1}s",
-        cmake_configure + cmake_build
-    );
-    Ok(serde_json::json!({
-        "compiler": clang,
-        "kleidiai_sys_total_seconds": ours_total,
-        "kleidiai_sys_compile_seconds": ours_compile,
-        "cmake_configure_seconds": cmake_configure,
-        "cmake_build_seconds": cmake_build,
-        "jobs": jobs,
-    }))
-}
-
 /// Builds kleidiai-sys with only two tiers and runs its unit tests under
 /// qemu: what was built must follow the Cargo features.
 fn feature_subset(env: &Env) -> Result<(), String> {
@@ -549,6 +463,25 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     phases.push((format!("build ({TARGET})"), secs));
     arm_exes.push(("capi_test(c)".into(), build_c_test(Some(TARGET))?));
     println!("    {} test binaries (incl. the C ABI test program)", arm_exes.len());
+
+    {
+        phase("generated files: committed bindings fresh and shared across aarch64 targets; symbols prefixed");
+        let t = Instant::now();
+        match crate::generated::check_all(TARGET) {
+            Ok(lines) => {
+                for l in &lines {
+                    println!("    {l}");
+                }
+                extra.insert("generated".into(), lines.into());
+            }
+            Err(e) => {
+                println!("    FAILED: {e}");
+                extra.insert("generated".into(), Value::String(format!("failed: {e}")));
+                ok = false;
+            }
+        }
+        phases.push(("generated files".into(), t.elapsed().as_secs_f64()));
+    }
 
     {
         phase("benches: compile only (criterion, for real Arm hardware)");
@@ -656,6 +589,29 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         phases.push(("docs".into(), t.elapsed().as_secs_f64()));
     }
 
+    {
+        phase("a user's build: docs.rs with no aarch64 C compiler; bad input stops with one message");
+        let t = Instant::now();
+        match crate::userbuild::docs_rs().and_then(|l| {
+            let mut lines = vec![l];
+            lines.extend(crate::userbuild::bad_input(&env)?);
+            Ok(lines)
+        }) {
+            Ok(lines) => {
+                for l in &lines {
+                    println!("    {l}");
+                }
+                extra.insert("user_build".into(), lines.into());
+            }
+            Err(e) => {
+                println!("    FAILED: {e}");
+                extra.insert("user_build".into(), Value::String(format!("failed: {e}")));
+                ok = false;
+            }
+        }
+        phases.push(("docs.rs and bad input".into(), t.elapsed().as_secs_f64()));
+    }
+
     let mut fuzz_results = Vec::new();
     if opts.fuzz {
         phase("fuzz: cargo fuzz targets, bounded runs on a copy of fuzz/corpus (host, reference backend)");
@@ -679,9 +635,12 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     }
 
     if opts.compare {
-        phase("cold build: kleidiai-sys against upstream's CMake (same compiler, same machine)");
+        phase(&format!(
+            "cold build: the downstream crate (every dependency) against upstream's CMake, same compiler, best of {} interleaved",
+            crate::buildtime::ROUNDS
+        ));
         let t = Instant::now();
-        match compare_build() {
+        match crate::buildtime::compare(&env, crate::buildtime::ROUNDS) {
             Ok(v) => {
                 extra.insert("build_compare".into(), v);
             }

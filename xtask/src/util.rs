@@ -84,3 +84,19 @@ pub fn load_env() -> Result<Env, String> {
     };
     Ok(Env { qemu: get("KLEIDIAI_QEMU")?, sysroot: get("KLEIDIAI_SYSROOT")?, vars })
 }
+
+/// CPU seconds (user + system) of every child process this process has
+/// waited for, and of their waited-for descendants (`cutime` + `cstime` of
+/// `/proc/self/stat`, in USER_HZ = 100 ticks); 0 where there is no /proc.
+/// Less sensitive than wall time to other work on a shared machine.
+pub fn children_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name's closing parenthesis; cutime and
+    // cstime are fields 16 and 17 of the line (14 and 15 after it).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<f64> = rest.split_whitespace().map(|f| f.parse().unwrap_or(0.0)).collect();
+    match (fields.get(13), fields.get(14)) {
+        (Some(u), Some(s)) => (u + s) / 100.0,
+        _ => 0.0,
+    }
+}
