@@ -75,6 +75,151 @@ pub enum Error {
     /// Any other invalid argument, described.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A byte buffer is shorter than the shape needs (the byte-counted twin
+    /// of [`Error::BufferLength`], for raw bytes: ggml tensors, files).
+    #[error("{what}: buffer holds {got} bytes, the shape needs {need}")]
+    ByteLength {
+        /// Which buffer.
+        what: &'static str,
+        /// Its length in bytes.
+        got: usize,
+        /// The bytes the shape needs.
+        need: usize,
+    },
+    /// A buffer's address lacks the alignment it is viewed with.
+    #[error("{what} is not {align}-byte aligned")]
+    Misaligned {
+        /// Which buffer.
+        what: &'static str,
+        /// The alignment needed, in bytes.
+        align: usize,
+    },
+    /// Two shapes that must agree do not.
+    #[error("{what}: got {got}, expected {want}")]
+    ShapeMismatch {
+        /// What is compared.
+        what: &'static str,
+        /// The shape given.
+        got: String,
+        /// The shape expected.
+        want: String,
+    },
+    /// An index (a row, a batch) outside its range.
+    #[error("{what} {index} is outside 0..{len}")]
+    OutOfRange {
+        /// What is indexed.
+        what: &'static str,
+        /// The index given.
+        index: i64,
+        /// The number of valid indices.
+        len: usize,
+    },
+    /// Activations or outputs of another element type than the operation takes.
+    #[error("{what}: expected {expected} values, got {got}")]
+    ElementType {
+        /// Which operand.
+        what: &'static str,
+        /// The element type the operation takes.
+        expected: &'static str,
+        /// The element type given.
+        got: &'static str,
+    },
+    /// No operation takes these weights with these activations.
+    #[error("no operation takes {weights} with {activation} activations")]
+    NoOperation {
+        /// The weight kind.
+        weights: &'static str,
+        /// The activation element type.
+        activation: &'static str,
+    },
+    /// A value outside what an operation takes (a clamp range, a scale, a
+    /// block length), described.
+    #[error("{what} = {value}: {why}")]
+    BadValue {
+        /// Which value.
+        what: &'static str,
+        /// The value, printed.
+        value: String,
+        /// Why it is refused.
+        why: String,
+    },
+    /// A packed-weight file or ggml container that cannot be loaded.
+    #[error("{what} rejected: {reason}")]
+    File {
+        /// "packed-weight file" or "ggml container".
+        what: &'static str,
+        /// Why.
+        reason: FileError,
+    },
+}
+
+/// Why a packed-weight file or ggml container was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    /// Not this kind of file (wrong magic bytes, or too short for a header).
+    #[error("not a kleidiai-rs file of this kind (wrong magic or too short)")]
+    Magic,
+    /// A format version this build does not read.
+    #[error("format version {found}, this build reads {supported}")]
+    Version {
+        /// The version in the file.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// Packed by another KleidiAI release (layouts may differ: repack).
+    #[error("packed with KleidiAI {file}, this build uses {build}: layouts may differ, repack")]
+    KleidiaiVersion {
+        /// The release the file names.
+        file: String,
+        /// This build's release.
+        build: &'static str,
+    },
+    /// A checksum does not match: corrupted or tampered.
+    #[error("{part} checksum mismatch (corrupted or tampered)")]
+    Checksum {
+        /// Which part ("header", "slot 0 payload", ...).
+        part: String,
+    },
+    /// Shorter than its header says.
+    #[error("{part} is truncated: needs {need} bytes, has {have}")]
+    Truncated {
+        /// Which part.
+        part: String,
+        /// Bytes needed.
+        need: u64,
+        /// Bytes present.
+        have: u64,
+    },
+    /// Bytes beyond the declared payload.
+    #[error("{extra} bytes after the declared end")]
+    TrailingBytes {
+        /// How many.
+        extra: u64,
+    },
+    /// A reserved field is not zero, an id is unknown, a name is not one,
+    /// a field out of range: the header itself is malformed.
+    #[error("malformed header: {0}")]
+    Header(String),
+    /// A slot's layout does not fit its kernel, shape or payload size.
+    #[error("slot {slot}: {why}")]
+    Layout {
+        /// The slot.
+        slot: usize,
+        /// What does not fit.
+        why: String,
+    },
+    /// Packed for another SME or SVE vector length.
+    #[error("slot {slot} was packed for a {packed_bits}-bit vector length, this CPU runs {here_bits}")]
+    VectorLength {
+        /// The slot.
+        slot: usize,
+        /// The vector length it was packed for.
+        packed_bits: usize,
+        /// The vector length here.
+        here_bits: usize,
+    },
 }
 
 /// `a * b`, or an [`Error::Overflow`] naming `what`.

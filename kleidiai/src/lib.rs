@@ -63,7 +63,7 @@ pub(crate) mod testing;
 pub mod weights;
 
 pub use buffer::AlignedBuf;
-pub use error::{Error, Result};
+pub use error::{Error, FileError, Result};
 pub use kleidiai_sys as sys;
 pub use packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
 pub use par::Parallelism;
