@@ -98,6 +98,74 @@ int kairs_mul_mat(const void* packed, size_t packed_size, const kairs_desc* src1
 int kairs_get_rows(const void* packed, size_t packed_size, const int64_t* rows, size_t n_rows, float* dst,
                    size_t dst_floats);
 
+/* ---- ggml's threads --------------------------------------------------------
+ * ggml's KleidiAI extra buffer type run by ggml's own threads (the shim in
+ * kleidiai-capi/ggml/ uses these): weights repacked once into ggml's buffer
+ * and viewed by a handle; each thread of a graph node calls
+ * kairs_ggml_mul_mat with its ith/nth and ggml's barrier and chunk counter,
+ * so no thread pool of kleidiai-rs runs inside ggml's. Kernel choice,
+ * SME thread cap, hybrid SME + NEON runs, LHS row split and column chunks
+ * follow ggml's own KleidiAI path (kleidiai::ggml::ThreadedWeights).
+ * `sme` arguments: -1 automatic (SME when present, capped at 1 thread),
+ * 0 no SME kernels, N at most N threads on SME kernels (GGML_KLEIDIAI_SME). */
+
+/* Opaque: repacked weights viewed in caller memory. */
+typedef struct kairs_ggml_weights kairs_ggml_weights;
+
+/* ggml's threads of one graph node. Contract: every thread of the node calls
+ * with the same arguments and its own ith; barrier returns when all nth
+ * threads reached it and publishes their writes (ggml_barrier); chunk_add is
+ * an atomic fetch-and-add returning the value before, on a counter the node
+ * shares, chunk_set stores to it (ggml_threadpool_chunk_add / _set). */
+typedef struct kairs_ggml_team {
+    int ith;
+    int nth;
+    int chunk_multiplier; /* chunks per thread: 4 in ggml (GGML_KLEIDIAI_CHUNK_MULTIPLIER), 1 on NUMA */
+    void (*barrier)(void* ctx);
+    void (*chunk_set)(void* ctx, int value);
+    int (*chunk_add)(void* ctx, int delta);
+    void* ctx;
+} kairs_ggml_team;
+
+/* GGML_KLEIDIAI_SME read the way ggml reads it: *setting = -1 (unset or
+ * invalid), 0 or N; *warning (if warning is not NULL) = NULL, or the text to
+ * log for an invalid value (ggml warns and uses the automatic cap). */
+int kairs_ggml_sme_setting(int* setting, const char** warning);
+/* Bytes kairs_ggml_repack writes for 2-D weights of ggml type `type` (Q4_0,
+ * Q8_0 or F32) and sizes ne[4], from the shape alone. An error means these
+ * weights are not taken (type, shape, or no kernel on this CPU): leave them
+ * to ggml's own code. */
+int kairs_ggml_packed_size(int32_t type, const int64_t ne[4], int sme, size_t* size);
+/* Repacks `src0` (contiguous rows) into `dst` (64-byte aligned, at least
+ * kairs_ggml_packed_size bytes, not overlapping `data`); *written = bytes written. */
+int kairs_ggml_repack(const kairs_desc* src0, const void* data, size_t data_size, int sme, void* dst, size_t dst_size,
+                      size_t* written);
+/* Opens a handle on `size` repacked bytes at `packed` (as kairs_ggml_repack
+ * wrote them, for weights of ggml type `type`), resolving the kernels for this
+ * CPU. The bytes must stay valid and unchanged until kairs_ggml_close. */
+int kairs_ggml_open(const void* packed, size_t size, int32_t type, int sme, kairs_ggml_weights** out);
+/* Closes a handle (NULL is ignored). */
+void kairs_ggml_close(kairs_ggml_weights* w);
+/* ggml's work size of mul_mat with `m` activation rows (the same for every
+ * thread count). */
+int kairs_ggml_work_size(const kairs_ggml_weights* w, int64_t m, size_t* size);
+/* The kernel thread ith of nth runs for `m` rows (static string). */
+int kairs_ggml_kernel(const kairs_ggml_weights* w, int64_t m, int ith, int nth, const char** name);
+/* Thread team->ith's part of ggml mul_mat: dst = src1 x weights^T, src1 F32
+ * [k, m, ne12], dst F32 [n, m, ne12]; `work` at least kairs_ggml_work_size
+ * bytes. Every thread of the node calls it (team contract above); src1, dst
+ * and work must not overlap, and nobody else uses dst and work during the
+ * call. All checks happen before the first barrier, and an error still
+ * takes part in every barrier, so all threads return. */
+int kairs_ggml_mul_mat(const kairs_ggml_weights* w, const kairs_desc* src1, const void* src1_data, size_t src1_size,
+                       const kairs_desc* dst, void* dst_data, size_t dst_size, void* work, size_t work_size,
+                       const kairs_ggml_team* team);
+/* Thread ith of nth's share of ggml get_rows (rows split as ggml splits
+ * them): dst row i, at i * dst_row_stride bytes, = weight row rows[i] as f32,
+ * from the first packed layout. */
+int kairs_ggml_get_rows(const kairs_ggml_weights* w, const int32_t* rows, size_t n_rows, void* dst, size_t dst_size,
+                        size_t dst_row_stride, int ith, int nth);
+
 #ifdef __cplusplus
 }
 #endif

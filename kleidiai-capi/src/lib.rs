@@ -7,6 +7,8 @@
 
 #![deny(missing_docs)]
 
+pub mod ggml_threads;
+
 use kleidiai::cpu::Features;
 use kleidiai::ggml::{GgmlType, GgmlWeights, MulMatScratch, Tensor, TensorMut};
 use kleidiai::{Error, Parallelism};

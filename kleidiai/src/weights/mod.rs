@@ -29,6 +29,7 @@
 
 mod backend;
 pub mod file;
+pub(crate) mod parts;
 
 use crate::buffer::AlignedBuf;
 use crate::cpu::Features;
