@@ -279,7 +279,13 @@ class extra_buffer_type : public ggml::cpu::extra_buffer_type {
         const ggml_tensor * src1 = op->src[1];
         if (op->op != GGML_OP_MUL_MAT || !kairs_type(src0->type) || src0->buffer == nullptr ||
             src0->buffer->buft != buft || ggml_n_dims(src0) != 2 || src1->type != GGML_TYPE_F32 ||
-            op->type != GGML_TYPE_F32 || packed_size(src0) == 0) {
+            op->type != GGML_TYPE_F32) {
+            return false;
+        }
+        // Loaded weights answer from their handle (ggml asks on every graph);
+        // weights still being placed, from their shape.
+        const auto * traits = (const weight_traits *) src0->extra;
+        if (traits ? traits->w == nullptr : packed_size(src0) == 0) {
             return false;
         }
         if (src1->buffer && !ggml_backend_buft_is_host(src1->buffer->buft)) {

@@ -11,11 +11,14 @@
 // line per fact ("key value ..."), which the xtask `llama` phase reads.
 // `--mark` brackets the prompt and the generation with a stat() of
 // /kleidiai-mark/{begin,end}/{prompt,gen}, for instruction counting under qemu.
+#include "ggml-backend.h"
 #include "ggml.h"
 #include "gguf.h"
 #include "llama.h"
 
 #include <sys/stat.h>
+
+#include <malloc.h>
 
 #include <chrono>
 #include <cmath>
@@ -171,6 +174,19 @@ long status_kb(const char * key) {
     return v;
 }
 
+// The C allocator's view of the process's memory (ggml's buffers included),
+// which under qemu-user leaves out the emulator's own (VmRSS does not):
+// bytes allocated and not freed (live), and bytes it holds from the system
+// (held: live plus freed heap memory it keeps).
+struct Heap {
+    long live_kb, held_kb;
+};
+
+Heap heap_kb() {
+    const struct mallinfo2 mi = mallinfo2();
+    return { (long) ((mi.uordblks + mi.hblkhd) / 1024), (long) ((mi.arena + mi.hblkhd) / 1024) };
+}
+
 // llama.cpp's log: kept quiet, except the lines the summary reports (buffer
 // sizes, KleidiAI choices, flash attention), echoed with KAIRS_LLAMA_VERBOSE=1.
 void on_log(ggml_log_level level, const char * text, void *) {
@@ -185,6 +201,44 @@ void on_log(ggml_log_level level, const char * text, void *) {
         }
         std::printf("log %s\n", s.c_str());
     }
+}
+
+// The bytes the KleidiAI buffer type of this build (ggml's CPU_KLEIDIAI or
+// kleidiai-rs's CPU_KLEIDIAI_RS) gives the model's 2-D weights other than
+// token_embd (the ones llama.cpp puts there: MUL_MAT weights), each aligned
+// as the buffer aligns it: the packed weights' resident size, exactly.
+void packed_bytes(const char * model_path) {
+    ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
+    auto get_extra = reg ? (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
+                               reg, "ggml_backend_dev_get_extra_bufts")
+                         : nullptr;
+    ggml_backend_buffer_type_t kai = nullptr;
+    for (ggml_backend_buffer_type_t * b = get_extra ? get_extra(dev) : nullptr; b && *b; ++b) {
+        if (std::strncmp(ggml_backend_buft_name(*b), "CPU_KLEIDIAI", 12) == 0) {
+            kai = *b;
+        }
+    }
+    if (!kai) {
+        return;
+    }
+    ggml_context * meta = nullptr;
+    gguf_init_params gp = { true, &meta };
+    gguf_context * g = gguf_init_from_file(model_path, gp);
+    if (!g) {
+        die(std::string("cannot read ") + model_path);
+    }
+    const size_t align = ggml_backend_buft_get_alignment(kai);
+    size_t packed = 0, raw = 0;
+    for (ggml_tensor * t = ggml_get_first_tensor(meta); t; t = ggml_get_next_tensor(meta, t)) {
+        if (ggml_n_dims(t) == 2 && std::strcmp(t->name, "token_embd.weight") != 0) {
+            packed += (ggml_backend_buft_get_alloc_size(kai, t) + align - 1) / align * align;
+            raw += ggml_nbytes(t);
+        }
+    }
+    std::printf("packed_bytes %s %zu raw_bytes %zu\n", ggml_backend_buft_name(kai), packed, raw);
+    gguf_free(g);
+    ggml_free(meta);
 }
 
 // OUT.bin: "KAIRSLLM", u32 version 1, u32 n_vocab, u32 n_prompt, u32 n_gen,
@@ -210,6 +264,7 @@ void write_result(const char * path, int n_vocab, const std::vector<llama_token>
 
 void run(const char * model_path, const char * out_path, int threads, int n_prompt, int n_gen, bool marks) {
     const long rss_before = status_kb("VmRSS");
+    const Heap heap_before = heap_kb();
     llama_model_params mp = llama_model_default_params();
     mp.load_mode = LLAMA_LOAD_MODE_NONE;  // no mmap: RSS counts the loaded weights only
     const auto t0 = std::chrono::steady_clock::now();
@@ -219,6 +274,7 @@ void run(const char * model_path, const char * out_path, int threads, int n_prom
     }
     const auto t1 = std::chrono::steady_clock::now();
     const long rss_model = status_kb("VmRSS");
+    const Heap heap_model = heap_kb();
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
 
     llama_context_params cp = llama_context_default_params();
@@ -307,9 +363,14 @@ void run(const char * model_path, const char * out_path, int threads, int n_prom
     std::printf("\n");
     std::printf("time load_ms %.1f prompt_ms_per_token %.3f gen_ms_per_token %.3f\n", ms(t0, t1),
                 ms(t2, t3) / n_prompt, ms(t4, t5) / n_gen);
-    std::printf("memory rss_before_kb %ld rss_model_kb %ld model_kb %ld hwm_kb %ld\n", rss_before, rss_model,
-                rss_model - rss_before, status_kb("VmHWM"));
+    // What loading the model added: live and held heap memory, and the
+    // resident set (model_kb; under qemu-user the emulator's translation
+    // cache too).
+    std::printf("memory live_kb %ld held_kb %ld model_kb %ld rss_before_kb %ld rss_model_kb %ld hwm_kb %ld\n",
+                heap_model.live_kb - heap_before.live_kb, heap_model.held_kb - heap_before.held_kb,
+                rss_model - rss_before, rss_before, rss_model, status_kb("VmHWM"));
     std::printf("model_size_bytes %llu\n", (unsigned long long) llama_model_size(model));
+    packed_bytes(model_path);
 #if defined(KAIRS_TRACE_KAI)
     for (int i = 0; i < kairs_trace_n; ++i) {
         if (kairs_trace_counts[i]) {

@@ -22,12 +22,12 @@
 //! with the same kernel: every output column comes from one kernel call over
 //! all rows, whichever thread computes it.
 
-use super::tensor::{GgmlType, Tensor, check_layout};
+use super::tensor::{GgmlType, Tensor};
 use super::{BlockQ8_0, kernel_table};
 use crate::cpu::{CpuFeature, Features};
 use crate::error::{Error, Result};
 use crate::formats::{BlockInt4, FloatWeights, Order, Q4_0};
-use crate::weights::parts::{OutputBlock, PartKernel, PartSlot};
+use crate::weights::parts::{OnThread, OutputBlock, PartKernel, PartSlot};
 use crate::weights::{PackedWeights, WeightKind, WeightsRef};
 use core::marker::PhantomData;
 use core::ops::Range;
@@ -216,6 +216,8 @@ impl<'a> SharedBytes<'a> {
 /// KleidiAI buffer.
 #[derive(Debug)]
 pub struct ThreadedWeights {
+    /// Unique in the process (keys the per-thread plan cache).
+    id: u64,
     typ: GgmlType,
     k: usize,
     n: usize,
@@ -224,14 +226,57 @@ pub struct ThreadedWeights {
     sme_cap: usize,
 }
 
+/// One layout's share of a mul_mat: its threads and its packed LHS.
+#[derive(Clone, Copy, Debug, Default)]
+struct Part {
+    slot: usize,
+    /// Threads `threads.0..threads.1`.
+    threads: (usize, usize),
+    /// Bytes of its packed LHS of all rows, at `region` in the work buffer.
+    lhs_size: usize,
+    region: usize,
+}
+
 /// How one mul_mat runs: which layouts, on which threads.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct Run {
-    /// Layout index and its threads, for one or two layouts (hybrid).
-    parts: [(usize, Range<usize>); 2],
+    /// One layout, or two (hybrid: SME, then non-SME).
+    parts: [Part; 2],
     count: usize,
     chunk_cols: usize,
     n_chunks: usize,
+    /// ggml's work size: a packed LHS per layout held.
+    work: usize,
+}
+
+/// Checks an F32 tensor `[ne0, ne1, ne2, 1]` with contiguous rows lies in
+/// `len` bytes, rows and batches not overlapping; returns `[ne0, ne1, ne2]`.
+fn f32_rows(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static str) -> Result<[usize; 3]> {
+    let d = super::tensor::dims(ne, what)?;
+    let row = d[0].checked_mul(4);
+    let batch = (d[1] - 1).checked_mul(nb[1]).and_then(|v| v.checked_add(row?));
+    let end = (d[2] - 1).checked_mul(nb[2]).and_then(|v| v.checked_add(batch?));
+    let (Some(row), Some(batch), Some(end)) = (row, batch, end) else {
+        return Err(Error::Overflow(format!("{what} extent")));
+    };
+    if d[3] != 1 || nb[0] != 4 || (d[1] > 1 && nb[1] < row) || (d[2] > 1 && nb[2] < batch) {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: ne {ne:?} nb {nb:?} is not 3-D F32 with contiguous, non-overlapping rows"
+        )));
+    }
+    crate::error::at_least(len, end, what)?;
+    Ok([d[0], d[1], d[2]])
+}
+
+/// Little-endian f32 bytes viewed in place, when 4-byte aligned.
+fn f32_view(bytes: &[u8]) -> Option<&[f32]> {
+    if !cfg!(target_endian = "little") || bytes.len() % 4 != 0 {
+        return None;
+    }
+    // SAFETY: every bit pattern is a valid f32, and align_to only hands out
+    // the aligned middle part (checked to be all of it below).
+    let (head, mid, tail) = unsafe { bytes.align_to::<f32>() };
+    (head.is_empty() && tail.is_empty()).then_some(mid)
 }
 
 fn align64(v: usize) -> usize {
@@ -316,13 +361,27 @@ impl ThreadedWeights {
                 PackedWeights::pack_for_parts(&w, table, &f)?
             }
             GgmlType::Q8_0 => {
-                let blocks: Vec<BlockQ8_0> = super::blocks::q8_0_blocks_from_bytes(bytes)?;
-                PackedWeights::pack_for_parts(&WeightsRef::GgmlQ8_0 { n, k, blocks: &blocks }, table, &f)?
+                // ggml's rows in place when aligned (they are), else a copy.
+                let copied: Vec<BlockQ8_0>;
+                let blocks = match super::blocks::q8_0_from_bytes(bytes) {
+                    Ok(b) => b,
+                    Err(_) => {
+                        copied = super::blocks::q8_0_blocks_from_bytes(bytes)?;
+                        &copied
+                    }
+                };
+                PackedWeights::pack_for_parts(&WeightsRef::GgmlQ8_0 { n, k, blocks }, table, &f)?
             }
             _ => {
-                let data: Vec<f32> =
-                    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-                let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
+                let copied: Vec<f32>;
+                let data = match f32_view(bytes) {
+                    Some(d) => d,
+                    None => {
+                        copied = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                        &copied
+                    }
+                };
+                let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data, bias: None });
                 PackedWeights::pack_for_parts(&w, table, &f)?
             }
         };
@@ -358,7 +417,9 @@ impl ThreadedWeights {
             });
         }
         let sme_cap = if slots[0].gemm.info.is_sme() { sme.cap() } else { 0 };
-        Ok(ThreadedWeights { typ, k: weights.k(), n: weights.n(), weights, slots, sme_cap })
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(ThreadedWeights { id, typ, k: weights.k(), n: weights.n(), weights, slots, sme_cap })
     }
 
     /// The weight type.
@@ -376,11 +437,44 @@ impl ThreadedWeights {
         self.slots.iter().map(|s| (s.gemm.info.name, s.gemv.as_ref().map(|g| g.info.name))).collect()
     }
 
+    /// [`plan`](Self::plan), remembered per thread for each weight's last
+    /// `(m, nth, multiplier)`: ggml asks the same question for every token
+    /// (work size, then every thread's part).
+    fn cached_plan(&self, m: usize, nth: usize, multiplier: usize) -> Run {
+        type Entry = Option<(u64, usize, usize, usize, Run)>;
+        thread_local! {
+            static PLANS: core::cell::RefCell<[Entry; 64]> = const { core::cell::RefCell::new([None; 64]) };
+        }
+        // One thread splits nothing: its multiplier is moot (and work_size asks with 1).
+        let multiplier = if nth <= 1 { 1 } else { multiplier };
+        let key = (self.id, m, nth, multiplier);
+        PLANS.with(|p| {
+            let mut p = p.borrow_mut();
+            let e = &mut p[(self.id % 64) as usize];
+            match e {
+                Some((id, em, en, emul, run)) if (*id, *em, *en, *emul) == key => *run,
+                _ => {
+                    let run = self.plan(m, nth, multiplier);
+                    *e = Some((self.id, m, nth, multiplier, run));
+                    run
+                }
+            }
+        })
+    }
+
     /// How `m` rows on `nth` threads run (ggml's decisions, module docs).
     fn plan(&self, m: usize, nth: usize, multiplier: usize) -> Run {
         let nth = nth.max(1);
         let kern = |i: usize| self.slots[i].kernel(m);
-        let single = |i: usize| ([(i, 0..nth), (i, 0..0)], 1);
+        // ggml's two slots at most (PackedWeights holds up to four layouts).
+        let mut sizes = [0usize; crate::weights::file::MAX_SLOTS];
+        for (i, s) in sizes.iter_mut().enumerate().take(self.slots.len()) {
+            *s = kern(i).lhs_size(m);
+        }
+        let work = sizes.iter().fold(0, |w, s| if *s > 0 { align64(w) + s } else { w });
+        let part =
+            |slot: usize, threads: (usize, usize), region: usize| Part { slot, threads, lhs_size: sizes[slot], region };
+        let single = |i: usize| ([part(i, (0, nth), 0), Part::default()], 1);
         let (parts, count) = if self.typ == GgmlType::F32 {
             single(0)
         } else {
@@ -392,7 +486,7 @@ impl ThreadedWeights {
             let too_small = (self.n / nth).max(1) < 2 || m < 128;
             if use_hybrid && !too_small {
                 let sme_threads = cap.min(nth);
-                ([(0, 0..sme_threads), (1, sme_threads..nth)], 2)
+                ([part(0, (0, sme_threads), 0), part(1, (sme_threads, nth), align64(sizes[0]))], 2)
             } else if too_small && sme0 {
                 single(if nth > cap { non_sme.unwrap_or(0) } else { 0 })
             } else if count > 1 && cap > 0 && nth > cap {
@@ -401,32 +495,26 @@ impl ThreadedWeights {
                 single(0)
             }
         };
-        let step = parts[..count].iter().fold(1, |s, (i, _)| lcm(s, kern(*i).t.n_step.max(1)));
+        let step = parts[..count].iter().fold(1, |s, p| lcm(s, kern(p.slot).t.n_step.max(1)));
         let divisor = if nth == 1 { 1 } else { nth * multiplier.max(1) };
         let chunk_cols = self.n.div_ceil(divisor).max(1).div_ceil(step) * step;
         let n_chunks = self.n.div_ceil(chunk_cols).max(1);
-        Run { parts, count, chunk_cols, n_chunks }
+        Run { parts, count, chunk_cols, n_chunks, work }
     }
 
     /// The kernel thread `ith` of `nth` runs for `m` rows (for reports).
     pub fn kernel_for(&self, m: usize, ith: usize, nth: usize) -> &'static str {
         let r = self.plan(m.max(1), nth, 4);
-        let (i, _) = r.parts[..r.count].iter().find(|(_, t)| t.contains(&ith)).unwrap_or(&r.parts[0]);
-        self.slots[*i].kernel(m.max(1)).info.name
+        let p = r.parts[..r.count].iter().find(|p| (p.threads.0..p.threads.1).contains(&ith)).unwrap_or(&r.parts[0]);
+        self.slots[p.slot].kernel(m.max(1)).info.name
     }
 
     /// ggml's work size for `m` rows: a 64-byte aligned packed LHS per
-    /// layout held (F32 kernels reading the LHS directly need none).
+    /// layout held (F32 kernels reading the LHS directly need none); the
+    /// same for every thread count.
     pub fn work_size(&self, m: usize) -> Result<usize> {
         crate::error::nonzero(m, "m")?;
-        let mut size = 0usize;
-        for s in &self.slots {
-            let l = s.kernel(m).lhs_size(m)?;
-            if l > 0 {
-                size = align64(size).checked_add(l).ok_or_else(|| Error::Overflow("work size".into()))?;
-            }
-        }
-        Ok(size)
+        Ok(self.cached_plan(m, 1, 1).work)
     }
 
     /// Thread `team.ith()`'s part of ggml `mul_mat`: `dst[b][i][j] = sum_k
@@ -449,7 +537,6 @@ impl ThreadedWeights {
         multiplier: usize,
     ) -> Result<()> {
         let (ith, nth) = (team.ith(), team.nth());
-        let batches = usize::try_from(src1.ne[2]).unwrap_or(1).max(1);
         let checked = (|| {
             if ith >= nth {
                 return Err(Error::InvalidArgument(format!("thread {ith} of {nth}")));
@@ -457,35 +544,49 @@ impl ThreadedWeights {
             if src1.typ != GgmlType::F32 {
                 return Err(Error::InvalidArgument(format!("src1 of type {:?} (F32 needed)", src1.typ)));
             }
-            let a = src1.check("src1")?;
-            let o = check_layout(GgmlType::F32, dst_ne, dst_nb, dst.len(), "dst")?;
+            let a = f32_rows(src1.ne, src1.nb, src1.data.len(), "src1")?;
+            let o = f32_rows(dst_ne, dst_nb, dst.len(), "dst")?;
             let (k, n, m) = (self.k, self.n, a[1]);
-            if a[0] != k || a[3] != 1 || o != [n, m, a[2], 1] {
+            if a[0] != k || o != [n, m, a[2]] {
                 return Err(Error::InvalidArgument(format!(
                     "src1 ne {:?} and dst ne {dst_ne:?} do not fit weights of k = {k}, n = {n}",
                     src1.ne
                 )));
             }
-            crate::error::at_least(work.len(), self.work_size(m)?, "work buffer")?;
-            Ok((m, self.plan(m, nth, multiplier)))
+            let run = self.cached_plan(m, nth, multiplier);
+            crate::error::at_least(work.len(), run.work, "work buffer")?;
+            Ok((m, a[2], run))
         })();
         let (plan, mut result) = match checked {
             Ok(p) => (Some(p), Ok(())),
             Err(e) => (None, Err(e)),
         };
         // Every thread takes part in every barrier, even after an error.
-        let batches = if plan.is_some() { batches } else { 1 };
+        let batches = plan.as_ref().map_or(1, |p| p.1);
         let f32_scheme = self.typ == GgmlType::F32;
+        // This thread's layout, and the proof that it runs its kernel.
+        let mine = plan.as_ref().and_then(|(m, _, run)| {
+            let part = run.parts[..run.count].iter().find(|p| (p.threads.0..p.threads.1).contains(&ith))?;
+            Some((part, self.slots[part.slot].kernel(*m)))
+        });
+        let ok = match mine.map(|(_, kern)| kern.on_this_thread()).transpose() {
+            Ok(ok) => ok,
+            Err(e) => {
+                result = result.and(Err(e));
+                None
+            }
+        };
         for b in 0..batches {
-            if let (Some((m, run)), true) = (&plan, result.is_ok()) {
-                result = self.pack_part(src1, b, *m, run, ith, work);
+            if let (Some((m, _, _)), Some((part, kern)), Some(ok), true) = (&plan, mine, &ok, result.is_ok()) {
+                result = self.pack_part(src1, b, *m, part, kern, ok, ith, work);
             }
             if ith == 0 {
                 team.chunk_set(if f32_scheme { 0 } else { nth });
             }
             team.barrier();
-            if let (Some((m, run)), true) = (&plan, result.is_ok()) {
-                result = self.compute_part(src1, b, *m, run, ith, (dst_nb, dst), work, team, f32_scheme);
+            if let (Some((m, _, run)), Some((part, kern)), Some(ok), true) = (&plan, mine, &ok, result.is_ok()) {
+                result =
+                    self.compute_part(src1, b, *m, run, (part, kern, ok), ith, (dst_nb, dst), work, team, f32_scheme);
             }
             if b + 1 != batches {
                 team.barrier();
@@ -494,42 +595,43 @@ impl ThreadedWeights {
         result
     }
 
-    /// The LHS part of thread `ith` (its layout's rows) for batch `b`.
+    /// The LHS rows thread `ith` packs for its layout, batch `b`.
+    #[allow(clippy::too_many_arguments)]
     fn pack_part(
         &self,
         src1: &Tensor<'_>,
         b: usize,
         m: usize,
-        run: &Run,
+        part: &Part,
+        kern: &PartKernel,
+        ok: &OnThread<'_>,
         ith: usize,
         work: &SharedBytes<'_>,
     ) -> Result<()> {
-        let mut region = 0usize;
-        for (slot, threads) in &run.parts[..run.count] {
-            let kern = self.slots[*slot].kernel(m);
-            let size = kern.lhs_size(m)?;
-            region = align64(region);
-            if threads.contains(&ith) && size > 0 {
-                let rows = lhs_rows(m, kern.t.mr, threads.len(), ith - threads.start);
-                if rows.is_empty() {
-                    return Ok(());
-                }
-                let at = b * src1.nb[2] + rows.start * src1.nb[1];
-                let off = region + kern.lhs_offset(rows.start);
-                let len = kern.lhs_size(rows.len())?;
-                // SAFETY: rows of different threads of one layout start at
-                // different multiples of mr, so their packed bytes are
-                // disjoint row groups [offset(start), offset(start) + size(len));
-                // layouts of a hybrid run have disjoint regions; the team's
-                // barrier separates this from every read (mul_mat).
-                let out = unsafe { work.part_mut(off..off + len)? };
-                let src =
-                    src1.data.get(at..).ok_or_else(|| Error::InvalidArgument("src1 rows outside its data".into()))?;
-                return kern.pack_rows(rows, m, src, src1.nb[1], out);
-            }
-            region += size;
+        if part.lhs_size == 0 {
+            return Ok(());
         }
-        Ok(())
+        let rows = lhs_rows(m, kern.t.mr, part.threads.1 - part.threads.0, ith - part.threads.0);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let at = b * src1.nb[2] + rows.start * src1.nb[1];
+        let off = part.region + kern.lhs_offset(rows.start);
+        let end = if rows.end == m { part.region + part.lhs_size } else { part.region + kern.lhs_offset(rows.end) };
+        if off > end || end > part.region + part.lhs_size {
+            return Err(Error::InvalidArgument(format!(
+                "LHS rows {rows:?} pack outside the {} bytes of {m} rows",
+                part.lhs_size
+            )));
+        }
+        // SAFETY: rows of different threads of one layout start at different
+        // multiples of mr, so their packed bytes [offset(start), offset(end))
+        // are disjoint row groups (the last part runs to the end); layouts of
+        // a hybrid run have disjoint regions; the team's barrier separates
+        // this from every read (mul_mat).
+        let out = unsafe { work.part_mut(off..end)? };
+        let src = src1.data.get(at..).ok_or_else(|| Error::InvalidArgument("src1 rows outside its data".into()))?;
+        kern.pack_rows(ok, rows.len(), src, src1.nb[1], out)
     }
 
     /// Thread `ith`'s column chunks of batch `b`.
@@ -540,33 +642,22 @@ impl ThreadedWeights {
         b: usize,
         m: usize,
         run: &Run,
+        (part, kern, ok): (&Part, &PartKernel, &OnThread<'_>),
         ith: usize,
         (dst_nb, dst): ([usize; 4], &SharedBytes<'_>),
         work: &SharedBytes<'_>,
         team: &T,
         f32_scheme: bool,
     ) -> Result<()> {
-        let mut region = 0usize;
-        let mut mine: Option<(&PartKernel, &PartSlot, usize)> = None;
-        for (slot, threads) in &run.parts[..run.count] {
-            let kern = self.slots[*slot].kernel(m);
-            region = align64(region);
-            if threads.contains(&ith) {
-                mine = Some((kern, &self.slots[*slot], region));
-                break;
-            }
-            region += kern.lhs_size(m)?;
-        }
-        let Some((kern, slot, region)) = mine else { return Ok(()) };
-        let size = kern.lhs_size(m)?;
-        let (lhs, lhs_stride) = if size == 0 {
+        let slot = &self.slots[part.slot];
+        let (lhs, lhs_stride) = if part.lhs_size == 0 {
             let src = src1.data.get(b * src1.nb[2]..);
             (src.ok_or_else(|| Error::InvalidArgument("src1 batch outside its data".into()))?, src1.nb[1])
         } else {
             // SAFETY: every thread packed its part before the barrier that
             // preceded this call, and no thread writes the work buffer until
             // the next barrier (mul_mat).
-            (unsafe { work.part(region..region + size)? }, 0)
+            (unsafe { work.part(part.region..part.region + part.lhs_size)? }, 0)
         };
         let (n, cc) = (self.n, run.chunk_cols);
         let mut next = if f32_scheme { team.chunk_add(cc) / cc } else { ith };
@@ -581,13 +672,13 @@ impl ThreadedWeights {
             // SAFETY: the chunk index came from the team's shared counter
             // (or is this thread's own first chunk, `ith`, the counter
             // starting at nth), so no other thread writes these columns of
-            // batch b; rows are dst_nb[1] bytes apart inside dst (checked by
-            // check_layout in mul_mat, and `span` re-checked here).
+            // batch b; rows are dst_nb[1] bytes apart inside dst and do not
+            // overlap (f32_rows in mul_mat; `span` re-checked by part_mut).
             let mut out = unsafe {
                 let bytes = dst.part_mut(at..at + span)?;
                 OutputBlock::from_raw_parts(bytes.as_mut_ptr().cast(), m, cols.len(), dst_nb[1])?
             };
-            kern.run_cols(m, cols, lhs, lhs_stride, &slot.rhs, &mut out)?;
+            kern.run_cols(ok, m, cols, lhs, lhs_stride, &slot.rhs, &mut out)?;
             next = if f32_scheme { team.chunk_add(cc) / cc } else { team.chunk_add(1) };
         }
         Ok(())

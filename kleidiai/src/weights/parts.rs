@@ -269,11 +269,20 @@ impl PackedWeights {
 
     /// Writes the packed-weight file ([`to_bytes`](Self::to_bytes)) into
     /// `out`; returns its length.
+    /// (No copy of the whole file is made on the way.)
     pub(crate) fn write_file(&self, out: &mut [u8]) -> Result<usize> {
-        let bytes = self.to_bytes()?;
-        crate::error::at_least(out.len(), bytes.len(), "packed-weight destination")?;
-        out[..bytes.len()].copy_from_slice(&bytes);
-        Ok(bytes.len())
+        let header = self.file_header()?;
+        let end = header.slots.iter().map(|s| s.offset + s.len).max().unwrap_or(0);
+        let end = usize::try_from(end).map_err(|_| Error::Overflow("packed size".into()))?;
+        crate::error::at_least(out.len(), end, "packed-weight destination")?;
+        let head = header.to_bytes()?;
+        out[..end].fill(0);
+        out[..head.len()].copy_from_slice(&head);
+        for (h, s) in header.slots.iter().zip(&self.slots) {
+            let at = h.offset as usize;
+            out[at..at + s.rhs.as_bytes().len()].copy_from_slice(s.rhs.as_bytes());
+        }
+        Ok(end)
     }
 
     /// [`pack_kernels`](Self::pack_kernels) for f32 activations (ggml's
@@ -332,9 +341,12 @@ impl PartKernel {
         }
     }
 
-    /// Errors unless the calling thread's CPU features and vector length
-    /// are those the kernel was resolved with.
-    fn check_thread(&self) -> Result<()> {
+    /// Proof that the calling thread runs this kernel now: its CPU
+    /// features are there and its vector length is the one the weights
+    /// were packed for (Linux lets a thread change its own). Checked once
+    /// per operation; [`pack_rows`](Self::pack_rows) and
+    /// [`run_cols`](Self::run_cols) take it.
+    pub(crate) fn on_this_thread(&self) -> Result<OnThread<'_>> {
         let f = Features::current();
         self.info.supported(&f).map_err(|why| Error::Unsupported { kernel: self.info.name, why })?;
         let live = crate::families::engine::live_vector_bytes(self.info);
@@ -348,21 +360,20 @@ impl PartKernel {
                 ),
             });
         }
-        Ok(())
+        Ok(OnThread { kernel: self, _thread: PhantomData })
     }
 
     /// Bytes of the packed LHS of `m` rows (0 for `Direct` kernels).
-    pub(crate) fn lhs_size(&self, m: usize) -> Result<usize> {
+    pub(crate) fn lhs_size(&self, m: usize) -> usize {
         #[cfg(target_arch = "aarch64")]
         {
-            crate::error::nonzero(m, "m")?;
             // SAFETY: size query of a packer whose parameters passed `check`.
-            Ok(unsafe { ffi::lhs_size(self.packer, m, self.k, self.lhs_bl, &self.t) })
+            unsafe { ffi::lhs_size(self.packer, m.max(1), self.k, self.lhs_bl, &self.t) }
         }
         #[cfg(not(target_arch = "aarch64"))]
         {
             let _ = m;
-            Ok(0)
+            0
         }
     }
 
@@ -380,14 +391,14 @@ impl PartKernel {
         }
     }
 
-    /// Packs rows `rows` of an `m`-row LHS (`rows.start` a multiple of
-    /// `mr`) into `out`, the bytes of the packed LHS from the offset of
-    /// `rows.start` on. `src` starts at row `rows.start`, rows `stride`
-    /// bytes apart, each `k` f32 values.
+    /// Packs `h` rows of f32 (`src`, rows `stride` bytes apart, `k` values
+    /// each) into `out`, at least [`lhs_size`](Self::lhs_size)`(h)` bytes:
+    /// the part of a packed LHS from the offset of its first row (a
+    /// multiple of `mr`) on.
     pub(crate) fn pack_rows(
         &self,
-        rows: Range<usize>,
-        m: usize,
+        ok: &OnThread<'_>,
+        h: usize,
         src: &[u8],
         stride: usize,
         out: &mut [u8],
@@ -395,30 +406,24 @@ impl PartKernel {
         if self.packer == LhsPacker::Direct {
             return Ok(());
         }
-        let (mr, k) = (self.t.mr.max(1), self.k);
-        if rows.start >= rows.end || rows.end > m || rows.start % mr != 0 {
-            return Err(Error::InvalidArgument(format!("LHS rows {rows:?} of {m} (row groups of {mr})")));
+        let k = self.k;
+        if !core::ptr::eq(ok.kernel, self) {
+            return Err(Error::InvalidArgument("thread check of another kernel".into()));
         }
-        let h = rows.len();
-        if stride % 4 != 0 || stride < k * 4 || (src.as_ptr() as usize) % 4 != 0 {
-            return Err(Error::InvalidArgument(format!("LHS rows {stride} bytes apart do not hold {k} aligned f32")));
+        if h == 0 || stride % 4 != 0 || stride < k * 4 || (src.as_ptr() as usize) % 4 != 0 {
+            return Err(Error::InvalidArgument(format!("{h} LHS rows {stride} bytes apart: not {k} aligned f32 each")));
         }
         if !self.packer.takes_stride() && stride != k * 4 && h > 1 {
             return Err(Error::InvalidArgument(format!("{} needs rows k floats apart", self.packer.name())));
         }
-        crate::error::at_least(src.len(), (h - 1) * stride + k * 4, "LHS rows")?;
-        let need = self.lhs_size(h)?;
-        let end = self.lhs_offset(rows.start).checked_add(need);
-        if end.is_none_or(|e| e > self.lhs_size(m).unwrap_or(0)) {
-            return Err(Error::InvalidArgument(format!("LHS rows {rows:?} do not pack inside {m} rows")));
-        }
-        crate::error::at_least(out.len(), need, "packed LHS part")?;
-        self.check_thread()?;
+        let rows_len = (h - 1).checked_mul(stride).and_then(|v| v.checked_add(k * 4));
+        crate::error::at_least(src.len(), rows_len.ok_or_else(|| Error::Overflow("LHS rows".into()))?, "LHS rows")?;
+        crate::error::at_least(out.len(), self.lhs_size(h), "packed LHS part")?;
         #[cfg(target_arch = "aarch64")]
         // SAFETY: the CPU runs the packer's kernel at its vector length
-        // (check_thread); `src` holds `h` rows of k f32 `stride` bytes apart,
-        // 4-byte aligned, and `out` the `need` bytes h rows pack to (both
-        // checked above); the packer's parameters passed `check`.
+        // (`ok`, for this kernel); `src` holds `h` rows of k f32 `stride`
+        // bytes apart, 4-byte aligned, and `out` the bytes h rows pack to
+        // (both checked above); the packer's parameters passed `check`.
         unsafe {
             ffi::pack(self.packer, h, k, self.lhs_bl, &self.t, src.as_ptr().cast(), stride, out.as_mut_ptr())
         };
@@ -429,8 +434,10 @@ impl PartKernel {
     /// `m` output rows into `out` (`m x cols.len()`). `lhs` is the packed
     /// LHS of `m` rows, or for `Direct` kernels the f32 rows themselves,
     /// `lhs_stride` bytes apart.
+    #[allow(clippy::too_many_arguments)] // the kernel's operands
     pub(crate) fn run_cols(
         &self,
+        ok: &OnThread<'_>,
         m: usize,
         cols: Range<usize>,
         lhs: &[u8],
@@ -439,10 +446,13 @@ impl PartKernel {
         out: &mut OutputBlock<'_>,
     ) -> Result<()> {
         let (n, k) = (self.n, self.k);
+        if !core::ptr::eq(ok.kernel, self) {
+            return Err(Error::InvalidArgument("thread check of another kernel".into()));
+        }
         if cols.start >= cols.end || cols.end > n || cols.start % self.t.n_step.max(1) != 0 {
             return Err(Error::InvalidArgument(format!("columns {cols:?} of {n} (steps of {})", self.t.n_step)));
         }
-        if out.rows != m || out.cols != cols.len() {
+        if m == 0 || out.rows != m || out.cols != cols.len() {
             return Err(Error::InvalidArgument(format!(
                 "output block {}x{} for {m} rows and {} columns",
                 out.rows,
@@ -450,33 +460,41 @@ impl PartKernel {
                 cols.len()
             )));
         }
-        if rhs.as_bytes().len() != self.rhs_len || rhs.layout().rows != n || rhs.layout().k != k {
+        let r = rhs.as_bytes();
+        if r.len() != self.rhs_len || rhs.layout().rows != n || rhs.layout().k != k {
             return Err(Error::InvalidArgument("packed weights are not the ones this kernel was resolved for".into()));
         }
         if self.packer == LhsPacker::Direct {
+            let len = (m - 1).checked_mul(lhs_stride).and_then(|v| v.checked_add(k * 4));
             if lhs_stride % 4 != 0 || (m > 1 && lhs_stride < k * 4) || (lhs.as_ptr() as usize) % 4 != 0 {
                 return Err(Error::InvalidArgument(format!("LHS rows {lhs_stride} bytes apart")));
             }
-            crate::error::at_least(lhs.len(), (m - 1) * lhs_stride + k * 4, "LHS")?;
+            crate::error::at_least(lhs.len(), len.ok_or_else(|| Error::Overflow("LHS".into()))?, "LHS")?;
         } else {
-            crate::error::at_least(lhs.len(), self.lhs_size(m)?, "packed LHS")?;
+            crate::error::at_least(lhs.len(), self.lhs_size(m), "packed LHS")?;
         }
-        self.check_thread()?;
         #[cfg(target_arch = "aarch64")]
         // SAFETY: the CPU runs the kernel at the vector length the weights
-        // were packed for (check_thread); `rhs` is the layout it was resolved
-        // against (same length and shape), `cols.start` is a multiple of
-        // n_step and `cols` lies within n, so the RHS offset and the columns
-        // read stay inside it; `lhs` holds the packed LHS of m rows (or m f32
-        // rows `lhs_stride` apart); `out` is an exclusive m x cols block
-        // (OutputBlock's contract), rows `row_stride` bytes apart.
+        // were packed for (`ok`, for this kernel); `rhs` is the layout it was
+        // resolved against (same length and shape), `cols.start` is a
+        // multiple of n_step and `cols` lies within n, so the RHS offset and
+        // the columns read stay inside it; `lhs` holds the packed LHS of m
+        // rows (or m f32 rows `lhs_stride` apart); `out` is an exclusive
+        // m x cols block (OutputBlock's contract), rows `row_stride` bytes apart.
         unsafe {
-            ffi::run(self, m, cols, lhs.as_ptr(), lhs_stride, rhs.as_bytes().as_ptr(), out.ptr.as_ptr(), out.row_stride)
+            ffi::run(self, m, cols, lhs.as_ptr(), lhs_stride, r.as_ptr(), out.ptr.as_ptr(), out.row_stride)
         };
         #[cfg(not(target_arch = "aarch64"))]
         let _ = (lhs, out);
         Ok(())
     }
+}
+
+/// See [`PartKernel::on_this_thread`]. Not `Send`: it vouches for one thread.
+#[derive(Debug)]
+pub(crate) struct OnThread<'k> {
+    kernel: &'k PartKernel,
+    _thread: PhantomData<*const ()>,
 }
 
 #[cfg(target_arch = "aarch64")]
