@@ -10,9 +10,9 @@
 //
 // What it accepts mirrors ggml's own KleidiAI path (ggml-cpu/kleidiai):
 // MUL_MAT with 2-D Q4_0, Q8_0 or F32 weights in this buffer, F32 activations
-// and output, when a kernel runs on this CPU (GGML_KLEIDIAI_SME honoured).
-// ggml's path also computes F16 weights outside its buffer on SME2 (packed
-// per call); this one leaves them to ggml (see the README).
+// and output, when a kernel runs on this CPU (GGML_KLEIDIAI_SME honoured),
+// and MUL_MAT of F16 weights outside it with more than one activation row on
+// SME2 (packed per call, as ggml's path does).
 
 #include "ggml-backend-impl.h"
 #include "ggml-cpu-impl.h"
@@ -37,6 +37,7 @@ namespace {
 int g_sme = -1;
 int g_chunk_multiplier = 4;
 bool g_trace = false;
+const char * g_f16_kernel = nullptr;  // ggml's F16 kernel when it runs here
 
 void init_settings() {
     static std::once_flag once;
@@ -58,6 +59,9 @@ void init_settings() {
             }
         }
         g_trace = std::getenv("GGML_KLEIDIAI_RS_TRACE") != nullptr;
+        if (kairs_ggml_f16_kernel(g_sme, &g_f16_kernel) != KAIRS_OK) {
+            g_f16_kernel = nullptr;
+        }
         GGML_LOG_INFO("kleidiai-rs: %s, GGML_KLEIDIAI_SME %s%d\n", kairs_version(),
                       g_sme < 0 ? "automatic " : "", g_sme < 0 ? 1 : g_sme);
     });
@@ -178,6 +182,38 @@ class weight_traits : public ggml::cpu::tensor_traits {
             return true;
         }
         return false;
+    }
+};
+
+// F16 weights outside the buffer, packed per call (see kairs_ggml_f16_*).
+class f16_traits : public ggml::cpu::tensor_traits {
+  public:
+    bool work_size(int /*n_threads*/, const ggml_tensor * op, size_t & size) override {
+        const kairs_desc d0 = desc_of(op->src[0]), d1 = desc_of(op->src[1]);
+        return op->op == GGML_OP_MUL_MAT && kairs_ggml_f16_work_size(&d0, &d1, g_sme, &size) == KAIRS_OK;
+    }
+
+    bool compute_forward(ggml_compute_params * params, ggml_tensor * op) override {
+        if (op->op != GGML_OP_MUL_MAT) {
+            return false;
+        }
+        const ggml_tensor * src0 = op->src[0];
+        const ggml_tensor * src1 = op->src[1];
+        const kairs_desc d0 = desc_of(src0), d1 = desc_of(src1), dd = desc_of(op);
+        const kairs_ggml_team team = { params->ith, params->nth, ggml_is_numa() ? 1 : g_chunk_multiplier,
+                                       barrier,     chunk_set,   chunk_add,
+                                       params->threadpool };
+        if (g_trace && params->ith == 0) {
+            count_kernel(g_f16_kernel);
+        }
+        if (kairs_ggml_f16_mul_mat(&d0, src0->data, ggml_nbytes(src0), &d1, src1->data, ggml_nbytes(src1), &dd,
+                                   op->data, ggml_nbytes(op), params->wdata, params->wsize, &team,
+                                   g_sme) != KAIRS_OK) {
+            // The weights are ggml's own: its code can still compute them.
+            GGML_LOG_DEBUG("kleidiai-rs: %s left to ggml's own code: %s\n", op->name, kairs_last_error());
+            return false;
+        }
+        return true;
     }
 };
 
@@ -304,6 +340,15 @@ class extra_buffer_type : public ggml::cpu::extra_buffer_type {
         if ((op->op == GGML_OP_MUL_MAT || op->op == GGML_OP_GET_ROWS) && op->src[0]->buffer &&
             op->src[0]->buffer->buft == buft) {
             return (ggml::cpu::tensor_traits *) op->src[0]->extra;
+        }
+        // ggml's path: F16 weights anywhere, more than one activation row,
+        // contiguous batches, a kernel here.
+        static f16_traits f16;
+        if (op->op == GGML_OP_MUL_MAT && op->src[0]->type == GGML_TYPE_F16 && g_f16_kernel && op->src[1]->ne[1] > 1) {
+            const kairs_desc d0 = desc_of(op->src[0]), d1 = desc_of(op->src[1]);
+            if (kairs_ggml_f16_accepts(&d0, &d1, g_sme)) {
+                return &f16;
+            }
         }
         return nullptr;
     }

@@ -166,6 +166,27 @@ int kairs_ggml_mul_mat(const kairs_ggml_weights* w, const kairs_desc* src1, cons
 int kairs_ggml_get_rows(const kairs_ggml_weights* w, const int32_t* rows, size_t n_rows, void* dst, size_t dst_size,
                         size_t dst_row_stride, int ith, int nth);
 
+/* F16 weights stay outside ggml's KleidiAI buffer; with more than one
+ * activation row on SME2 ggml's path packs them per call for its bf16 kernel
+ * (kleidiai::ggml::F16PerCall): thread 0 transposes and packs the weights
+ * into the work buffer while every thread packs its LHS rows, a barrier, then
+ * ggml's static column split. */
+
+/* The kernel of ggml's F16 table when it runs here with `sme` (static
+ * string); an error when none does (ggml's own code computes F16 weights). */
+int kairs_ggml_f16_kernel(int sme, const char** name);
+/* 1 when ggml's KleidiAI path takes this F16 mul_mat (and so does this one):
+ * F16 weights `src0`, F32 activations `src1` with more than one row, batches
+ * contiguous in both, a kernel here; else 0. */
+int kairs_ggml_f16_accepts(const kairs_desc* src0, const kairs_desc* src1, int sme);
+/* The work buffer one such mul_mat needs. */
+int kairs_ggml_f16_work_size(const kairs_desc* src0, const kairs_desc* src1, int sme, size_t* size);
+/* Thread team->ith's part of it, as kairs_ggml_mul_mat (same team contract;
+ * src0, src1, dst and work must not overlap). */
+int kairs_ggml_f16_mul_mat(const kairs_desc* src0, const void* src0_data, size_t src0_size, const kairs_desc* src1,
+                           const void* src1_data, size_t src1_size, const kairs_desc* dst, void* dst_data,
+                           size_t dst_size, void* work, size_t work_size, const kairs_ggml_team* team, int sme);
+
 #ifdef __cplusplus
 }
 #endif

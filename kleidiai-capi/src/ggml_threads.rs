@@ -4,7 +4,7 @@
 
 use crate::{KairsDesc, bytes, desc, guard, invalid};
 use kleidiai::Error;
-use kleidiai::ggml::{GgmlType, SharedBytes, SmeSetting, Tensor, ThreadTeam, ThreadedWeights};
+use kleidiai::ggml::{F16PerCall, GgmlType, SharedBytes, SmeSetting, Tensor, ThreadTeam, ThreadedWeights};
 use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -370,5 +370,118 @@ pub unsafe extern "C" fn kairs_ggml_get_rows(
         let nth = positive(nth.into(), "nth")?;
         let ith = usize::try_from(ith).map_err(|_| invalid("negative ith"))?;
         w.get_rows(&idx, &d, dst_row_stride, ith, nth)
+    })
+}
+
+/// See `kleidiai_rs.h`.
+///
+/// # Safety
+/// `name` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_f16_kernel(sme: c_int, name: *mut *const c_char) -> c_int {
+    static NAME: OnceLock<CString> = OnceLock::new();
+    guard(|| {
+        // SAFETY: the caller's guarantee; NULL is an error.
+        let out = unsafe { name.as_mut() }.ok_or_else(|| invalid("name is NULL"))?;
+        let k = F16PerCall::kernel(sme_of(sme)?).ok_or_else(|| Error::Unsupported {
+            kernel: "ggml F16 per call",
+            why: "no kernel of ggml's F16 table runs here (it needs SME2, and GGML_KLEIDIAI_SME not 0)".into(),
+        })?;
+        *out = NAME.get_or_init(|| CString::new(k).unwrap_or_default()).as_ptr();
+        Ok(())
+    })
+}
+
+/// See `kleidiai_rs.h`.
+///
+/// # Safety
+/// `src0` and `src1` valid descriptors.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_f16_accepts(src0: *const KairsDesc, src1: *const KairsDesc, sme: c_int) -> c_int {
+    let mut yes = false;
+    let status = guard(|| {
+        // SAFETY: the caller's guarantee; NULL is an error.
+        let (a, b) = unsafe { (desc(src0, "src0")?, desc(src1, "src1")?) };
+        yes = a.type_ == GgmlType::F16 as i32
+            && b.type_ == GgmlType::F32 as i32
+            && F16PerCall::accepts((a.ne, a.nb), (b.ne, b.nb), sme_of(sme)?);
+        Ok(())
+    });
+    c_int::from(status == crate::KAIRS_OK && yes)
+}
+
+/// See `kleidiai_rs.h`.
+///
+/// # Safety
+/// `src0`, `src1` valid descriptors, `size` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_f16_work_size(
+    src0: *const KairsDesc,
+    src1: *const KairsDesc,
+    sme: c_int,
+    size: *mut usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's guarantees; NULL is an error.
+        let (a, b, out) = unsafe {
+            (desc(src0, "src0")?, desc(src1, "src1")?, size.as_mut().ok_or_else(|| invalid("size is NULL"))?)
+        };
+        *out = F16PerCall::work_size(a.ne, b.ne, sme_of(sme)?)?;
+        Ok(())
+    })
+}
+
+/// See `kleidiai_rs.h`.
+///
+/// # Safety
+/// As `kairs_ggml_mul_mat`, with `src0_data` readable for `src0_size` bytes.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // mirrors the C signature
+pub unsafe extern "C" fn kairs_ggml_f16_mul_mat(
+    src0: *const KairsDesc,
+    src0_data: *const c_void,
+    src0_size: usize,
+    src1: *const KairsDesc,
+    src1_data: *const c_void,
+    src1_size: usize,
+    dst: *const KairsDesc,
+    dst_data: *mut c_void,
+    dst_size: usize,
+    work: *mut c_void,
+    work_size: usize,
+    team: *const KairsGgmlTeam,
+    sme: c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's guarantees; NULL is an error.
+        let (s0, s1, d) = unsafe { (desc(src0, "src0")?, desc(src1, "src1")?, desc(dst, "dst")?) };
+        // SAFETY: as above.
+        let team = Team::new(unsafe { team.as_ref() }.ok_or_else(|| invalid("team is NULL"))?)?;
+        // SAFETY: as above (read-only, shared by the node's threads).
+        let (w, x) = unsafe { (bytes(src0_data, src0_size, "src0 data")?, bytes(src1_data, src1_size, "src1 data")?) };
+        let (dp, wp) = (dst_data.cast::<u8>(), work.cast::<u8>());
+        let (dc, wc) = (dp.cast_const(), wp.cast_const());
+        for (a, b) in [
+            ((dc, dst_size), (wc, work_size)),
+            ((dc, dst_size), (x.as_ptr(), x.len())),
+            ((dc, dst_size), (w.as_ptr(), w.len())),
+            ((wc, work_size), (x.as_ptr(), x.len())),
+            ((wc, work_size), (w.as_ptr(), w.len())),
+        ] {
+            if !disjoint(a, b) {
+                return Err(invalid("src0, src1, dst and work overlap"));
+            }
+        }
+        if d.type_ != GgmlType::F32 as i32 {
+            return Err(invalid("dst must be F32"));
+        }
+        // SAFETY: dst and work are valid for their sizes and used only by the
+        // node's threads during this call (the caller's contract); the call
+        // partitions them between the threads.
+        let (dst_b, work_b) =
+            unsafe { (SharedBytes::from_raw_parts(dp, dst_size)?, SharedBytes::from_raw_parts(wp, work_size)?) };
+        let src0 = Tensor { typ: typ_of(s0.type_)?, ne: s0.ne, nb: s0.nb, data: w };
+        let src1 = Tensor { typ: typ_of(s1.type_)?, ne: s1.ne, nb: s1.nb, data: x };
+        F16PerCall::mul_mat(&src0, &src1, d.ne, d.nb, &dst_b, &work_b, &team, sme_of(sme)?)
     })
 }

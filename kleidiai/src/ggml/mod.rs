@@ -4,6 +4,7 @@
 //! [`GgmlWeights::get_rows`] with ggml's semantics and kernel order.
 
 mod blocks;
+mod f16_per_call;
 mod mul_mat;
 mod tensor;
 mod threads;
@@ -17,5 +18,6 @@ pub use mul_mat::{GgmlWeights, MulMatScratch, SME_ENV, kernel_table, parse_sme_s
 #[cfg(test)]
 mod tests;
 pub use crate::weights::parts::OutputBlock;
+pub use f16_per_call::F16PerCall;
 pub use tensor::{GgmlType, Tensor, TensorMut};
 pub use threads::{SharedBytes, SingleThread, SmeSetting, ThreadTeam, ThreadedWeights};

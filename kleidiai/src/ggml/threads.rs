@@ -81,7 +81,7 @@ impl SmeSetting {
     }
 
     /// The CPU features kernels may use with this setting.
-    fn features(self) -> Features {
+    pub(crate) fn features(self) -> Features {
         let f = Features::current();
         if self == SmeSetting::Off { f.without(&[CpuFeature::Sme]) } else { f }
     }
@@ -196,7 +196,7 @@ impl<'a> SharedBytes<'a> {
     /// # Safety
     /// No other thread uses `r` until the returned borrow ends.
     #[allow(clippy::mut_from_ref)] // shared bytes partitioned between threads: exclusive by the caller's guarantee
-    unsafe fn part_mut(&self, r: Range<usize>) -> Result<&mut [u8]> {
+    pub(super) unsafe fn part_mut(&self, r: Range<usize>) -> Result<&mut [u8]> {
         self.range(&r)?;
         // SAFETY: in bounds (checked); exclusive by the caller's guarantee.
         Ok(unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr().add(r.start), r.len()) })
@@ -204,7 +204,7 @@ impl<'a> SharedBytes<'a> {
 
     /// # Safety
     /// No thread writes `r` until the returned borrow ends.
-    unsafe fn part(&self, r: Range<usize>) -> Result<&[u8]> {
+    pub(super) unsafe fn part(&self, r: Range<usize>) -> Result<&[u8]> {
         self.range(&r)?;
         // SAFETY: in bounds (checked); not written by the caller's guarantee.
         Ok(unsafe { core::slice::from_raw_parts(self.ptr.as_ptr().add(r.start), r.len()) })
@@ -251,7 +251,7 @@ struct Run {
 
 /// Checks an F32 tensor `[ne0, ne1, ne2, 1]` with contiguous rows lies in
 /// `len` bytes, rows and batches not overlapping; returns `[ne0, ne1, ne2]`.
-fn f32_rows(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static str) -> Result<[usize; 3]> {
+pub(super) fn f32_rows(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static str) -> Result<[usize; 3]> {
     let d = super::tensor::dims(ne, what)?;
     let row = d[0].checked_mul(4);
     let batch = (d[1] - 1).checked_mul(nb[1]).and_then(|v| v.checked_add(row?));
@@ -279,7 +279,7 @@ fn f32_view(bytes: &[u8]) -> Option<&[f32]> {
     (head.is_empty() && tail.is_empty()).then_some(mid)
 }
 
-fn align64(v: usize) -> usize {
+pub(super) fn align64(v: usize) -> usize {
     v.div_ceil(64) * 64
 }
 
@@ -292,7 +292,7 @@ fn lcm(a: usize, b: usize) -> usize {
 
 /// ggml's row split of `m` rows over `threads` threads in multiples of
 /// `mr`: thread `i`'s rows (empty when it packs none).
-fn lhs_rows(m: usize, mr: usize, threads: usize, i: usize) -> Range<usize> {
+pub(super) fn lhs_rows(m: usize, mr: usize, threads: usize, i: usize) -> Range<usize> {
     let mr = mr.max(1);
     let roundup = m.div_ceil(mr) * mr;
     let use_threads = threads.min(roundup / mr).max(1);
@@ -678,7 +678,7 @@ impl ThreadedWeights {
                 let bytes = dst.part_mut(at..at + span)?;
                 OutputBlock::from_raw_parts(bytes.as_mut_ptr().cast(), m, cols.len(), dst_nb[1])?
             };
-            kern.run_cols(ok, m, cols, lhs, lhs_stride, &slot.rhs, &mut out)?;
+            kern.run_cols(ok, m, cols, lhs, lhs_stride, slot.rhs.as_bytes(), &mut out)?;
             next = if f32_scheme { team.chunk_add(cc) / cc } else { team.chunk_add(1) };
         }
         Ok(())
@@ -904,6 +904,64 @@ mod tests {
                         assert!(bit_identical(&got, &other), "{typ:?} m={m} nth={nth}: {}", w.kernel_for(m, 0, nth));
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn f16_per_call_gives_the_bits_of_ggmls_f16_kernel() {
+        use crate::ggml::F16PerCall;
+        let mut rng = Rng::new(32);
+        let (n, k, ne02) = (72, 64, 2);
+        let w: Vec<u8> = rng.vec_f32(ne02 * n * k).iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+        let ne0 = [k as i64, n as i64, ne02 as i64, 1];
+        let src0 = Tensor {
+            typ: GgmlType::F16,
+            ne: ne0,
+            nb: Tensor::contiguous_strides(GgmlType::F16, ne0).unwrap(),
+            data: &w,
+        };
+        let ggml = GgmlWeights::repack(&src0).unwrap();
+        let runs = F16PerCall::kernel(SmeSetting::Auto).is_some();
+        // Where ggml's path packs F16 per call: an SME2 bf16 kernel runs here.
+        assert_eq!(runs, ggml.kernel_for(2).is_some_and(|k| k.contains("bf16")), "{:?}", ggml.layouts());
+        assert!(F16PerCall::kernel(SmeSetting::Off).is_none(), "GGML_KLEIDIAI_SME=0 switches it off");
+        for (m, ne12) in [(1, 2), (5, 2), (33, 4)] {
+            let x: Vec<u8> = rng.vec_f32(ne12 * m * k).iter().flat_map(|v| v.to_le_bytes()).collect();
+            let ne1 = [k as i64, m as i64, ne12 as i64, 1];
+            let src1 = Tensor {
+                typ: GgmlType::F32,
+                ne: ne1,
+                nb: Tensor::contiguous_strides(GgmlType::F32, ne1).unwrap(),
+                data: &x,
+            };
+            let accepted = F16PerCall::accepts((src0.ne, src0.nb), (src1.ne, src1.nb), SmeSetting::Auto);
+            assert_eq!(accepted, runs && m > 1, "m = {m}: ggml takes F16 with more than one row only");
+            if !accepted {
+                continue;
+            }
+            let dne = [n as i64, m as i64, ne12 as i64, 1];
+            let dnb = Tensor::contiguous_strides(GgmlType::F32, dne).unwrap();
+            let mut want = vec![0u8; 4 * n * m * ne12];
+            let mut d = TensorMut { typ: GgmlType::F32, ne: dne, nb: dnb, data: &mut want };
+            ggml.mul_mat(&src1, &mut d, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap();
+            for nth in [1, 2, 3] {
+                let mut dst = vec![0u8; want.len()];
+                let mut work = vec![0u8; F16PerCall::work_size(src0.ne, src1.ne, SmeSetting::Auto).unwrap()];
+                let (barrier, counter) = (Barrier::new(nth), AtomicUsize::new(0));
+                {
+                    let (db, wb) = (SharedBytes::from_slice(&mut dst), SharedBytes::from_slice(&mut work));
+                    std::thread::scope(|s| {
+                        for ith in 0..nth {
+                            let (db, wb, src0, src1, barrier, counter) = (&db, &wb, &src0, &src1, &barrier, &counter);
+                            s.spawn(move || {
+                                let team = StdTeam { ith, nth, barrier, counter };
+                                F16PerCall::mul_mat(src0, src1, dne, dnb, db, wb, &team, SmeSetting::Auto).unwrap();
+                            });
+                        }
+                    });
+                }
+                assert!(dst == want, "m = {m}, ne12 = {ne12}, {nth} threads: not GgmlWeights::mul_mat's bits");
             }
         }
     }

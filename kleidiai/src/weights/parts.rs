@@ -30,6 +30,8 @@ pub(crate) enum LhsPacker {
     F16pmrx2,
     Qai8dxp,
     F32p2vlx1Sme,
+    Bf16p2vlx2Sme,
+    Bf16p2vlx2Sme2,
     Direct,
 }
 
@@ -43,6 +45,8 @@ impl LhsPacker {
             Some("kai_lhs_pack_f16pmrx2_f32_neon") => LhsPacker::F16pmrx2,
             Some("kai_lhs_quant_pack_qai8dxp_f32") => LhsPacker::Qai8dxp,
             Some("kai_lhs_pack_f32p2vlx1_f32_sme") => LhsPacker::F32p2vlx1Sme,
+            Some("kai_lhs_pack_bf16p2vlx2_f32_sme") => LhsPacker::Bf16p2vlx2Sme,
+            Some("kai_lhs_pack_bf16p2vlx2_f32_sme2") => LhsPacker::Bf16p2vlx2Sme2,
             Some(_) => return None,
         })
     }
@@ -56,6 +60,8 @@ impl LhsPacker {
             LhsPacker::F16pmrx2 => "kai_lhs_pack_f16pmrx2_f32_neon",
             LhsPacker::Qai8dxp => "kai_lhs_quant_pack_qai8dxp_f32",
             LhsPacker::F32p2vlx1Sme => "kai_lhs_pack_f32p2vlx1_f32_sme",
+            LhsPacker::Bf16p2vlx2Sme => "kai_lhs_pack_bf16p2vlx2_f32_sme",
+            LhsPacker::Bf16p2vlx2Sme2 => "kai_lhs_pack_bf16p2vlx2_f32_sme2",
             LhsPacker::Direct => "direct",
         }
     }
@@ -76,6 +82,7 @@ impl LhsPacker {
             LhsPacker::F16pmrx2 => t.sr == 2 && k % 32 == 0,
             LhsPacker::Qai8dxp => t.sr != 0 && t.kr % t.sr == 0 && k % 8 == 0,
             LhsPacker::F32p2vlx1Sme => t.kr == 1 && t.sr == 1,
+            LhsPacker::Bf16p2vlx2Sme | LhsPacker::Bf16p2vlx2Sme2 => t.kr == 2 && t.sr == 1,
             LhsPacker::Direct => true,
         };
         if !ok {
@@ -341,6 +348,119 @@ impl PartKernel {
         }
     }
 
+    /// The kernel of ggml's F16 table (`name`, an SME2 bf16 kernel) for
+    /// `n x k` weights packed per call, with ggml's LHS packer for it
+    /// (`kai_lhs_pack_bf16p2vlx2_f32_sme`, the same packed format as the
+    /// `_sme2` one the crate's family pairs with it).
+    pub(crate) fn for_f16_per_call(name: &str, n: usize, k: usize, f: &Features) -> Result<PartKernel> {
+        crate::error::nonzero(n, "n")?;
+        crate::error::nonzero(k, "k")?;
+        let info = backend_for(WeightKind::F16, DType::F32, name)
+            .map(|b| b.info())
+            .ok_or_else(|| Error::UnknownKernel(name.to_string()))?;
+        if info.family != "matmul_clamp_fp32_bf16p_bf16p" {
+            return Err(Error::Unsupported { kernel: info.name, why: "not a bf16 kernel packed per call".into() });
+        }
+        info.supported(f).map_err(|why| Error::Unsupported { kernel: info.name, why })?;
+        #[cfg(target_arch = "aarch64")]
+        {
+            // SAFETY: the kernel runs with `f` (checked above), so its SME
+            // getters may run; the size query is arithmetic on n, k and the
+            // streaming vector length (SME present).
+            let (t, size, packer_nr) = unsafe {
+                let (_, t) = ffi::resolve(info)?;
+                (
+                    t,
+                    crate::sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme(n, k),
+                    crate::sys::kai_get_n_step_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme(),
+                )
+            };
+            if packer_nr != t.nr {
+                return Err(Error::InvalidArgument(format!(
+                    "RHS packer block {packer_nr} is not the kernel's nr {}",
+                    t.nr
+                )));
+            }
+            let layout = PackedLayout {
+                format: "bf16p2vlx2b",
+                rows: n,
+                k,
+                r: t.nr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: 0,
+                vector_bytes: crate::families::engine::layout_vector_bytes(info, f),
+            };
+            let mut kern = Self::resolve(info, &layout, size, f)?;
+            kern.packer = LhsPacker::Bf16p2vlx2Sme;
+            kern.packer.check(k, 0, &kern.t)?;
+            Ok(kern)
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        Err(Error::Unsupported { kernel: info.name, why: "kernels run on aarch64 only".into() })
+    }
+
+    /// Bytes of the packed weights this kernel reads.
+    pub(crate) fn rhs_len(&self) -> usize {
+        self.rhs_len
+    }
+
+    /// ggml's per-call packing of F16 weights for a bf16 kernel: `n` rows of
+    /// `k` f16 values (`src`, rows `stride` bytes apart) transposed to f32
+    /// `k x n` in `kxn`, a zero bias in `bias`, then packed into `out`
+    /// ([`rhs_len`](Self::rhs_len) bytes).
+    pub(crate) fn pack_rhs_f16(
+        &self,
+        ok: &OnThread<'_>,
+        src: &[u8],
+        stride: usize,
+        kxn: &mut [f32],
+        bias: &mut [f32],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (n, k) = (self.n, self.k);
+        if !core::ptr::eq(ok.kernel, self) || self.info.family != "matmul_clamp_fp32_bf16p_bf16p" {
+            return Err(Error::InvalidArgument("per-call F16 packing needs its own bf16 kernel's thread check".into()));
+        }
+        let rows = (n - 1).checked_mul(stride).and_then(|v| v.checked_add(2 * k));
+        crate::error::at_least(src.len(), rows.ok_or_else(|| Error::Overflow("F16 rows".into()))?, "F16 weights")?;
+        if stride < 2 * k {
+            return Err(Error::InvalidArgument(format!("F16 rows {stride} bytes apart hold fewer than {k} values")));
+        }
+        crate::error::at_least(kxn.len(), crate::error::mul(k, n, "k x n")?, "transposed weights")?;
+        crate::error::at_least(bias.len(), n, "bias")?;
+        crate::error::at_least(out.len(), self.rhs_len, "packed weights")?;
+        for (j, row) in (0..n).map(|j| (j, &src[j * stride..j * stride + 2 * k])) {
+            for (i, h) in row.chunks_exact(2).enumerate() {
+                kxn[i * n + j] = half::f16::from_le_bytes([h[0], h[1]]).to_f32();
+            }
+        }
+        bias[..n].fill(0.0);
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the CPU runs the kernel (and so the SME packer) at its
+        // vector length (`ok`); `kxn` holds k rows of n f32 (stride 4n bytes),
+        // `bias` n f32, `out` the packer's size for (n, k) (= rhs_len, checked);
+        // nr, kr, sr are the kernel's, which `resolve` matched to the layout.
+        unsafe {
+            crate::sys::kai_run_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme(
+                1,
+                n,
+                k,
+                self.t.nr,
+                self.t.kr,
+                self.t.sr,
+                n * 4,
+                kxn.as_ptr().cast(),
+                bias.as_ptr().cast(),
+                core::ptr::null(),
+                out.as_mut_ptr().cast(),
+                0,
+                core::ptr::null(),
+            );
+        }
+        Ok(())
+    }
+
     /// Proof that the calling thread runs this kernel now: its CPU
     /// features are there and its vector length is the one the weights
     /// were packed for (Linux lets a thread change its own). Checked once
@@ -442,7 +562,7 @@ impl PartKernel {
         cols: Range<usize>,
         lhs: &[u8],
         lhs_stride: usize,
-        rhs: &PackedRhs,
+        rhs: &[u8],
         out: &mut OutputBlock<'_>,
     ) -> Result<()> {
         let (n, k) = (self.n, self.k);
@@ -460,9 +580,13 @@ impl PartKernel {
                 cols.len()
             )));
         }
-        let r = rhs.as_bytes();
-        if r.len() != self.rhs_len || rhs.layout().rows != n || rhs.layout().k != k {
-            return Err(Error::InvalidArgument("packed weights are not the ones this kernel was resolved for".into()));
+        let r = rhs;
+        if r.len() != self.rhs_len {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes of packed weights, this kernel was resolved for {}",
+                r.len(),
+                self.rhs_len
+            )));
         }
         if self.packer == LhsPacker::Direct {
             let len = (m - 1).checked_mul(lhs_stride).and_then(|v| v.checked_add(k * 4));
@@ -475,8 +599,8 @@ impl PartKernel {
         }
         #[cfg(target_arch = "aarch64")]
         // SAFETY: the CPU runs the kernel at the vector length the weights
-        // were packed for (`ok`, for this kernel); `rhs` is the layout it was
-        // resolved against (same length and shape), `cols.start` is a
+        // were packed for (`ok`, for this kernel); `rhs` has the length of
+        // the layout it was resolved for (n x k), `cols.start` is a
         // multiple of n_step and `cols` lies within n, so the RHS offset and
         // the columns read stay inside it; `lhs` holds the packed LHS of m
         // rows (or m f32 rows `lhs_stride` apart); `out` is an exclusive
@@ -593,6 +717,9 @@ mod ffi {
                 "matmul_clamp_f32_qai8dxp_qsi8cxp" => resolve_in!(matmul_clamp_f32_qai8dxp_qsi8cxp, info, |i| {
                     Fns::Q(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
                 }),
+                "matmul_clamp_fp32_bf16p_bf16p" => resolve_in!(matmul_clamp_fp32_bf16p_bf16p, info, |i| {
+                    Fns::F(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
+                }),
                 "matmul_clamp_f32_f32p_f32p" => resolve_in!(matmul_clamp_f32_f32p_f32p, info, |i| {
                     Fns::F(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
                 }),
@@ -642,6 +769,10 @@ mod ffi {
                 LhsPacker::F16pmrx2 => sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon(m, k, bl, mr, kr, sr),
                 LhsPacker::Qai8dxp => sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr),
                 LhsPacker::F32p2vlx1Sme => sys::kai_get_lhs_packed_size_lhs_pack_f32p2vlx1_f32_sme(m, k, mr, kr, sr),
+                LhsPacker::Bf16p2vlx2Sme => sys::kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme(m, k, mr, kr, sr),
+                LhsPacker::Bf16p2vlx2Sme2 => {
+                    sys::kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme2(m, k, mr, kr, sr)
+                }
                 LhsPacker::Direct => 0,
             }
         }
@@ -669,6 +800,12 @@ mod ffi {
                 LhsPacker::Qai8dxp => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(row, k, mr, kr, sr),
                 LhsPacker::F32p2vlx1Sme => {
                     sys::kai_get_lhs_packed_offset_lhs_pack_f32p2vlx1_f32_sme(row, k, mr, kr, sr)
+                }
+                LhsPacker::Bf16p2vlx2Sme => {
+                    sys::kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme(row, k, mr, kr, sr)
+                }
+                LhsPacker::Bf16p2vlx2Sme2 => {
+                    sys::kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme2(row, k, mr, kr, sr)
                 }
                 LhsPacker::Direct => 0,
             }
@@ -711,6 +848,12 @@ mod ffi {
                 LhsPacker::Qai8dxp => sys::kai_run_lhs_quant_pack_qai8dxp_f32(h, k, mr, kr, sr, 0, src, stride, o),
                 LhsPacker::F32p2vlx1Sme => {
                     sys::kai_run_lhs_pack_f32p2vlx1_f32_sme(h, k, mr, kr, sr, 0, src.cast(), stride, o)
+                }
+                LhsPacker::Bf16p2vlx2Sme => {
+                    sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme(h, k, mr, kr, sr, 0, src.cast(), stride, o)
+                }
+                LhsPacker::Bf16p2vlx2Sme2 => {
+                    sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme2(h, k, mr, kr, sr, 0, src.cast(), stride, o)
                 }
                 LhsPacker::Direct => {}
             }
