@@ -318,10 +318,10 @@ class extra_buffer_type : public ggml::cpu::extra_buffer_type {
             op->type != GGML_TYPE_F32) {
             return false;
         }
-        // Loaded weights answer from their handle (ggml asks on every graph);
-        // weights still being placed, from their shape.
-        const auto * traits = (const weight_traits *) src0->extra;
-        if (traits ? traits->w == nullptr : packed_size(src0) == 0) {
+        // Loaded weights are taken (ggml asks on every graph): repacked ones
+        // run here, ones kept as they are run ggml's own code (compute_forward
+        // declines them). Weights still being placed answer from their shape.
+        if (src0->extra == nullptr && packed_size(src0) == 0) {
             return false;
         }
         if (src1->buffer && !ggml_backend_buft_is_host(src1->buffer->buft)) {
