@@ -9,7 +9,8 @@
 #   - libclang (libclang-dev): bindgen reads the KleidiAI headers with it;
 #   - cmake and clang (clang-19 where the distribution has it): upstream's own
 #     build, timed against ours with the same compiler (GCC 12 cannot build
-#     upstream's CMake tree: internal compiler error on one file);
+#     upstream's CMake tree: internal compiler error on one file), and the
+#     llama phase's llama.cpp builds (scripts/llama/build.sh needs clang-19);
 #   - the Rust target aarch64-unknown-linux-gnu (rustup);
 #   - for the fuzz phase (host): a nightly Rust toolchain (`rustup toolchain
 #     install nightly --profile minimal`; cargo-fuzz needs its sanitizer

@@ -90,6 +90,10 @@
 // CPU feature bit: FEAT_SME2p1.
 #define KAIRS_FEAT_SME2P1 (1 << 10)
 
+// Repacked weights viewed in caller memory (`kairs_ggml_weights` in C,
+// opaque): the handle `kairs_ggml_open` returns.
+typedef struct kairs_ggml_weights kairs_ggml_weights;
+
 // A ggml tensor's shape (`kairs_desc` in C): `ne[0]` values per row,
 // `ne[1]` rows, `ne[2]`, `ne[3]` batches; `nb[]` byte strides (`nb[0]` must
 // be the element or block size). C names its fields `type`, `ne`, `nb`:
@@ -101,6 +105,29 @@ typedef struct kairs_desc {
     // Byte strides.
     size_t nb[4];
 } kairs_desc;
+
+// ggml's threads of one graph node (`kairs_ggml_team` in C). Contract:
+// every thread of the node calls with the same arguments and its own `ith`;
+// `barrier` returns when all `nth` threads reached it and publishes their
+// writes (`ggml_barrier`); `chunk_add` is an atomic fetch-and-add returning
+// the value before, on a counter the node shares, `chunk_set` stores to it
+// (`ggml_threadpool_chunk_add` / `_set`).
+typedef struct kairs_ggml_team {
+    // This thread's index.
+    int ith;
+    // Threads.
+    int nth;
+    // ggml's chunks per thread (`GGML_KLEIDIAI_CHUNK_MULTIPLIER`, 4; 1 on NUMA).
+    int chunk_multiplier;
+    // `ggml_barrier`.
+    void (*barrier)(void *ctx);
+    // `ggml_threadpool_chunk_set`.
+    void (*chunk_set)(void *ctx, int value);
+    // `ggml_threadpool_chunk_add` (returns the value before the addition).
+    int (*chunk_add)(void *ctx, int delta);
+    // Passed to the three functions (ggml's threadpool).
+    void *ctx;
+} kairs_ggml_team;
 
 #ifdef __cplusplus
 extern "C" {
@@ -193,6 +220,155 @@ int kairs_get_rows(const void *packed,
                    size_t n_rows,
                    float *dst,
                    size_t dst_floats);
+
+// Reads GGML_KLEIDIAI_SME the way ggml reads it: `*setting` = -1 (unset or
+// invalid), 0 or N; `*warning` (if `warning` is not NULL) = NULL, or the text
+// to log for an invalid value (ggml warns and uses the automatic cap).
+//
+// # Safety
+// `setting` is writable; `warning` NULL or writable.
+int kairs_ggml_sme_setting(int *setting, const char **warning);
+
+// Bytes `kairs_ggml_repack` writes for 2-D weights of ggml type `type` (Q4_0,
+// Q8_0 or F32) and sizes `ne[4]`, from the shape alone. An error means these
+// weights are not taken (type, shape, or no kernel on this CPU): leave them to
+// ggml's own code. `sme`: -1 automatic (SME when present, capped at 1 thread),
+// 0 no SME kernels, N at most N threads on SME kernels (GGML_KLEIDIAI_SME).
+//
+// # Safety
+// `ne` points to 4 values, `size` is writable.
+int kairs_ggml_packed_size(int32_t type_, const int64_t *ne, int sme, size_t *size);
+
+// Repacks `src0` (contiguous rows) into `dst` (64-byte aligned, at least
+// `kairs_ggml_packed_size` bytes, not overlapping `data`); `*written` = bytes
+// written.
+//
+// # Safety
+// `src0` valid, `data` readable for `data_size` bytes, `dst` writable for
+// `dst_size` bytes, `written` writable.
+int kairs_ggml_repack(const struct kairs_desc *src0,
+                      const void *data,
+                      size_t data_size,
+                      int sme,
+                      void *dst,
+                      size_t dst_size,
+                      size_t *written);
+
+// Opens a handle on `size` repacked bytes at `packed` (as `kairs_ggml_repack`
+// wrote them, for weights of ggml type `type`), resolving the kernels for this
+// CPU. The bytes must stay valid and unchanged until `kairs_ggml_close`.
+//
+// # Safety
+// `packed` readable for `size` bytes, unchanged until `kairs_ggml_close`;
+// `out` writable.
+int kairs_ggml_open(const void *packed, size_t size, int32_t type_, int sme, struct kairs_ggml_weights **out);
+
+// Closes a handle (NULL is ignored).
+//
+// # Safety
+// `w` is NULL or an open handle, not used afterwards.
+void kairs_ggml_close(struct kairs_ggml_weights *w);
+
+// ggml's work size of mul_mat with `m` activation rows (the same for every
+// thread count).
+//
+// # Safety
+// `w` an open handle, `size` writable.
+int kairs_ggml_work_size(const struct kairs_ggml_weights *w, int64_t m, size_t *size);
+
+// The kernel thread `ith` of `nth` runs for `m` rows (static string).
+//
+// # Safety
+// `w` an open handle, `name` writable.
+int kairs_ggml_kernel(const struct kairs_ggml_weights *w, int64_t m, int ith, int nth, const char **name);
+
+// Thread `team->ith`'s part of ggml mul_mat: dst = src1 x weights^T, src1 F32
+// [k, m, ne12], dst F32 [n, m, ne12]; `work` at least `kairs_ggml_work_size`
+// bytes. Every thread of the node calls it (the contract of
+// `kairs_ggml_team`); src1, dst and work must not overlap, and nobody else uses
+// dst and work during the call. All checks happen before the first barrier, and
+// an error still takes part in every barrier, so all threads return.
+//
+// # Safety
+// As documented there: every pointer valid for its size, `team` the
+// calling ggml thread's, all threads of the node calling with the same
+// arguments.
+int kairs_ggml_mul_mat(const struct kairs_ggml_weights *w,
+                       const struct kairs_desc *src1,
+                       const void *src1_data,
+                       size_t src1_size,
+                       const struct kairs_desc *dst,
+                       void *dst_data,
+                       size_t dst_size,
+                       void *work,
+                       size_t work_size,
+                       const struct kairs_ggml_team *team);
+
+// Thread `ith` of `nth`'s share of ggml get_rows (rows split as ggml splits
+// them): dst row i, at `i * dst_row_stride` bytes, = weight row `rows[i]` as
+// f32, from the first packed layout.
+//
+// # Safety
+// `w` an open handle; `rows` readable for `n_rows` values; `dst` writable
+// for `dst_size` bytes, rows of this thread's share written by it alone.
+int kairs_ggml_get_rows(const struct kairs_ggml_weights *w,
+                        const int32_t *rows,
+                        size_t n_rows,
+                        void *dst,
+                        size_t dst_size,
+                        size_t dst_row_stride,
+                        int ith,
+                        int nth);
+
+// F16 weights stay outside ggml's KleidiAI buffer; with more than one
+// activation row on SME2 ggml's path packs them per call for its bf16 kernel
+// (`kleidiai::ggml::F16PerCall`): thread 0 transposes and packs the weights
+// into the work buffer while every thread packs its LHS rows, a barrier, then
+// ggml's static column split.
+//
+// This returns the kernel of ggml's F16 table when it runs here with `sme`
+// (static string); an error when none does (ggml's own code computes F16
+// weights).
+//
+// # Safety
+// `name` is writable.
+int kairs_ggml_f16_kernel(int sme, const char **name);
+
+// 1 when ggml's KleidiAI path takes this F16 mul_mat (and so does this one):
+// F16 weights `src0`, F32 activations `src1` with more than one row, batches
+// contiguous in both, a kernel here; else 0.
+//
+// # Safety
+// `src0` and `src1` valid descriptors.
+int kairs_ggml_f16_accepts(const struct kairs_desc *src0, const struct kairs_desc *src1, int sme);
+
+// The work buffer one F16 mul_mat (`kairs_ggml_f16_mul_mat`) needs.
+//
+// # Safety
+// `src0`, `src1` valid descriptors, `size` writable.
+int kairs_ggml_f16_work_size(const struct kairs_desc *src0,
+                             const struct kairs_desc *src1,
+                             int sme,
+                             size_t *size);
+
+// Thread `team->ith`'s part of an F16 mul_mat, as `kairs_ggml_mul_mat` (same
+// team contract; src0, src1, dst and work must not overlap).
+//
+// # Safety
+// As `kairs_ggml_mul_mat`, with `src0_data` readable for `src0_size` bytes.
+int kairs_ggml_f16_mul_mat(const struct kairs_desc *src0,
+                           const void *src0_data,
+                           size_t src0_size,
+                           const struct kairs_desc *src1,
+                           const void *src1_data,
+                           size_t src1_size,
+                           const struct kairs_desc *dst,
+                           void *dst_data,
+                           size_t dst_size,
+                           void *work,
+                           size_t work_size,
+                           const struct kairs_ggml_team *team,
+                           int sme);
 
 #ifdef __cplusplus
 }  // extern "C"

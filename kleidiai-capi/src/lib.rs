@@ -9,6 +9,8 @@
 
 #![deny(missing_docs)]
 
+pub mod ggml_threads;
+
 use kleidiai::cpu::Features;
 use kleidiai::ggml::{GgmlType, GgmlWeights, MulMatScratch, Tensor, TensorMut};
 use kleidiai::{Error, Parallelism};
@@ -85,6 +87,10 @@ thread_local! {
 }
 
 fn set_error(msg: &str) {
+    // Clearing an already clear message allocates nothing (every successful call does it).
+    if msg.is_empty() && LAST_ERROR.with(|e| e.borrow().is_empty()) {
+        return;
+    }
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|e| *e.borrow_mut() = c);
 }

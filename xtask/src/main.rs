@@ -9,6 +9,7 @@ mod buildtime;
 mod downstream;
 mod fuzz;
 mod generated;
+mod llama;
 mod matrix;
 mod measure;
 mod reliability;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => matrix::run(&args[1..]),
         Some("measure") => measure::run(&args[1..]),
+        Some("llama") => llama::run(&args[1..]),
         Some("downstream") => util::load_env().and_then(|env| downstream::run(&env)).map(|lines| {
             for l in lines {
                 println!("{l}");
@@ -70,7 +72,14 @@ fn main() -> ExitCode {
         }),
         Some("fuzz") => fuzz::run().map(|results| results.iter().all(fuzz::FuzzResult::ok)),
         Some("help") | Some("--help") | None => {
-            eprintln!("{}\n\n{}\n\n{}\n\n{}", matrix::USAGE, measure::USAGE, generated::USAGE, userbuild::USAGE);
+            eprintln!(
+                "{}\n\n{}\n\n{}\n\n{}\n\n{}",
+                matrix::USAGE,
+                measure::USAGE,
+                generated::USAGE,
+                userbuild::USAGE,
+                llama::USAGE
+            );
             Ok(true)
         }
         Some(other) => Err(format!("unknown command `{other}`\n{}", matrix::USAGE)),

@@ -16,6 +16,7 @@ pub const USAGE: &str = "usage: cargo run -p xtask --release -- test [options]
   --no-downstream    skip cargo package and the downstream crate built from the .crate files
   --no-host          skip the host (x86) run
   --no-fuzz          skip the bounded cargo-fuzz run (host, nightly; also `xtask fuzz` alone)
+  --no-llama         skip llama.cpp with kleidiai-rs on a real model (also `xtask llama` alone, full matrix)
 Needs scripts/setup.sh to have run (it writes .tools/env); scripts/test.sh does both.";
 
 const TARGET: &str = "aarch64-unknown-linux-gnu";
@@ -72,6 +73,7 @@ struct Options {
     host: bool,
     downstream: bool,
     fuzz: bool,
+    llama: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -82,6 +84,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         host: true,
         downstream: true,
         fuzz: true,
+        llama: true,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -104,6 +107,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--no-host" => o.host = false,
             "--no-downstream" => o.downstream = false,
             "--no-fuzz" => o.fuzz = false,
+            "--no-llama" => o.llama = false,
             other => return Err(format!("unknown option `{other}`\n{USAGE}")),
         }
     }
@@ -632,6 +636,29 @@ pub fn run(args: &[String]) -> Result<bool, String> {
             );
         }
         phases.push(("fuzz".into(), t.elapsed().as_secs_f64()));
+    }
+
+    if opts.llama {
+        // llama.cpp with kleidiai-rs as its KleidiAI provider, on a real
+        // model, against llama.cpp's own KleidiAI path and its plain CPU code
+        // (the subset; `xtask llama` runs the full matrix).
+        let t = Instant::now();
+        match crate::llama::phase_run(&env, &crate::llama::Config::subset()) {
+            Ok((pass, v)) => {
+                ok &= pass;
+                let _ = std::fs::write(
+                    root().join("target/llama.json"),
+                    serde_json::to_string_pretty(&v).unwrap_or_default(),
+                );
+                extra.insert("llama".into(), v);
+            }
+            Err(e) => {
+                println!("    FAILED: {e}");
+                extra.insert("llama".into(), Value::String(format!("failed: {e}")));
+                ok = false;
+            }
+        }
+        phases.push(("llama.cpp (kleidiai-rs as its KleidiAI provider)".into(), t.elapsed().as_secs_f64()));
     }
 
     if opts.compare {

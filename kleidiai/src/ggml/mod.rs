@@ -4,8 +4,10 @@
 //! [`GgmlWeights::get_rows`] with ggml's semantics and kernel order.
 
 mod blocks;
+mod f16_per_call;
 mod mul_mat;
 mod tensor;
+mod threads;
 
 pub use blocks::{
     BlockQ4_0, BlockQ8_0, QK4_0, QK8_0, q4_0_as_bytes, q4_0_from_bytes, q8_0_as_bytes, q8_0_blocks_from_bytes,
@@ -15,4 +17,7 @@ pub use mul_mat::{GgmlWeights, MulMatScratch, SME_ENV, kernel_table, parse_sme_s
 
 #[cfg(test)]
 mod tests;
+pub use crate::weights::parts::OutputBlock;
+pub use f16_per_call::F16PerCall;
 pub use tensor::{GgmlType, Tensor, TensorMut};
+pub use threads::{SharedBytes, SingleThread, SmeSetting, ThreadTeam, ThreadedWeights};

@@ -52,7 +52,15 @@ impl GgmlType {
 
     /// Bytes of one row of `k` values (`k` a multiple of the block length).
     pub fn row_bytes(self, k: usize) -> Result<usize> {
-        crate::error::multiple_of(k, self.block_len(), "row length", &format!("ggml {self:?} rows are whole blocks"))?;
+        if k % self.block_len() != 0 {
+            // The message is built only when it is needed: this runs on every call.
+            crate::error::multiple_of(
+                k,
+                self.block_len(),
+                "row length",
+                &format!("ggml {self:?} rows are whole blocks"),
+            )?;
+        }
         crate::error::mul(k / self.block_len(), self.block_bytes(), "row bytes")
     }
 }

@@ -29,6 +29,7 @@
 
 mod backend;
 pub mod file;
+pub(crate) mod parts;
 mod per_call;
 pub mod policy;
 
@@ -1356,6 +1357,17 @@ impl PackedWeights {
 
     /// Serialises the packed layouts as a packed-weight file ([`file`](mod@file)).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut out = self.file_header()?.to_bytes()?;
+        for s in &self.slots {
+            out.resize(out.len().div_ceil(64) * 64, 0);
+            out.extend_from_slice(s.rhs.as_bytes());
+        }
+        Ok(out)
+    }
+
+    /// The header [`to_bytes`](Self::to_bytes) writes (payload `i` at
+    /// `slots[i].offset`, 64-byte aligned, after it).
+    pub(crate) fn file_header(&self) -> Result<file::FileHeader> {
         if self.slots.is_empty() {
             return Err(Error::Unsupported {
                 kernel: "packed weights",
@@ -1391,12 +1403,7 @@ impl PackedWeights {
             });
             offset = (offset + s.rhs.as_bytes().len()).div_ceil(64) * 64;
         }
-        let mut out = header.to_bytes()?;
-        for s in &self.slots {
-            out.resize(out.len().div_ceil(64) * 64, 0);
-            out.extend_from_slice(s.rhs.as_bytes());
-        }
-        Ok(out)
+        Ok(header)
     }
 
     /// Loads a packed-weight file, copying the payloads.

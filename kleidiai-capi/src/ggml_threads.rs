@@ -1,0 +1,526 @@
+//! The C ABI of [`kleidiai::ggml::ThreadedWeights`]: ggml's KleidiAI buffer
+//! driven by ggml's own threads (the shim in `ggml/` uses it): weights
+//! repacked once into ggml's buffer and viewed by a handle; each thread of a
+//! graph node calls `kairs_ggml_mul_mat` with its ith/nth and ggml's barrier
+//! and chunk counter, so no thread pool of kleidiai-rs runs inside ggml's.
+//! Kernel choice, SME thread cap, hybrid SME + NEON runs, LHS row split and
+//! column chunks follow ggml's own KleidiAI path.
+
+use crate::{KairsDesc, bytes, desc, guard, invalid};
+use kleidiai::Error;
+use kleidiai::ggml::{F16PerCall, GgmlType, SharedBytes, SmeSetting, Tensor, ThreadTeam, ThreadedWeights};
+use std::collections::HashMap;
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// ggml's threads of one graph node (`kairs_ggml_team` in C). Contract:
+/// every thread of the node calls with the same arguments and its own `ith`;
+/// `barrier` returns when all `nth` threads reached it and publishes their
+/// writes (`ggml_barrier`); `chunk_add` is an atomic fetch-and-add returning
+/// the value before, on a counter the node shares, `chunk_set` stores to it
+/// (`ggml_threadpool_chunk_add` / `_set`).
+#[repr(C)]
+#[derive(Debug)]
+pub struct KairsGgmlTeam {
+    /// This thread's index.
+    pub ith: c_int,
+    /// Threads.
+    pub nth: c_int,
+    /// ggml's chunks per thread (`GGML_KLEIDIAI_CHUNK_MULTIPLIER`, 4; 1 on NUMA).
+    pub chunk_multiplier: c_int,
+    /// `ggml_barrier`.
+    pub barrier: Option<unsafe extern "C" fn(ctx: *mut c_void)>,
+    /// `ggml_threadpool_chunk_set`.
+    pub chunk_set: Option<unsafe extern "C" fn(ctx: *mut c_void, value: c_int)>,
+    /// `ggml_threadpool_chunk_add` (returns the value before the addition).
+    pub chunk_add: Option<unsafe extern "C" fn(ctx: *mut c_void, delta: c_int) -> c_int>,
+    /// Passed to the three functions (ggml's threadpool).
+    pub ctx: *mut c_void,
+}
+
+/// A checked [`KairsGgmlTeam`].
+struct Team<'a> {
+    t: &'a KairsGgmlTeam,
+    ith: usize,
+    nth: usize,
+    barrier: unsafe extern "C" fn(*mut c_void),
+    set: unsafe extern "C" fn(*mut c_void, c_int),
+    add: unsafe extern "C" fn(*mut c_void, c_int) -> c_int,
+}
+
+impl<'a> Team<'a> {
+    fn new(t: &'a KairsGgmlTeam) -> Result<Team<'a>, Error> {
+        let (Some(barrier), Some(set), Some(add)) = (t.barrier, t.chunk_set, t.chunk_add) else {
+            return Err(invalid("team: barrier, chunk_set and chunk_add must be set"));
+        };
+        let nth =
+            usize::try_from(t.nth).ok().filter(|n| *n > 0).ok_or_else(|| invalid("team: nth must be positive"))?;
+        let ith =
+            usize::try_from(t.ith).ok().filter(|i| *i < nth).ok_or_else(|| invalid("team: ith outside 0..nth"))?;
+        Ok(Team { t, ith, nth, barrier, set, add })
+    }
+}
+
+// SAFETY: the caller of kairs_ggml_mul_mat guarantees the contract of
+// `kairs_ggml_team` in kleidiai_rs.h, which is ThreadTeam's: every thread of
+// the node calls with the same arguments, the barrier is ggml's, the counter
+// ggml's atomic one.
+unsafe impl ThreadTeam for Team<'_> {
+    fn ith(&self) -> usize {
+        self.ith
+    }
+    fn nth(&self) -> usize {
+        self.nth
+    }
+    fn barrier(&self) {
+        // SAFETY: the caller's function and context (contract above).
+        unsafe { (self.barrier)(self.t.ctx) }
+    }
+    fn chunk_set(&self, value: usize) {
+        // SAFETY: as above; values are chunk indices or columns (< 2^31, checked by the shapes).
+        unsafe { (self.set)(self.t.ctx, c_int::try_from(value).unwrap_or(c_int::MAX)) }
+    }
+    fn chunk_add(&self, delta: usize) -> usize {
+        // SAFETY: as above.
+        let v = unsafe { (self.add)(self.t.ctx, c_int::try_from(delta).unwrap_or(c_int::MAX)) };
+        usize::try_from(v).unwrap_or(usize::MAX)
+    }
+}
+
+/// Packed weights in caller memory, borrowed for the life of a handle.
+struct Borrowed {
+    ptr: *const u8,
+    len: usize,
+}
+// SAFETY: only read, and `kairs_ggml_open`'s contract keeps the bytes alive
+// and unchanged until `kairs_ggml_close`.
+unsafe impl Send for Borrowed {}
+// SAFETY: as above.
+unsafe impl Sync for Borrowed {}
+impl AsRef<[u8]> for Borrowed {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: non-null (checked in kairs_ggml_open), valid for `len`
+        // bytes while the handle lives (the open contract).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// Repacked weights viewed in caller memory (`kairs_ggml_weights` in C,
+/// opaque): the handle `kairs_ggml_open` returns.
+pub struct KairsGgmlWeights(ThreadedWeights);
+
+fn sme_of(sme: c_int) -> Result<SmeSetting, Error> {
+    match sme {
+        -1 => Ok(SmeSetting::Auto),
+        0 => Ok(SmeSetting::Off),
+        n if n > 0 => Ok(SmeSetting::Cap(n as usize)),
+        _ => Err(invalid("sme must be -1 (automatic), 0 (off) or a positive thread cap")),
+    }
+}
+
+fn typ_of(t: i32) -> Result<GgmlType, Error> {
+    GgmlType::from_id(u32::try_from(t).map_err(|_| invalid("negative type"))?)
+}
+
+fn positive(v: i64, what: &str) -> Result<usize, Error> {
+    usize::try_from(v).ok().filter(|v| *v > 0).ok_or_else(|| invalid(&format!("{what} must be positive")))
+}
+
+/// # Safety
+/// `h` is NULL or a handle from `kairs_ggml_open` not yet closed.
+unsafe fn handle<'a>(h: *const KairsGgmlWeights) -> Result<&'a ThreadedWeights, Error> {
+    // SAFETY: the caller's guarantee; NULL is an error.
+    unsafe { h.as_ref() }.map(|w| &w.0).ok_or_else(|| invalid("weights handle is NULL"))
+}
+
+fn disjoint(a: (*const u8, usize), b: (*const u8, usize)) -> bool {
+    let (a0, b0) = (a.0 as usize, b.0 as usize);
+    a.1 == 0 || b.1 == 0 || a0.saturating_add(a.1) <= b0 || b0.saturating_add(b.1) <= a0
+}
+
+/// Reads GGML_KLEIDIAI_SME the way ggml reads it: `*setting` = -1 (unset or
+/// invalid), 0 or N; `*warning` (if `warning` is not NULL) = NULL, or the text
+/// to log for an invalid value (ggml warns and uses the automatic cap).
+///
+/// # Safety
+/// `setting` is writable; `warning` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_sme_setting(setting: *mut c_int, warning: *mut *const c_char) -> c_int {
+    static WARNING: OnceLock<CString> = OnceLock::new();
+    guard(|| {
+        // SAFETY: the caller's guarantee; NULL is an error.
+        let out = unsafe { setting.as_mut() }.ok_or_else(|| invalid("setting is NULL"))?;
+        let (s, w) = SmeSetting::from_env();
+        *out = match s {
+            SmeSetting::Auto => -1,
+            SmeSetting::Off => 0,
+            SmeSetting::Cap(n) => c_int::try_from(n).unwrap_or(c_int::MAX),
+        };
+        // SAFETY: the caller's guarantee (NULL allowed).
+        if let Some(wp) = unsafe { warning.as_mut() } {
+            *wp = match w {
+                Some(w) => WARNING.get_or_init(|| CString::new(w).unwrap_or_default()).as_ptr(),
+                None => std::ptr::null(),
+            };
+        }
+        Ok(())
+    })
+}
+
+/// Bytes `kairs_ggml_repack` writes for 2-D weights of ggml type `type` (Q4_0,
+/// Q8_0 or F32) and sizes `ne[4]`, from the shape alone. An error means these
+/// weights are not taken (type, shape, or no kernel on this CPU): leave them to
+/// ggml's own code. `sme`: -1 automatic (SME when present, capped at 1 thread),
+/// 0 no SME kernels, N at most N threads on SME kernels (GGML_KLEIDIAI_SME).
+///
+/// # Safety
+/// `ne` points to 4 values, `size` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_packed_size(type_: i32, ne: *const i64, sme: c_int, size: *mut usize) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's guarantee; NULL is an error.
+        let ne = unsafe { ne.cast::<[i64; 4]>().as_ref() }.ok_or_else(|| invalid("ne is NULL"))?;
+        // SAFETY: as above.
+        let out = unsafe { size.as_mut() }.ok_or_else(|| invalid("size is NULL"))?;
+        *out = ThreadedWeights::packed_size(typ_of(type_)?, *ne, sme_of(sme)?)?;
+        Ok(())
+    })
+}
+
+/// Repacks `src0` (contiguous rows) into `dst` (64-byte aligned, at least
+/// `kairs_ggml_packed_size` bytes, not overlapping `data`); `*written` = bytes
+/// written.
+///
+/// # Safety
+/// `src0` valid, `data` readable for `data_size` bytes, `dst` writable for
+/// `dst_size` bytes, `written` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_repack(
+    src0: *const KairsDesc,
+    data: *const c_void,
+    data_size: usize,
+    sme: c_int,
+    dst: *mut c_void,
+    dst_size: usize,
+    written: *mut usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's guarantees; NULL is an error.
+        let (d, data) = unsafe { (desc(src0, "src0")?, bytes(data, data_size, "src0 data")?) };
+        // SAFETY: as above.
+        let out = unsafe { crate::bytes_mut(dst, dst_size, "dst") }?;
+        if !disjoint((data.as_ptr(), data.len()), (out.as_ptr(), out.len())) {
+            return Err(invalid("src0 data and dst overlap"));
+        }
+        // SAFETY: as above.
+        let w = unsafe { written.as_mut() }.ok_or_else(|| invalid("written is NULL"))?;
+        let t = Tensor { typ: typ_of(d.type_)?, ne: d.ne, nb: d.nb, data };
+        *w = ThreadedWeights::repack(&t, sme_of(sme)?, out)?;
+        Ok(())
+    })
+}
+
+/// Opens a handle on `size` repacked bytes at `packed` (as `kairs_ggml_repack`
+/// wrote them, for weights of ggml type `type`), resolving the kernels for this
+/// CPU. The bytes must stay valid and unchanged until `kairs_ggml_close`.
+///
+/// # Safety
+/// `packed` readable for `size` bytes, unchanged until `kairs_ggml_close`;
+/// `out` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_open(
+    packed: *const c_void,
+    size: usize,
+    type_: i32,
+    sme: c_int,
+    out: *mut *mut KairsGgmlWeights,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's guarantee; NULL is an error.
+        let o = unsafe { out.as_mut() }.ok_or_else(|| invalid("out is NULL"))?;
+        *o = std::ptr::null_mut();
+        if packed.is_null() || size == 0 {
+            return Err(invalid("packed weights are NULL or empty"));
+        }
+        let b: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(Borrowed { ptr: packed.cast(), len: size });
+        let w = ThreadedWeights::open(b, typ_of(type_)?, sme_of(sme)?, false)?;
+        *o = Box::into_raw(Box::new(KairsGgmlWeights(w)));
+        Ok(())
+    })
+}
+
+/// Closes a handle (NULL is ignored).
+///
+/// # Safety
+/// `w` is NULL or an open handle, not used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_close(w: *mut KairsGgmlWeights) {
+    if !w.is_null() {
+        // SAFETY: made by Box::into_raw in kairs_ggml_open, closed once (contract).
+        drop(unsafe { Box::from_raw(w) });
+    }
+}
+
+/// ggml's work size of mul_mat with `m` activation rows (the same for every
+/// thread count).
+///
+/// # Safety
+/// `w` an open handle, `size` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_work_size(w: *const KairsGgmlWeights, m: i64, size: *mut usize) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's guarantees; NULL is an error.
+        let (w, out) = unsafe { (handle(w)?, size.as_mut().ok_or_else(|| invalid("size is NULL"))?) };
+        *out = w.work_size(positive(m, "m")?)?;
+        Ok(())
+    })
+}
+
+/// The kernel thread `ith` of `nth` runs for `m` rows (static string).
+///
+/// # Safety
+/// `w` an open handle, `name` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_kernel(
+    w: *const KairsGgmlWeights,
+    m: i64,
+    ith: c_int,
+    nth: c_int,
+    name: *mut *const c_char,
+) -> c_int {
+    static NAMES: OnceLock<Mutex<HashMap<&'static str, CString>>> = OnceLock::new();
+    guard(|| {
+        // SAFETY: the caller's guarantees; NULL is an error.
+        let (w, out) = unsafe { (handle(w)?, name.as_mut().ok_or_else(|| invalid("name is NULL"))?) };
+        let nth = positive(nth.into(), "nth")?;
+        let ith = usize::try_from(ith).ok().filter(|i| *i < nth).ok_or_else(|| invalid("ith outside 0..nth"))?;
+        let k = w.kernel_for(positive(m, "m")?, ith, nth);
+        let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        // The CString's heap buffer never moves or dies: the pointer stays valid.
+        *out = names.entry(k).or_insert_with(|| CString::new(k).unwrap_or_default()).as_ptr();
+        Ok(())
+    })
+}
+
+/// Thread `team->ith`'s part of ggml mul_mat: dst = src1 x weights^T, src1 F32
+/// [k, m, ne12], dst F32 [n, m, ne12]; `work` at least `kairs_ggml_work_size`
+/// bytes. Every thread of the node calls it (the contract of
+/// `kairs_ggml_team`); src1, dst and work must not overlap, and nobody else uses
+/// dst and work during the call. All checks happen before the first barrier, and
+/// an error still takes part in every barrier, so all threads return.
+///
+/// # Safety
+/// As documented there: every pointer valid for its size, `team` the
+/// calling ggml thread's, all threads of the node calling with the same
+/// arguments.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // mirrors the C signature
+pub unsafe extern "C" fn kairs_ggml_mul_mat(
+    w: *const KairsGgmlWeights,
+    src1: *const KairsDesc,
+    src1_data: *const c_void,
+    src1_size: usize,
+    dst: *const KairsDesc,
+    dst_data: *mut c_void,
+    dst_size: usize,
+    work: *mut c_void,
+    work_size: usize,
+    team: *const KairsGgmlTeam,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's guarantees; NULL is an error.
+        let (w, s1, d) = unsafe { (handle(w)?, desc(src1, "src1")?, desc(dst, "dst")?) };
+        // SAFETY: as above.
+        let team = Team::new(unsafe { team.as_ref() }.ok_or_else(|| invalid("team is NULL"))?)?;
+        // SAFETY: as above (read-only, shared by the node's threads).
+        let x = unsafe { bytes(src1_data, src1_size, "src1 data") }?;
+        let (dp, wp) = (dst_data.cast::<u8>(), work.cast::<u8>());
+        if !disjoint((x.as_ptr(), x.len()), (dp, dst_size))
+            || !disjoint((x.as_ptr(), x.len()), (wp, work_size))
+            || !disjoint((dp, dst_size), (wp, work_size))
+        {
+            return Err(invalid("src1, dst and work overlap"));
+        }
+        // SAFETY: dst and work are valid for their sizes and used only by
+        // the node's threads during this call (the caller's contract);
+        // mul_mat partitions them between the threads.
+        let dst_b = unsafe { SharedBytes::from_raw_parts(dp, dst_size)? };
+        let work_b = if wp.is_null() || work_size == 0 {
+            SharedBytes::from_slice(&mut [])
+        } else {
+            // SAFETY: as above.
+            unsafe { SharedBytes::from_raw_parts(wp, work_size)? }
+        };
+        let src1 = Tensor { typ: typ_of(s1.type_)?, ne: s1.ne, nb: s1.nb, data: x };
+        if d.type_ != GgmlType::F32 as i32 {
+            return Err(invalid("dst must be F32"));
+        }
+        let mult = usize::try_from(team.t.chunk_multiplier).unwrap_or(1).max(1);
+        w.mul_mat(&src1, d.ne, d.nb, &dst_b, &work_b, &team, mult)
+    })
+}
+
+/// Thread `ith` of `nth`'s share of ggml get_rows (rows split as ggml splits
+/// them): dst row i, at `i * dst_row_stride` bytes, = weight row `rows[i]` as
+/// f32, from the first packed layout.
+///
+/// # Safety
+/// `w` an open handle; `rows` readable for `n_rows` values; `dst` writable
+/// for `dst_size` bytes, rows of this thread's share written by it alone.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // mirrors the C signature
+pub unsafe extern "C" fn kairs_ggml_get_rows(
+    w: *const KairsGgmlWeights,
+    rows: *const i32,
+    n_rows: usize,
+    dst: *mut c_void,
+    dst_size: usize,
+    dst_row_stride: usize,
+    ith: c_int,
+    nth: c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's guarantee; NULL is an error.
+        let w = unsafe { handle(w)? };
+        let rb = n_rows.checked_mul(4).ok_or_else(|| Error::Overflow("rows".into()))?;
+        // SAFETY: as above.
+        let r = unsafe { bytes(rows.cast(), rb, "rows") }?;
+        if r.as_ptr() as usize % 4 != 0 {
+            return Err(invalid("rows are not 4-byte aligned"));
+        }
+        let idx: Vec<i32> = r.chunks_exact(4).map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+        if !disjoint((r.as_ptr(), r.len()), (dst.cast(), dst_size)) {
+            return Err(invalid("rows and dst overlap"));
+        }
+        // SAFETY: valid for dst_size bytes; each thread writes only its share
+        // of rows (get_rows partitions them; the caller's contract).
+        let d = unsafe { SharedBytes::from_raw_parts(dst.cast(), dst_size)? };
+        let nth = positive(nth.into(), "nth")?;
+        let ith = usize::try_from(ith).map_err(|_| invalid("negative ith"))?;
+        w.get_rows(&idx, &d, dst_row_stride, ith, nth)
+    })
+}
+
+/// F16 weights stay outside ggml's KleidiAI buffer; with more than one
+/// activation row on SME2 ggml's path packs them per call for its bf16 kernel
+/// (`kleidiai::ggml::F16PerCall`): thread 0 transposes and packs the weights
+/// into the work buffer while every thread packs its LHS rows, a barrier, then
+/// ggml's static column split.
+///
+/// This returns the kernel of ggml's F16 table when it runs here with `sme`
+/// (static string); an error when none does (ggml's own code computes F16
+/// weights).
+///
+/// # Safety
+/// `name` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_f16_kernel(sme: c_int, name: *mut *const c_char) -> c_int {
+    static NAME: OnceLock<CString> = OnceLock::new();
+    guard(|| {
+        // SAFETY: the caller's guarantee; NULL is an error.
+        let out = unsafe { name.as_mut() }.ok_or_else(|| invalid("name is NULL"))?;
+        let k = F16PerCall::kernel(sme_of(sme)?).ok_or_else(|| Error::Unsupported {
+            kernel: "ggml F16 per call",
+            why: "no kernel of ggml's F16 table runs here (it needs SME2, and GGML_KLEIDIAI_SME not 0)".into(),
+        })?;
+        *out = NAME.get_or_init(|| CString::new(k).unwrap_or_default()).as_ptr();
+        Ok(())
+    })
+}
+
+/// 1 when ggml's KleidiAI path takes this F16 mul_mat (and so does this one):
+/// F16 weights `src0`, F32 activations `src1` with more than one row, batches
+/// contiguous in both, a kernel here; else 0.
+///
+/// # Safety
+/// `src0` and `src1` valid descriptors.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_f16_accepts(src0: *const KairsDesc, src1: *const KairsDesc, sme: c_int) -> c_int {
+    let mut yes = false;
+    let status = guard(|| {
+        // SAFETY: the caller's guarantee; NULL is an error.
+        let (a, b) = unsafe { (desc(src0, "src0")?, desc(src1, "src1")?) };
+        yes = a.type_ == GgmlType::F16 as i32
+            && b.type_ == GgmlType::F32 as i32
+            && F16PerCall::accepts((a.ne, a.nb), (b.ne, b.nb), sme_of(sme)?);
+        Ok(())
+    });
+    c_int::from(status == crate::KAIRS_OK && yes)
+}
+
+/// The work buffer one F16 mul_mat (`kairs_ggml_f16_mul_mat`) needs.
+///
+/// # Safety
+/// `src0`, `src1` valid descriptors, `size` writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kairs_ggml_f16_work_size(
+    src0: *const KairsDesc,
+    src1: *const KairsDesc,
+    sme: c_int,
+    size: *mut usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's guarantees; NULL is an error.
+        let (a, b, out) = unsafe {
+            (desc(src0, "src0")?, desc(src1, "src1")?, size.as_mut().ok_or_else(|| invalid("size is NULL"))?)
+        };
+        *out = F16PerCall::work_size(a.ne, b.ne, sme_of(sme)?)?;
+        Ok(())
+    })
+}
+
+/// Thread `team->ith`'s part of an F16 mul_mat, as `kairs_ggml_mul_mat` (same
+/// team contract; src0, src1, dst and work must not overlap).
+///
+/// # Safety
+/// As `kairs_ggml_mul_mat`, with `src0_data` readable for `src0_size` bytes.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // mirrors the C signature
+pub unsafe extern "C" fn kairs_ggml_f16_mul_mat(
+    src0: *const KairsDesc,
+    src0_data: *const c_void,
+    src0_size: usize,
+    src1: *const KairsDesc,
+    src1_data: *const c_void,
+    src1_size: usize,
+    dst: *const KairsDesc,
+    dst_data: *mut c_void,
+    dst_size: usize,
+    work: *mut c_void,
+    work_size: usize,
+    team: *const KairsGgmlTeam,
+    sme: c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's guarantees; NULL is an error.
+        let (s0, s1, d) = unsafe { (desc(src0, "src0")?, desc(src1, "src1")?, desc(dst, "dst")?) };
+        // SAFETY: as above.
+        let team = Team::new(unsafe { team.as_ref() }.ok_or_else(|| invalid("team is NULL"))?)?;
+        // SAFETY: as above (read-only, shared by the node's threads).
+        let (w, x) = unsafe { (bytes(src0_data, src0_size, "src0 data")?, bytes(src1_data, src1_size, "src1 data")?) };
+        let (dp, wp) = (dst_data.cast::<u8>(), work.cast::<u8>());
+        let (dc, wc) = (dp.cast_const(), wp.cast_const());
+        for (a, b) in [
+            ((dc, dst_size), (wc, work_size)),
+            ((dc, dst_size), (x.as_ptr(), x.len())),
+            ((dc, dst_size), (w.as_ptr(), w.len())),
+            ((wc, work_size), (x.as_ptr(), x.len())),
+            ((wc, work_size), (w.as_ptr(), w.len())),
+        ] {
+            if !disjoint(a, b) {
+                return Err(invalid("src0, src1, dst and work overlap"));
+            }
+        }
+        if d.type_ != GgmlType::F32 as i32 {
+            return Err(invalid("dst must be F32"));
+        }
+        // SAFETY: dst and work are valid for their sizes and used only by the
+        // node's threads during this call (the caller's contract); the call
+        // partitions them between the threads.
+        let (dst_b, work_b) =
+            unsafe { (SharedBytes::from_raw_parts(dp, dst_size)?, SharedBytes::from_raw_parts(wp, work_size)?) };
+        let src0 = Tensor { typ: typ_of(s0.type_)?, ne: s0.ne, nb: s0.nb, data: w };
+        let src1 = Tensor { typ: typ_of(s1.type_)?, ne: s1.ne, nb: s1.nb, data: x };
+        F16PerCall::mul_mat(&src0, &src1, d.ne, d.nb, &dst_b, &work_b, &team, sme_of(sme)?)
+    })
+}

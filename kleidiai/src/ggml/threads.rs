@@ -1,0 +1,968 @@
+//! ggml's KleidiAI path driven by ggml's own threads: a weight tensor
+//! repacked once into ggml's buffer ([`ThreadedWeights`]), then every thread
+//! of a ggml graph node calls [`ThreadedWeights::mul_mat`] with its `ith` of
+//! `nth` and ggml's barrier and chunk counter ([`ThreadTeam`]): no thread
+//! pool of the crate's own runs inside ggml's.
+//!
+//! Decisions follow ggml's `ggml-cpu/kleidiai/kleidiai.cpp`:
+//! - kernels: ggml's tables ([`kernel_table`]), an SME layout and, after it,
+//!   a non-SME one (ggml's two slots);
+//! - SME threads: [`SmeSetting`] (`GGML_KLEIDIAI_SME`); with more threads
+//!   than the SME cap, Q4_0/Q8_0 weights run on the non-SME layout when
+//!   `m < 128` (or fewer than 2 columns a thread), else hybrid: threads
+//!   `0..cap` run the SME kernel, the others the non-SME one, on column
+//!   chunks they claim from ggml's counter. F32 weights always run their
+//!   one layout on every thread;
+//! - LHS rows split over a slot's threads in multiples of `mr`, then a
+//!   barrier, then columns in chunks of `ceil(n / (nth * multiplier))`
+//!   rounded up to the kernels' column step;
+//! - work size: one 64-byte aligned packed LHS per layout held.
+//!
+//! Results are those of [`GgmlWeights::mul_mat`](super::GgmlWeights::mul_mat)
+//! with the same kernel: every output column comes from one kernel call over
+//! all rows, whichever thread computes it.
+
+use super::tensor::{GgmlType, Tensor};
+use super::{BlockQ8_0, kernel_table};
+use crate::cpu::{CpuFeature, Features};
+use crate::error::{Error, Result};
+use crate::formats::{BlockInt4, FloatWeights, Order, Q4_0};
+use crate::weights::parts::{OnThread, OutputBlock, PartKernel, PartSlot};
+use crate::weights::{PackedWeights, WeightKind, WeightsRef};
+use core::marker::PhantomData;
+use core::ops::Range;
+use core::ptr::NonNull;
+use std::sync::Arc;
+
+/// `GGML_KLEIDIAI_SME` as ggml reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SmeSetting {
+    /// Unset: SME kernels when the CPU has them, at most one thread on them
+    /// at once (ggml's cap when it cannot count the SME units, as under qemu).
+    #[default]
+    Auto,
+    /// `0`: no SME kernels.
+    Off,
+    /// `N`: at most N threads on SME kernels at once.
+    Cap(usize),
+}
+
+impl SmeSetting {
+    /// Parses a value of `GGML_KLEIDIAI_SME` the way ggml does: a decimal
+    /// integer from 0 to `i32::MAX`; anything else is a warning (returned)
+    /// and means [`Auto`](Self::Auto), as in ggml.
+    pub fn from_env_value(value: Option<&str>) -> (SmeSetting, Option<String>) {
+        let Some(v) = value else { return (SmeSetting::Auto, None) };
+        let t = v.trim_start();
+        let (neg, digits) = match t.as_bytes().first() {
+            Some(b'-') => (true, &t[1..]),
+            Some(b'+') => (false, &t[1..]),
+            _ => (false, t),
+        };
+        let warn = |why: &str| {
+            (
+                SmeSetting::Auto,
+                Some(format!("kleidiai: {why} GGML_KLEIDIAI_SME='{v}'; using the automatic SME thread cap")),
+            )
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return warn("invalid");
+        }
+        match digits.parse::<u64>() {
+            Ok(0) => (SmeSetting::Off, None),
+            Ok(n) if !neg && n <= i32::MAX as u64 => (SmeSetting::Cap(n as usize), None),
+            _ => warn("out-of-range"),
+        }
+    }
+
+    /// `GGML_KLEIDIAI_SME` from the environment, as [`from_env_value`](Self::from_env_value).
+    pub fn from_env() -> (SmeSetting, Option<String>) {
+        Self::from_env_value(std::env::var(super::SME_ENV).ok().as_deref())
+    }
+
+    /// The CPU features kernels may use with this setting.
+    pub(crate) fn features(self) -> Features {
+        let f = Features::current();
+        if self == SmeSetting::Off { f.without(&[CpuFeature::Sme]) } else { f }
+    }
+
+    /// The SME thread cap when an SME kernel is in use.
+    fn cap(self) -> usize {
+        match self {
+            SmeSetting::Off => 0,
+            SmeSetting::Auto => 1,
+            SmeSetting::Cap(n) => n,
+        }
+    }
+}
+
+/// The threads of one ggml graph node: thread [`ith`](Self::ith) of
+/// [`nth`](Self::nth), ggml's barrier and its shared chunk counter.
+///
+/// # Safety
+/// Every thread of the team calls the same operation with the same
+/// arguments (its own `ith`) and a team whose `nth` is the number of those
+/// threads; [`barrier`](Self::barrier) returns only when all `nth` threads
+/// reached it and makes every write before it visible to all threads after
+/// it; [`chunk_add`](Self::chunk_add) is an atomic fetch-and-add on a counter
+/// the team shares and [`chunk_set`](Self::chunk_set) stores to it.
+pub unsafe trait ThreadTeam {
+    /// This thread's index, `0..nth`.
+    fn ith(&self) -> usize;
+    /// Threads in the team.
+    fn nth(&self) -> usize;
+    /// Waits for the whole team.
+    fn barrier(&self);
+    /// Sets the shared chunk counter.
+    fn chunk_set(&self, value: usize);
+    /// Adds `delta` to the shared chunk counter, returning its value before.
+    fn chunk_add(&self, delta: usize) -> usize;
+}
+
+/// One thread alone (`ith = 0`, `nth = 1`): no barrier, a private counter.
+#[derive(Debug, Default)]
+pub struct SingleThread(core::cell::Cell<usize>);
+
+// SAFETY: a team of one: the barrier has no one to wait for, the counter
+// is the thread's own.
+unsafe impl ThreadTeam for SingleThread {
+    fn ith(&self) -> usize {
+        0
+    }
+    fn nth(&self) -> usize {
+        1
+    }
+    fn barrier(&self) {}
+    fn chunk_set(&self, value: usize) {
+        self.0.set(value);
+    }
+    fn chunk_add(&self, delta: usize) -> usize {
+        let v = self.0.get();
+        self.0.set(v.saturating_add(delta));
+        v
+    }
+}
+
+/// Bytes a team shares during one operation: the work buffer (each thread
+/// packs its LHS rows into its own part, all read it after the barrier)
+/// and the output (each thread writes the columns or rows it claimed).
+#[derive(Debug)]
+pub struct SharedBytes<'a> {
+    ptr: NonNull<u8>,
+    len: usize,
+    _b: PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: access to the bytes is partitioned between the team's threads by
+// the operations (see `from_raw_parts`).
+unsafe impl Send for SharedBytes<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for SharedBytes<'_> {}
+
+impl<'a> SharedBytes<'a> {
+    /// `len` bytes at `ptr`, shared by the threads of a team.
+    ///
+    /// # Safety
+    /// For `'a`, the bytes are valid for reads and writes, and only the
+    /// team's threads, inside the operation they are passed to, use them
+    /// (each thread its own `SharedBytes` of the same bytes).
+    pub unsafe fn from_raw_parts(ptr: *mut u8, len: usize) -> Result<SharedBytes<'a>> {
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::InvalidArgument("shared buffer is NULL".into()))?;
+        Ok(SharedBytes { ptr, len, _b: PhantomData })
+    }
+
+    /// A one-thread team's bytes.
+    pub fn from_slice(bytes: &'a mut [u8]) -> SharedBytes<'a> {
+        SharedBytes { ptr: NonNull::from(&mut *bytes).cast(), len: bytes.len(), _b: PhantomData }
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn range(&self, r: &Range<usize>) -> Result<()> {
+        if r.start > r.end || r.end > self.len {
+            return Err(Error::BufferLength { what: "shared buffer", got: self.len, need: r.end });
+        }
+        Ok(())
+    }
+
+    /// # Safety
+    /// No other thread uses `r` until the returned borrow ends.
+    #[allow(clippy::mut_from_ref)] // shared bytes partitioned between threads: exclusive by the caller's guarantee
+    pub(super) unsafe fn part_mut(&self, r: Range<usize>) -> Result<&mut [u8]> {
+        self.range(&r)?;
+        // SAFETY: in bounds (checked); exclusive by the caller's guarantee.
+        Ok(unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr().add(r.start), r.len()) })
+    }
+
+    /// # Safety
+    /// No thread writes `r` until the returned borrow ends.
+    pub(super) unsafe fn part(&self, r: Range<usize>) -> Result<&[u8]> {
+        self.range(&r)?;
+        // SAFETY: in bounds (checked); not written by the caller's guarantee.
+        Ok(unsafe { core::slice::from_raw_parts(self.ptr.as_ptr().add(r.start), r.len()) })
+    }
+}
+
+/// Weights repacked for ggml's kernels and resolved for per-thread calls
+/// (see the module docs). 2-D Q4_0, Q8_0 or F32 weights, like ggml's
+/// KleidiAI buffer.
+#[derive(Debug)]
+pub struct ThreadedWeights {
+    /// Unique in the process (keys the per-thread plan cache).
+    id: u64,
+    typ: GgmlType,
+    k: usize,
+    n: usize,
+    weights: PackedWeights,
+    slots: Vec<PartSlot>,
+    sme_cap: usize,
+}
+
+/// One layout's share of a mul_mat: its threads and its packed LHS.
+#[derive(Clone, Copy, Debug, Default)]
+struct Part {
+    slot: usize,
+    /// Threads `threads.0..threads.1`.
+    threads: (usize, usize),
+    /// Bytes of its packed LHS of all rows, at `region` in the work buffer.
+    lhs_size: usize,
+    region: usize,
+}
+
+/// How one mul_mat runs: which layouts, on which threads.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    /// One layout, or two (hybrid: SME, then non-SME).
+    parts: [Part; 2],
+    count: usize,
+    chunk_cols: usize,
+    n_chunks: usize,
+    /// ggml's work size: a packed LHS per layout held.
+    work: usize,
+}
+
+/// Checks an F32 tensor `[ne0, ne1, ne2, 1]` with contiguous rows lies in
+/// `len` bytes, rows and batches not overlapping; returns `[ne0, ne1, ne2]`.
+pub(super) fn f32_rows(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static str) -> Result<[usize; 3]> {
+    let d = super::tensor::dims(ne, what)?;
+    let row = d[0].checked_mul(4);
+    let batch = (d[1] - 1).checked_mul(nb[1]).and_then(|v| v.checked_add(row?));
+    let end = (d[2] - 1).checked_mul(nb[2]).and_then(|v| v.checked_add(batch?));
+    let (Some(row), Some(batch), Some(end)) = (row, batch, end) else {
+        return Err(Error::Overflow(format!("{what} extent")));
+    };
+    if d[3] != 1 || nb[0] != 4 || (d[1] > 1 && nb[1] < row) || (d[2] > 1 && nb[2] < batch) {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: ne {ne:?} nb {nb:?} is not 3-D F32 with contiguous, non-overlapping rows"
+        )));
+    }
+    crate::error::at_least(len, end, what)?;
+    Ok([d[0], d[1], d[2]])
+}
+
+/// Little-endian f32 bytes viewed in place, when 4-byte aligned.
+fn f32_view(bytes: &[u8]) -> Option<&[f32]> {
+    if !cfg!(target_endian = "little") || bytes.len() % 4 != 0 {
+        return None;
+    }
+    // SAFETY: every bit pattern is a valid f32, and align_to only hands out
+    // the aligned middle part (checked to be all of it below).
+    let (head, mid, tail) = unsafe { bytes.align_to::<f32>() };
+    (head.is_empty() && tail.is_empty()).then_some(mid)
+}
+
+pub(super) fn align64(v: usize) -> usize {
+    v.div_ceil(64) * 64
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 { a } else { gcd(b, a % b) }
+    }
+    a / gcd(a, b) * b
+}
+
+/// ggml's row split of `m` rows over `threads` threads in multiples of
+/// `mr`: thread `i`'s rows (empty when it packs none).
+pub(super) fn lhs_rows(m: usize, mr: usize, threads: usize, i: usize) -> Range<usize> {
+    let mr = mr.max(1);
+    let roundup = m.div_ceil(mr) * mr;
+    let use_threads = threads.min(roundup / mr).max(1);
+    if i >= use_threads {
+        return 0..0;
+    }
+    let per = roundup / use_threads / mr * mr;
+    let start = i * per;
+    let end = if i == use_threads - 1 { m } else { start + per };
+    start..end.min(m)
+}
+
+impl ThreadedWeights {
+    fn ggml_kind(typ: GgmlType) -> Result<(WeightKind, usize)> {
+        match typ {
+            GgmlType::Q4_0 => Ok((WeightKind::Int4Block, 32)),
+            GgmlType::Q8_0 => Ok((WeightKind::Int8PerChannel, 0)),
+            GgmlType::F32 => Ok((WeightKind::F32, 0)),
+            GgmlType::F16 => Err(Error::Unsupported {
+                kernel: "ggml KleidiAI buffer",
+                why: "ggml's KleidiAI buffer holds Q4_0, Q8_0 and F32 weights (F16 ones are packed per call)".into(),
+            }),
+        }
+    }
+
+    fn shape(typ: GgmlType, ne: [i64; 4]) -> Result<(usize, usize)> {
+        let d = super::tensor::dims(ne, "weights")?;
+        if d[2] != 1 || d[3] != 1 {
+            return Err(Error::InvalidArgument(format!(
+                "weights ne {ne:?} are not 2-D (ggml's KleidiAI buffer takes 2-D weights only)"
+            )));
+        }
+        typ.row_bytes(d[0])?;
+        Ok((d[0], d[1]))
+    }
+
+    /// Bytes [`repack`](Self::repack) writes for weights of type `typ` and
+    /// shape `ne`, from the shape alone. An error says the weights cannot be
+    /// taken here (type, shape, or no kernel for this CPU): leave them to
+    /// ggml's own code.
+    pub fn packed_size(typ: GgmlType, ne: [i64; 4], sme: SmeSetting) -> Result<usize> {
+        let (kind, bl) = Self::ggml_kind(typ)?;
+        let (k, n) = Self::shape(typ, ne)?;
+        PackedWeights::packed_file_len(kind, n, k, bl, kernel_table(typ), &sme.features())
+    }
+
+    /// Repacks `src0` (contiguous rows) into `out` (64-byte aligned, at least
+    /// [`packed_size`](Self::packed_size) bytes); returns the bytes written.
+    pub fn repack(src0: &Tensor<'_>, sme: SmeSetting, out: &mut [u8]) -> Result<usize> {
+        Self::ggml_kind(src0.typ)?;
+        let (k, n) = Self::shape(src0.typ, src0.ne)?;
+        src0.check("src0")?;
+        let row = src0.typ.row_bytes(k)?;
+        let gathered: Vec<u8>;
+        let bytes = if src0.nb[1] == row {
+            &src0.data[..n * row]
+        } else {
+            gathered = (0..n).flat_map(|r| &src0.data[r * src0.nb[1]..r * src0.nb[1] + row]).copied().collect();
+            &gathered
+        };
+        let f = sme.features();
+        let table = kernel_table(src0.typ);
+        let w = match src0.typ {
+            GgmlType::Q4_0 => {
+                let w = WeightsRef::Int4Block(BlockInt4::Q4_0(Q4_0 { n, k, data: bytes, bias: None }));
+                PackedWeights::pack_for_parts(&w, table, &f)?
+            }
+            GgmlType::Q8_0 => {
+                // ggml's rows in place when aligned (they are), else a copy.
+                let copied: Vec<BlockQ8_0>;
+                let blocks = match super::blocks::q8_0_from_bytes(bytes) {
+                    Ok(b) => b,
+                    Err(_) => {
+                        copied = super::blocks::q8_0_blocks_from_bytes(bytes)?;
+                        &copied
+                    }
+                };
+                PackedWeights::pack_for_parts(&WeightsRef::GgmlQ8_0 { n, k, blocks }, table, &f)?
+            }
+            _ => {
+                let copied: Vec<f32>;
+                let data = match f32_view(bytes) {
+                    Some(d) => d,
+                    None => {
+                        copied = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                        &copied
+                    }
+                };
+                let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data, bias: None });
+                PackedWeights::pack_for_parts(&w, table, &f)?
+            }
+        };
+        if w.layouts().is_empty() {
+            return Err(Error::Unsupported { kernel: "ggml KleidiAI buffer", why: "no kernel runs here".into() });
+        }
+        if out.as_ptr() as usize % 64 != 0 {
+            return Err(Error::InvalidArgument("repack destination must be 64-byte aligned".into()));
+        }
+        w.write_file(out)
+    }
+
+    /// Views weights [`repack`](Self::repack) wrote (the bytes stay where
+    /// they are), resolving their kernels for this CPU. `verify` also checks
+    /// the payload checksums (skip it right after `repack` wrote them).
+    pub fn open(
+        bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        typ: GgmlType,
+        sme: SmeSetting,
+        verify: bool,
+    ) -> Result<ThreadedWeights> {
+        let (kind, _) = Self::ggml_kind(typ)?;
+        let weights =
+            if verify { PackedWeights::from_shared(bytes)? } else { PackedWeights::from_shared_unverified(bytes)? };
+        if weights.kind() != kind {
+            return Err(Error::InvalidArgument(format!("packed {:?} weights are not ggml {typ:?}", weights.kind())));
+        }
+        let slots = weights.part_slots(&sme.features())?;
+        if slots.is_empty() {
+            return Err(Error::Unsupported {
+                kernel: "ggml KleidiAI buffer",
+                why: "no packed layout of these weights runs with the current CPU features".into(),
+            });
+        }
+        let sme_cap = if slots[0].gemm.info.is_sme() { sme.cap() } else { 0 };
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(ThreadedWeights { id, typ, k: weights.k(), n: weights.n(), weights, slots, sme_cap })
+    }
+
+    /// The weight type.
+    pub fn typ(&self) -> GgmlType {
+        self.typ
+    }
+
+    /// `(k, n)`.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.k, self.n)
+    }
+
+    /// The layouts in use, in ggml's slot order: (GEMM kernel, GEMV kernel).
+    pub fn layouts(&self) -> Vec<(&'static str, Option<&'static str>)> {
+        self.slots.iter().map(|s| (s.gemm.info.name, s.gemv.as_ref().map(|g| g.info.name))).collect()
+    }
+
+    /// [`plan`](Self::plan), remembered per thread for each weight's last
+    /// `(m, nth, multiplier)`: ggml asks the same question for every token
+    /// (work size, then every thread's part).
+    fn cached_plan(&self, m: usize, nth: usize, multiplier: usize) -> Run {
+        type Entry = Option<(u64, usize, usize, usize, Run)>;
+        thread_local! {
+            static PLANS: core::cell::RefCell<[Entry; 64]> = const { core::cell::RefCell::new([None; 64]) };
+        }
+        // One thread splits nothing: its multiplier is moot (and work_size asks with 1).
+        let multiplier = if nth <= 1 { 1 } else { multiplier };
+        let key = (self.id, m, nth, multiplier);
+        PLANS.with(|p| {
+            let mut p = p.borrow_mut();
+            let e = &mut p[(self.id % 64) as usize];
+            match e {
+                Some((id, em, en, emul, run)) if (*id, *em, *en, *emul) == key => *run,
+                _ => {
+                    let run = self.plan(m, nth, multiplier);
+                    *e = Some((self.id, m, nth, multiplier, run));
+                    run
+                }
+            }
+        })
+    }
+
+    /// How `m` rows on `nth` threads run (ggml's decisions, module docs).
+    fn plan(&self, m: usize, nth: usize, multiplier: usize) -> Run {
+        let nth = nth.max(1);
+        let kern = |i: usize| self.slots[i].kernel(m);
+        // ggml's two slots at most (PackedWeights holds up to four layouts).
+        let mut sizes = [0usize; crate::weights::file::MAX_SLOTS];
+        for (i, s) in sizes.iter_mut().enumerate().take(self.slots.len()) {
+            *s = kern(i).lhs_size(m);
+        }
+        let work = sizes.iter().fold(0, |w, s| if *s > 0 { align64(w) + s } else { w });
+        let part =
+            |slot: usize, threads: (usize, usize), region: usize| Part { slot, threads, lhs_size: sizes[slot], region };
+        let single = |i: usize| ([part(i, (0, nth), 0), Part::default()], 1);
+        let (parts, count) = if self.typ == GgmlType::F32 {
+            single(0)
+        } else {
+            let count = self.slots.len();
+            let cap = self.sme_cap;
+            let sme0 = self.slots[0].gemm.info.is_sme();
+            let non_sme = self.slots.iter().position(|s| !s.gemm.info.is_sme());
+            let use_hybrid = cap > 0 && count > 1 && nth > cap;
+            let too_small = (self.n / nth).max(1) < 2 || m < 128;
+            if use_hybrid && !too_small {
+                let sme_threads = cap.min(nth);
+                ([part(0, (0, sme_threads), 0), part(1, (sme_threads, nth), align64(sizes[0]))], 2)
+            } else if too_small && sme0 {
+                single(if nth > cap { non_sme.unwrap_or(0) } else { 0 })
+            } else if count > 1 && cap > 0 && nth > cap {
+                single(1)
+            } else {
+                single(0)
+            }
+        };
+        let step = parts[..count].iter().fold(1, |s, p| lcm(s, kern(p.slot).t.n_step.max(1)));
+        let divisor = if nth == 1 { 1 } else { nth * multiplier.max(1) };
+        let chunk_cols = self.n.div_ceil(divisor).max(1).div_ceil(step) * step;
+        let n_chunks = self.n.div_ceil(chunk_cols).max(1);
+        Run { parts, count, chunk_cols, n_chunks, work }
+    }
+
+    /// The kernel thread `ith` of `nth` runs for `m` rows (for reports).
+    pub fn kernel_for(&self, m: usize, ith: usize, nth: usize) -> &'static str {
+        let r = self.plan(m.max(1), nth, 4);
+        let p = r.parts[..r.count].iter().find(|p| (p.threads.0..p.threads.1).contains(&ith)).unwrap_or(&r.parts[0]);
+        self.slots[p.slot].kernel(m.max(1)).info.name
+    }
+
+    /// ggml's work size for `m` rows: a 64-byte aligned packed LHS per
+    /// layout held (F32 kernels reading the LHS directly need none); the
+    /// same for every thread count.
+    pub fn work_size(&self, m: usize) -> Result<usize> {
+        crate::error::nonzero(m, "m")?;
+        Ok(self.cached_plan(m, 1, 1).work)
+    }
+
+    /// Thread `team.ith()`'s part of ggml `mul_mat`: `dst[b][i][j] = sum_k
+    /// src1[b][i][k] * w[j][k]`, `src1` F32 `[k, m, ne12]`, `dst` F32
+    /// `[n, m, ne12]` described by `dst_ne`/`dst_nb` over `dst`. Every thread
+    /// of the team calls it; `work` holds at least [`work_size`](Self::work_size)
+    /// bytes. `multiplier` is ggml's chunks-per-thread factor (4; 1 on NUMA).
+    ///
+    /// Every check happens before the first barrier and gives every thread
+    /// the same answer; an error still takes part in all barriers.
+    #[allow(clippy::too_many_arguments)] // ggml's operands plus the team's resources
+    pub fn mul_mat<T: ThreadTeam>(
+        &self,
+        src1: &Tensor<'_>,
+        dst_ne: [i64; 4],
+        dst_nb: [usize; 4],
+        dst: &SharedBytes<'_>,
+        work: &SharedBytes<'_>,
+        team: &T,
+        multiplier: usize,
+    ) -> Result<()> {
+        let (ith, nth) = (team.ith(), team.nth());
+        let checked = (|| {
+            if ith >= nth {
+                return Err(Error::InvalidArgument(format!("thread {ith} of {nth}")));
+            }
+            if src1.typ != GgmlType::F32 {
+                return Err(Error::InvalidArgument(format!("src1 of type {:?} (F32 needed)", src1.typ)));
+            }
+            let a = f32_rows(src1.ne, src1.nb, src1.data.len(), "src1")?;
+            let o = f32_rows(dst_ne, dst_nb, dst.len(), "dst")?;
+            let (k, n, m) = (self.k, self.n, a[1]);
+            if a[0] != k || o != [n, m, a[2]] {
+                return Err(Error::InvalidArgument(format!(
+                    "src1 ne {:?} and dst ne {dst_ne:?} do not fit weights of k = {k}, n = {n}",
+                    src1.ne
+                )));
+            }
+            let run = self.cached_plan(m, nth, multiplier);
+            crate::error::at_least(work.len(), run.work, "work buffer")?;
+            Ok((m, a[2], run))
+        })();
+        let (plan, mut result) = match checked {
+            Ok(p) => (Some(p), Ok(())),
+            Err(e) => (None, Err(e)),
+        };
+        // Every thread takes part in every barrier, even after an error.
+        let batches = plan.as_ref().map_or(1, |p| p.1);
+        let f32_scheme = self.typ == GgmlType::F32;
+        // This thread's layout, and the proof that it runs its kernel.
+        let mine = plan.as_ref().and_then(|(m, _, run)| {
+            let part = run.parts[..run.count].iter().find(|p| (p.threads.0..p.threads.1).contains(&ith))?;
+            Some((part, self.slots[part.slot].kernel(*m)))
+        });
+        let ok = match mine.map(|(_, kern)| kern.on_this_thread()).transpose() {
+            Ok(ok) => ok,
+            Err(e) => {
+                result = result.and(Err(e));
+                None
+            }
+        };
+        for b in 0..batches {
+            if let (Some((m, _, _)), Some((part, kern)), Some(ok), true) = (&plan, mine, &ok, result.is_ok()) {
+                result = self.pack_part(src1, b, *m, part, kern, ok, ith, work);
+            }
+            if ith == 0 {
+                team.chunk_set(if f32_scheme { 0 } else { nth });
+            }
+            team.barrier();
+            if let (Some((m, _, run)), Some((part, kern)), Some(ok), true) = (&plan, mine, &ok, result.is_ok()) {
+                result =
+                    self.compute_part(src1, b, *m, run, (part, kern, ok), ith, (dst_nb, dst), work, team, f32_scheme);
+            }
+            if b + 1 != batches {
+                team.barrier();
+            }
+        }
+        result
+    }
+
+    /// The LHS rows thread `ith` packs for its layout, batch `b`.
+    #[allow(clippy::too_many_arguments)]
+    fn pack_part(
+        &self,
+        src1: &Tensor<'_>,
+        b: usize,
+        m: usize,
+        part: &Part,
+        kern: &PartKernel,
+        ok: &OnThread<'_>,
+        ith: usize,
+        work: &SharedBytes<'_>,
+    ) -> Result<()> {
+        if part.lhs_size == 0 {
+            return Ok(());
+        }
+        let rows = lhs_rows(m, kern.t.mr, part.threads.1 - part.threads.0, ith - part.threads.0);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let at = b * src1.nb[2] + rows.start * src1.nb[1];
+        let off = part.region + kern.lhs_offset(rows.start);
+        let end = if rows.end == m { part.region + part.lhs_size } else { part.region + kern.lhs_offset(rows.end) };
+        if off > end || end > part.region + part.lhs_size {
+            return Err(Error::InvalidArgument(format!(
+                "LHS rows {rows:?} pack outside the {} bytes of {m} rows",
+                part.lhs_size
+            )));
+        }
+        // SAFETY: rows of different threads of one layout start at different
+        // multiples of mr, so their packed bytes [offset(start), offset(end))
+        // are disjoint row groups (the last part runs to the end); layouts of
+        // a hybrid run have disjoint regions; the team's barrier separates
+        // this from every read (mul_mat).
+        let out = unsafe { work.part_mut(off..end)? };
+        let src = src1.data.get(at..).ok_or_else(|| Error::InvalidArgument("src1 rows outside its data".into()))?;
+        kern.pack_rows(ok, rows.len(), src, src1.nb[1], out)
+    }
+
+    /// Thread `ith`'s column chunks of batch `b`.
+    #[allow(clippy::too_many_arguments)]
+    fn compute_part<T: ThreadTeam>(
+        &self,
+        src1: &Tensor<'_>,
+        b: usize,
+        m: usize,
+        run: &Run,
+        (part, kern, ok): (&Part, &PartKernel, &OnThread<'_>),
+        ith: usize,
+        (dst_nb, dst): ([usize; 4], &SharedBytes<'_>),
+        work: &SharedBytes<'_>,
+        team: &T,
+        f32_scheme: bool,
+    ) -> Result<()> {
+        let slot = &self.slots[part.slot];
+        let (lhs, lhs_stride) = if part.lhs_size == 0 {
+            let src = src1.data.get(b * src1.nb[2]..);
+            (src.ok_or_else(|| Error::InvalidArgument("src1 batch outside its data".into()))?, src1.nb[1])
+        } else {
+            // SAFETY: every thread packed its part before the barrier that
+            // preceded this call, and no thread writes the work buffer until
+            // the next barrier (mul_mat).
+            (unsafe { work.part(part.region..part.region + part.lhs_size)? }, 0)
+        };
+        let (n, cc) = (self.n, run.chunk_cols);
+        let mut next = if f32_scheme { team.chunk_add(cc) / cc } else { ith };
+        while next < run.n_chunks {
+            let start = next * cc;
+            if start >= n {
+                break;
+            }
+            let cols = start..(start + cc).min(n);
+            let at = b * dst_nb[2] + start * 4;
+            let span = (m - 1) * dst_nb[1] + cols.len() * 4;
+            // SAFETY: the chunk index came from the team's shared counter
+            // (or is this thread's own first chunk, `ith`, the counter
+            // starting at nth), so no other thread writes these columns of
+            // batch b; rows are dst_nb[1] bytes apart inside dst and do not
+            // overlap (f32_rows in mul_mat; `span` re-checked by part_mut).
+            let mut out = unsafe {
+                let bytes = dst.part_mut(at..at + span)?;
+                OutputBlock::from_raw_parts(bytes.as_mut_ptr().cast(), m, cols.len(), dst_nb[1])?
+            };
+            kern.run_cols(ok, m, cols, lhs, lhs_stride, slot.rhs.as_bytes(), &mut out)?;
+            next = if f32_scheme { team.chunk_add(cc) / cc } else { team.chunk_add(1) };
+        }
+        Ok(())
+    }
+
+    /// Thread `ith` of `nth`'s rows of ggml `get_rows`: `dst` row `i` (at
+    /// `i * row_stride` bytes) = weight row `rows[i]` as f32, for ggml's
+    /// share of rows `i` of this thread, from the first layout.
+    pub fn get_rows(
+        &self,
+        rows: &[i32],
+        dst: &SharedBytes<'_>,
+        row_stride: usize,
+        ith: usize,
+        nth: usize,
+    ) -> Result<()> {
+        if ith >= nth {
+            return Err(Error::InvalidArgument(format!("thread {ith} of {nth}")));
+        }
+        let k = self.k;
+        if row_stride % 4 != 0 || row_stride < 4 * k || (dst.ptr.as_ptr() as usize) % 4 != 0 {
+            return Err(Error::InvalidArgument(format!("dst rows {row_stride} bytes apart do not hold {k} f32")));
+        }
+        let per = rows.len().div_ceil(nth);
+        let mine = (per * ith).min(rows.len())..(per * ith + per).min(rows.len());
+        for i in mine {
+            let r = usize::try_from(rows[i])
+                .ok()
+                .filter(|r| *r < self.n)
+                .ok_or_else(|| Error::InvalidArgument(format!("row index {} outside 0..{}", rows[i], self.n)))?;
+            let at = i * row_stride;
+            // SAFETY: row i is in this thread's share (ggml's split), so no
+            // other thread writes it; bounds are checked by `part_mut`.
+            let bytes = unsafe { dst.part_mut(at..at + 4 * k)? };
+            let mut vals = vec![0f32; k];
+            self.weights.row(r, &mut vals)?;
+            for (o, v) in bytes.chunks_exact_mut(4).zip(&vals) {
+                o.copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sme_setting_parses_like_ggml() {
+        assert_eq!(SmeSetting::from_env_value(None), (SmeSetting::Auto, None));
+        assert_eq!(SmeSetting::from_env_value(Some("0")).0, SmeSetting::Off);
+        assert_eq!(SmeSetting::from_env_value(Some("2")).0, SmeSetting::Cap(2));
+        assert_eq!(SmeSetting::from_env_value(Some(" +3")).0, SmeSetting::Cap(3));
+        for bad in ["", "x", "2x", "-1", "99999999999"] {
+            let (s, w) = SmeSetting::from_env_value(Some(bad));
+            assert_eq!(s, SmeSetting::Auto, "{bad}");
+            assert!(w.is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lhs_rows_split_like_ggml() {
+        // m = 32, mr = 4, 2 threads: 16 rows each.
+        assert_eq!(lhs_rows(32, 4, 2, 0), 0..16);
+        assert_eq!(lhs_rows(32, 4, 2, 1), 16..32);
+        // m = 5, mr = 4, 3 threads: only 2 can pack (2 row groups).
+        assert_eq!(lhs_rows(5, 4, 3, 0), 0..4);
+        assert_eq!(lhs_rows(5, 4, 3, 1), 4..5);
+        assert!(lhs_rows(5, 4, 3, 2).is_empty());
+        // m = 1: thread 0 only.
+        assert_eq!(lhs_rows(1, 1, 2, 0), 0..1);
+        assert!(lhs_rows(1, 1, 2, 1).is_empty());
+        // Every row exactly once.
+        for m in 1..40 {
+            for mr in [1, 4, 8, 16] {
+                for t in 1..5 {
+                    let mut next = 0;
+                    for i in 0..t {
+                        let r = lhs_rows(m, mr, t, i);
+                        if !r.is_empty() {
+                            assert_eq!(r.start, next);
+                            assert_eq!(r.start % mr, 0);
+                            next = r.end;
+                        }
+                    }
+                    assert_eq!(next, m, "m {m} mr {mr} t {t}");
+                }
+            }
+        }
+    }
+
+    use crate::ggml::{
+        GgmlWeights, MulMatScratch, TensorMut, q4_0_as_bytes, q8_0_as_bytes, quantize_q4_0, quantize_q8_0,
+    };
+    use crate::par::Parallelism;
+    use crate::testing::{Rng, bit_identical};
+    use std::sync::Barrier;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A team of std threads: a Barrier and an atomic counter.
+    struct StdTeam<'a> {
+        ith: usize,
+        nth: usize,
+        barrier: &'a Barrier,
+        counter: &'a AtomicUsize,
+    }
+
+    // SAFETY: std's Barrier waits for all nth threads and synchronises
+    // memory; the counter is atomic and shared.
+    unsafe impl ThreadTeam for StdTeam<'_> {
+        fn ith(&self) -> usize {
+            self.ith
+        }
+        fn nth(&self) -> usize {
+            self.nth
+        }
+        fn barrier(&self) {
+            self.barrier.wait();
+        }
+        fn chunk_set(&self, value: usize) {
+            self.counter.store(value, Ordering::Relaxed);
+        }
+        fn chunk_add(&self, delta: usize) -> usize {
+            self.counter.fetch_add(delta, Ordering::Relaxed)
+        }
+    }
+
+    fn weights_bytes(typ: GgmlType, w: &[f32], k: usize) -> Vec<u8> {
+        match typ {
+            GgmlType::Q4_0 => q4_0_as_bytes(&quantize_q4_0(w, k).unwrap()).to_vec(),
+            GgmlType::Q8_0 => q8_0_as_bytes(&quantize_q8_0(w, k).unwrap()).to_vec(),
+            _ => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
+    }
+
+    /// `mul_mat` on `nth` std threads; the dst bytes.
+    fn run(w: &ThreadedWeights, x: &[u8], m: usize, nth: usize) -> Vec<f32> {
+        let (k, n) = w.dims();
+        let src1 = Tensor {
+            typ: GgmlType::F32,
+            ne: [k as i64, m as i64, 1, 1],
+            nb: [4, 4 * k, 4 * k * m, 4 * k * m],
+            data: x,
+        };
+        let mut dst = vec![0u8; 4 * m * n];
+        let mut work = vec![0u8; w.work_size(m).unwrap() + 64];
+        let (dne, dnb) = ([n as i64, m as i64, 1, 1], [4, 4 * n, 4 * n * m, 4 * n * m]);
+        let (barrier, counter) = (Barrier::new(nth), AtomicUsize::new(0));
+        {
+            let (db, wb) = (SharedBytes::from_slice(&mut dst), SharedBytes::from_slice(&mut work));
+            std::thread::scope(|s| {
+                for ith in 0..nth {
+                    let (db, wb, src1, barrier, counter) = (&db, &wb, &src1, &barrier, &counter);
+                    s.spawn(move || {
+                        let team = StdTeam { ith, nth, barrier, counter };
+                        w.mul_mat(src1, dne, dnb, db, wb, &team, 4).unwrap();
+                    });
+                }
+            });
+        }
+        dst.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+
+    #[test]
+    fn threads_give_the_bits_of_the_kernel_ggml_chooses() {
+        let mut rng = Rng::new(31);
+        for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
+            let (n, k) = (136, 64);
+            let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
+            let ne = [k as i64, n as i64, 1, 1];
+            let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &wb };
+            let ggml = GgmlWeights::repack(&src0).unwrap();
+            let size = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto);
+            // Taken exactly where ggml's path has a kernel for this CPU.
+            assert_eq!(size.is_ok(), !ggml.layouts().is_empty(), "{typ:?}: {size:?} vs {:?}", ggml.layouts());
+            let Ok(size) = size else { continue };
+            let mut buf = crate::AlignedBuf::zeroed(size);
+            let written = ThreadedWeights::repack(&src0, SmeSetting::Auto, buf.as_mut_slice()).unwrap();
+            assert_eq!(written, size, "{typ:?}: packed_size is exact");
+            let bytes: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(buf);
+            let w = ThreadedWeights::open(bytes.clone(), typ, SmeSetting::Auto, true).unwrap();
+            let layouts: Vec<_> = ggml.layouts();
+            assert_eq!(w.layouts(), layouts, "{typ:?}: the layouts of GgmlWeights::repack");
+            let neon = ThreadedWeights::open(bytes, typ, SmeSetting::Off, false).ok();
+            for m in [1, 5, 130] {
+                let x: Vec<u8> = rng.vec_f32(m * k).iter().flat_map(|v| v.to_le_bytes()).collect();
+                // One thread: GgmlWeights::mul_mat's bits (same first layout).
+                let one = run(&w, &x, m, 1);
+                let mut want = vec![0u8; 4 * m * n];
+                let src1 = Tensor {
+                    typ: GgmlType::F32,
+                    ne: [k as i64, m as i64, 1, 1],
+                    nb: [4, 4 * k, 4 * k * m, 4 * k * m],
+                    data: &x,
+                };
+                let mut d = TensorMut {
+                    typ: GgmlType::F32,
+                    ne: [n as i64, m as i64, 1, 1],
+                    nb: [4, 4 * n, 4 * n * m, 4 * n * m],
+                    data: &mut want,
+                };
+                ggml.mul_mat(&src1, &mut d, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap();
+                let want: Vec<f32> =
+                    want.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                assert!(bit_identical(&one, &want), "{typ:?} m={m}: 1 thread differs from GgmlWeights::mul_mat");
+                for nth in [2, 3] {
+                    let got = run(&w, &x, m, nth);
+                    let sme = w.slots[0].gemm.info.is_sme();
+                    let hybrid = typ != GgmlType::F32 && sme && w.slots.len() > 1 && m >= 128;
+                    let other = match (&neon, typ != GgmlType::F32 && sme) {
+                        (Some(nw), true) => run(nw, &x, m, 1),
+                        _ => one.clone(),
+                    };
+                    if hybrid {
+                        // Each column from the SME or the NEON kernel.
+                        let from =
+                            |v: &[f32], j: usize| (0..m).all(|i| got[i * n + j].to_bits() == v[i * n + j].to_bits());
+                        assert!((0..n).all(|j| from(&one, j) || from(&other, j)), "{typ:?} m={m} nth={nth}: hybrid");
+                    } else {
+                        // Below ggml's hybrid size, more threads than the SME
+                        // cap run the non-SME layout; F32 runs its one layout.
+                        assert!(bit_identical(&got, &other), "{typ:?} m={m} nth={nth}: {}", w.kernel_for(m, 0, nth));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn f16_per_call_gives_the_bits_of_ggmls_f16_kernel() {
+        use crate::ggml::F16PerCall;
+        let mut rng = Rng::new(32);
+        let (n, k, ne02) = (72, 64, 2);
+        let w: Vec<u8> = rng.vec_f32(ne02 * n * k).iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+        let ne0 = [k as i64, n as i64, ne02 as i64, 1];
+        let src0 = Tensor {
+            typ: GgmlType::F16,
+            ne: ne0,
+            nb: Tensor::contiguous_strides(GgmlType::F16, ne0).unwrap(),
+            data: &w,
+        };
+        let ggml = GgmlWeights::repack(&src0).unwrap();
+        let runs = F16PerCall::kernel(SmeSetting::Auto).is_some();
+        // Where ggml's path packs F16 per call: an SME2 bf16 kernel runs here.
+        assert_eq!(runs, ggml.kernel_for(2).is_some_and(|k| k.contains("bf16")), "{:?}", ggml.layouts());
+        assert!(F16PerCall::kernel(SmeSetting::Off).is_none(), "GGML_KLEIDIAI_SME=0 switches it off");
+        for (m, ne12) in [(1, 2), (5, 2), (33, 4)] {
+            let x: Vec<u8> = rng.vec_f32(ne12 * m * k).iter().flat_map(|v| v.to_le_bytes()).collect();
+            let ne1 = [k as i64, m as i64, ne12 as i64, 1];
+            let src1 = Tensor {
+                typ: GgmlType::F32,
+                ne: ne1,
+                nb: Tensor::contiguous_strides(GgmlType::F32, ne1).unwrap(),
+                data: &x,
+            };
+            let accepted = F16PerCall::accepts((src0.ne, src0.nb), (src1.ne, src1.nb), SmeSetting::Auto);
+            assert_eq!(accepted, runs && m > 1, "m = {m}: ggml takes F16 with more than one row only");
+            if !accepted {
+                continue;
+            }
+            let dne = [n as i64, m as i64, ne12 as i64, 1];
+            let dnb = Tensor::contiguous_strides(GgmlType::F32, dne).unwrap();
+            let mut want = vec![0u8; 4 * n * m * ne12];
+            let mut d = TensorMut { typ: GgmlType::F32, ne: dne, nb: dnb, data: &mut want };
+            ggml.mul_mat(&src1, &mut d, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap();
+            for nth in [1, 2, 3] {
+                let mut dst = vec![0u8; want.len()];
+                let mut work = vec![0u8; F16PerCall::work_size(src0.ne, src1.ne, SmeSetting::Auto).unwrap()];
+                let (barrier, counter) = (Barrier::new(nth), AtomicUsize::new(0));
+                {
+                    let (db, wb) = (SharedBytes::from_slice(&mut dst), SharedBytes::from_slice(&mut work));
+                    std::thread::scope(|s| {
+                        for ith in 0..nth {
+                            let (db, wb, src0, src1, barrier, counter) = (&db, &wb, &src0, &src1, &barrier, &counter);
+                            s.spawn(move || {
+                                let team = StdTeam { ith, nth, barrier, counter };
+                                F16PerCall::mul_mat(src0, src1, dne, dnb, db, wb, &team, SmeSetting::Auto).unwrap();
+                            });
+                        }
+                    });
+                }
+                assert!(dst == want, "m = {m}, ne12 = {ne12}, {nth} threads: not GgmlWeights::mul_mat's bits");
+            }
+        }
+    }
+}
