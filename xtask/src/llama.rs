@@ -15,7 +15,7 @@
 //!    named, explained ones, and is reported with its size); ours against
 //!    plain: the same tokens and logits within [`tolerance`]; which kernels
 //!    each side ran per weight type;
-//! 5. measures (full run, or `--measure`): guest instructions per evaluated
+//! 5. measures (unless `--no-measure`): guest instructions per evaluated
 //!    token (qemu, exact), the packed weights' bytes and the resident memory
 //!    of the loaded model, build times. Writes target/llama.json.
 
@@ -32,7 +32,7 @@ pub const USAGE: &str = "usage: cargo run -p xtask --release -- llama [options]
   --models a,b       model files (q4_0 q8_0 f32 f16)
   --cpus 'a;b'       qemu CPU models
   --threads 1,2      thread counts
-  --measure | --no-measure   instruction counts (default: on for the full matrix)
+  --measure | --no-measure   instruction counts on max, 1 thread, of each model file (default: on)
   --no-build         use the builds in target/llama as they are
 Writes target/llama.json. Needs scripts/setup.sh (clang-19, cmake, qemu).";
 
@@ -90,7 +90,7 @@ impl Config {
             cpus: SUBSET_CPUS.to_vec(),
             threads: vec![2],
             sme0: false,
-            measure: false,
+            measure: true,
             build: true,
             label: "subset: q4_0 q8_0 x max, max,sme=off, neoverse-n1, cortex-a53 x 2 threads, plus max 1 thread",
         }
