@@ -56,14 +56,19 @@ pub mod formats;
 pub mod ggml;
 pub mod packed;
 pub mod par;
+pub mod prelude;
 pub mod quant;
 pub mod registry;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod weights;
 
+#[doc(hidden)] // an internal of the crate, for the workspace's tests; not part of the API
 pub use buffer::AlignedBuf;
 pub use error::{Error, FileError, Result};
+/// The [`half`] crate, whose `f16` and `bf16` the API takes (also in the
+/// [`prelude`]).
+pub use half;
 pub use kleidiai_sys as sys;
 pub use packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
 pub use par::Parallelism;
