@@ -14,7 +14,7 @@
 //! # Ok::<(), kleidiai::Error>(())
 //! ```
 //!
-//! It holds the types of [`PackedWeights`](crate::weights::PackedWeights)'
+//! It holds the types of [`PackedWeights`]'
 //! calls, their options and errors, and [`half`]'s `f16` and `bf16`; no
 //! function and no trait, and not `Result` (it would hide the standard
 //! one). The weight formats' own structs stay in [`crate::formats`].
