@@ -1,10 +1,11 @@
 //! Arbitrary bytes as a packed-weight file (`KAIRSPW\0`) or a repacked ggml
 //! container (`KAIRSGGM`), through every loader: `FileHeader::parse` and
 //! `parse_unverified`, `PackedWeights::from_bytes`, `from_shared`,
-//! `from_shared_unverified`, and `GgmlWeights::from_shared` (verified or
-//! not). Each returns Ok or Err, never panics or reads out of bounds; an
-//! accepted header re-serialises to the same bytes, and loaded weights
-//! answer their queries without panicking.
+//! `from_shared_unverified`, and `GgmlWeights::from_bytes`, `from_shared`
+//! (verified or not) and `from_shared_unverified`. Each returns Ok or Err,
+//! never panics or reads out of bounds; an accepted header re-serialises to
+//! the same bytes, and loaded weights answer their queries without
+//! panicking.
 //!
 //! Checksums would stop almost every mutation at the first check, so each
 //! input is also loaded once with its checksums recomputed (header, slot
@@ -97,12 +98,18 @@ fn load_file(data: &[u8]) {
 }
 
 fn load_container(data: &[u8]) {
-    let checked = GgmlWeights::from_shared(Arc::new(data.to_vec()), true);
-    let unchecked = GgmlWeights::from_shared(Arc::new(data.to_vec()), false);
+    let shared: Arc<Vec<u8>> = Arc::new(data.to_vec());
+    let checked = GgmlWeights::from_shared(shared.clone(), true);
+    let unchecked = GgmlWeights::from_shared(shared.clone(), false);
+    let unverified = GgmlWeights::from_shared_unverified(shared);
+    // The copy is 64-byte aligned, the vector perhaps not: it may take more.
+    let copied = GgmlWeights::from_bytes(data);
     if checked.is_ok() {
         assert!(unchecked.is_ok(), "the unverified container load rejected what the verified one accepts");
+        assert!(copied.is_ok(), "GgmlWeights::from_bytes rejected what from_shared accepts");
     }
-    for w in [checked, unchecked].into_iter().flatten() {
+    assert_eq!(unchecked.is_ok(), unverified.is_ok(), "from_shared(_, false) and from_shared_unverified disagree");
+    for w in [checked, unchecked, unverified, copied].into_iter().flatten() {
         let (k, n) = w.shape();
         let _ = (w.typ(), w.layouts(), w.kernel_for(1), w.work_size(4));
         let mut out = vec![0f32; k.min(1 << 16)];

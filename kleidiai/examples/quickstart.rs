@@ -7,10 +7,8 @@
 //! . .tools/env && cargo run --release --target aarch64-unknown-linux-gnu --example quickstart
 //! ```
 
-use kleidiai::formats::{BlockInt4, Q4_0};
 use kleidiai::ggml;
-use kleidiai::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
-use kleidiai::{Clamp, Parallelism};
+use kleidiai::prelude::*;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A layer with n = 256 outputs and k = 512 inputs; m = 8 activation rows.
@@ -21,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. Quantise the weights the way ggml does (Q4_0: blocks of 32 values,
     //    one f16 scale each) and pack them once for the best kernels here.
     let blocks = ggml::quantize_q4_0(&w, k)?;
-    let weights = WeightsRef::Int4Block(BlockInt4::Q4_0(Q4_0 { n, k, data: ggml::q4_0_as_bytes(&blocks), bias: None }));
+    let weights = Weights::q4_0(n, k, ggml::q4_0_as_bytes(&blocks))?;
     let packed = PackedWeights::pack(&weights, &PackOptions::default())?;
 
     // 2. Multiply: y (m x n) = x (m x k) · wᵀ. The scratch holds the packed

@@ -6,27 +6,25 @@
 //! # Layers
 //!
 //! - [`weights::PackedWeights`]: pack weights once for the best kernels of this
-//!   CPU, multiply many times, save/load packed weights. Start here.
+//!   CPU, multiply many times, save/load packed weights. Start here, with
+//!   `use kleidiai::prelude::*`.
 //! - [`ggml`]: ggml-compatible blocks, tensors and operations.
 //! - [`families`]: one module per upstream kernel family: its kernels, packing,
 //!   portable reference and tests. Use these to drive one particular kernel.
 //! - [`registry`]: every compiled kernel as data; selection; the report of what
 //!   is built, runnable and selected. [`cpu`]: feature detection and proof
-//!   tokens. [`par`]: partitioning and [`Parallelism`].
+//!   tokens. [`par`]: [`Parallelism`] and the SME thread cap.
 //!
 //! # Example
 //!
 //! ```
-//! use kleidiai::formats::{Int4Encoding, Int4PerChannel, Order};
-//! use kleidiai::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
-//! use kleidiai::{Clamp, Parallelism};
+//! use kleidiai::prelude::*;
 //!
 //! // 4 output channels, 32 inputs, int4 weights (all 1) with scale 0.25.
 //! let (n, k) = (4, 32);
 //! let data = vec![0x11u8; n * k / 2];
-//! let w = Int4PerChannel { n, k, order: Order::NxK, encoding: Int4Encoding::Signed,
-//!                          data: &data, scales: &[0.25; 4], bias: None };
-//! let packed = PackedWeights::pack(&WeightsRef::Int4PerChannel(w), &PackOptions::default())?;
+//! let w = Weights::int4_per_channel(n, k, &data, &[0.25; 4])?;
+//! let packed = PackedWeights::pack(&w, &PackOptions::default())?;
 //!
 //! let x = vec![0.5f32; k]; // one row: GEMV
 //! let mut y = vec![0f32; n];
@@ -35,6 +33,10 @@
 //! assert!((y[0] - 4.0).abs() < 0.05); // 32 * 0.5 * 0.25
 //! # Ok::<(), kleidiai::Error>(())
 //! ```
+//!
+//! [`prelude`] holds what a matmul needs; [`weights`] has the constructor of
+//! every weight kind ([`weights::Weights`]) and the table of the activation
+//! types each takes.
 //!
 //! On x86 (or any target without KleidiAI) the same code runs the portable
 //! reference implementation.
@@ -56,14 +58,19 @@ pub mod formats;
 pub mod ggml;
 pub mod packed;
 pub mod par;
+pub mod prelude;
 pub mod quant;
 pub mod registry;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod weights;
 
+#[doc(hidden)] // an internal of the crate, for the workspace's tests; not part of the API
 pub use buffer::AlignedBuf;
 pub use error::{Error, FileError, Result};
+/// The [`half`] crate, whose `f16` and `bf16` the API takes (also in the
+/// [`prelude`]).
+pub use half;
 pub use kleidiai_sys as sys;
 pub use packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
 pub use par::Parallelism;

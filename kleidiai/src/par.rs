@@ -7,9 +7,9 @@
 //! thread count.
 //!
 //! ```
-//! use kleidiai::par::split_aligned;
-//! let parts = split_aligned(10, 4, 3);
-//! assert_eq!(parts, vec![0..4, 4..8, 8..10]);
+//! use kleidiai::Parallelism;
+//! assert_eq!(Parallelism::Sequential.threads(), 1);
+//! assert_eq!(Parallelism::Rayon(3).threads(), 3);
 //! ```
 
 use core::ops::Range;
@@ -74,12 +74,15 @@ pub fn set_sme_thread_cap(n: usize) {
 /// multiples of `align` and whose lengths are multiples of `align` except
 /// the last one's. Covers `0..len` exactly, in order, without overlap.
 /// `align` 0 counts as 1; `len` 0 gives no ranges; `parts` 0 counts as 1.
-pub fn split_aligned(len: usize, align: usize, parts: usize) -> Vec<Range<usize>> {
+/// (For the tests: the operations use [`Split`].)
+#[cfg(test)]
+pub(crate) fn split_aligned(len: usize, align: usize, parts: usize) -> Vec<Range<usize>> {
     let s = Split::new(len, align, parts);
     (0..s.count()).map(|i| s.get(i)).collect()
 }
 
-/// [`split_aligned`] without the allocation: range `i` computed on demand
+/// `0..len` in at most `parts` ranges whose starts are multiples of
+/// `align`, range `i` computed on demand
 /// (the hot path calls this on every operation).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Split {
@@ -118,8 +121,10 @@ impl Split {
 
 /// A 2-D cut of an `m x n` output into tiles for `threads` workers: rows in
 /// multiples of `m_step`, columns in multiples of `n_step`, about four tiles
-/// per worker so dynamic claiming balances the load.
-pub fn plan_grid(
+/// per worker so dynamic claiming balances the load. (For the tests: the
+/// operations use [`Grid`].)
+#[cfg(test)]
+pub(crate) fn plan_grid(
     m: usize,
     n: usize,
     m_step: usize,
@@ -130,7 +135,8 @@ pub fn plan_grid(
     (0..g.count()).map(|i| g.get(i)).collect()
 }
 
-/// [`plan_grid`] without the allocation.
+/// A 2-D cut of an `m x n` output into tiles for `threads` workers (see
+/// `plan_grid`), tile `i` computed on demand.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Grid {
     rows: Split,

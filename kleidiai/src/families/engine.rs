@@ -41,7 +41,7 @@ pub(crate) fn layout_vector_bytes(info: &KernelInfo, f: &Features) -> usize {
     }
 }
 
-/// Runs `tile(rows, cols)` over an `m x n` output cut by [`par::plan_grid`]
+/// Runs `tile(rows, cols)` over an `m x n` output cut by [`par::Grid`]
 /// (rows in multiples of `m_step`, columns of `n_step`), on up to the workers
 /// `par` allows (SME kernels capped by [`par::sme_thread_cap`]).
 pub(crate) fn run_grid<F>(par: Parallelism, info: &KernelInfo, m: usize, n: usize, k: usize, t: &Tiles, tile: F)

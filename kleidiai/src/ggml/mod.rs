@@ -5,6 +5,7 @@
 
 mod blocks;
 mod f16_per_call;
+mod loaders;
 mod mul_mat;
 mod tensor;
 mod threads;

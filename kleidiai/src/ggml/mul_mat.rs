@@ -306,7 +306,10 @@ impl GgmlWeights {
     /// container and every batch's header, layouts and bounds are checked,
     /// and the payload checksums too when `verify` (skip them only for bytes
     /// verified before). `bytes` must keep each payload 64-byte aligned
-    /// (the start of the buffer 64-byte aligned).
+    /// (the start of the buffer 64-byte aligned). `verify: false` is
+    /// [`from_shared_unverified`](Self::from_shared_unverified); the
+    /// loaders, [`from_bytes`](Self::from_bytes) included, have the names
+    /// of [`PackedWeights`]'.
     pub fn from_shared(bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>, verify: bool) -> Result<GgmlWeights> {
         let data = (*bytes).as_ref();
         let bad = |why: String| Error::InvalidArgument(format!("repacked ggml weights rejected: {why}"));

@@ -37,6 +37,7 @@ const NAME_LEN: usize = 88;
 const FORMAT_LEN: usize = 32;
 
 /// One packed layout in a file.
+#[doc(hidden)] // the file's layout is documented above; this parser is internal
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlotHeader {
     /// Upstream name of the GEMM kernel the layout was packed for.
@@ -64,6 +65,7 @@ pub struct SlotHeader {
 }
 
 /// The parsed header of a packed-weight file.
+#[doc(hidden)] // the file's layout is documented above; this parser is internal
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileHeader {
     /// KleidiAI version the layouts come from.

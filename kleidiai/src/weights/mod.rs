@@ -9,26 +9,49 @@
 //! portable reference computes the same thing.
 //!
 //! ```
-//! use kleidiai::formats::{Int4Encoding, Int4PerChannel, Order};
-//! use kleidiai::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
-//! use kleidiai::{Clamp, Parallelism};
+//! use kleidiai::prelude::*;
 //!
 //! let (n, k) = (8, 64);
 //! let data = vec![0x21u8; n * k / 2]; // every weight pair [1, 2]
 //! let scales = vec![0.5f32; n];
-//! let w = Int4PerChannel { n, k, order: Order::NxK, encoding: Int4Encoding::Signed, data: &data, scales: &scales, bias: None };
-//! let packed = PackedWeights::pack(&WeightsRef::Int4PerChannel(w), &PackOptions::default()).unwrap();
+//! let w = Weights::int4_per_channel(n, k, &data, &scales)?;
+//! let packed = PackedWeights::pack(&w, &PackOptions::default())?;
 //!
 //! let x = vec![1.0f32; 2 * k];
 //! let mut y = vec![0f32; 2 * n];
 //! let mut scratch = Scratch::default();
-//! packed.matmul(2, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE, Parallelism::Sequential, &mut scratch).unwrap();
+//! packed.matmul(2, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE, Parallelism::Sequential, &mut scratch)?;
 //! assert!((y[0] - 48.0).abs() < 0.5); // 32 * (1 + 2) * 0.5
 //! println!("kernel for m=2: {}", packed.kernel_for(2).unwrap_or("reference"));
+//! # Ok::<(), kleidiai::Error>(())
 //! ```
+//!
+//! The constructors of [`Weights`] (another name of [`WeightsRef`]) take
+//! the common layouts and check them; the variants of [`WeightsRef`] take
+//! the structs of [`crate::formats`], for the other orders, encodings and
+//! a bias.
+//!
+//! # Which activations each weight kind takes
+//!
+//! [`PackedWeights::pack`] packs for one activation type,
+//! [`PackOptions::activation`] (default f32), and
+//! [`PackedWeights::matmul`] then takes activations and writes outputs of
+//! that type, both the same. Where the table says yes, an operation
+//! exists on every CPU (kernels where the CPU has them, the portable
+//! reference otherwise; [`policy`] says which kernels, best first); any
+//! other pairing, and activations and outputs of different types, are an
+//! error on every CPU.
+//!
+#![doc = include_str!("activations.md")]
+//!
+//! Asymmetric int4 blocks pack with a block length that is a multiple of
+//! 32. Int8 activations (statically quantised) are not taken here: the
+//! `qai8` families of [`crate::families`] take them, one kernel family at a
+//! time.
 
 mod backend;
 pub mod file;
+mod front;
 pub(crate) mod parts;
 mod per_call;
 pub mod policy;
@@ -50,6 +73,8 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use half::{bf16, f16};
 use per_call::PerCall;
 use policy::Pairing;
+
+pub use front::Weights;
 use std::sync::Arc;
 
 /// Element type of activations and outputs.
