@@ -74,9 +74,12 @@ pub fn set_sme_thread_cap(n: usize) {
 /// multiples of `align` and whose lengths are multiples of `align` except
 /// the last one's. Covers `0..len` exactly, in order, without overlap.
 /// `align` 0 counts as 1; `len` 0 gives no ranges; `parts` 0 counts as 1.
-/// (For the tests: the operations use [`Split`].)
-#[cfg(test)]
-pub(crate) fn split_aligned(len: usize, align: usize, parts: usize) -> Vec<Range<usize>> {
+///
+/// Internal: the operations partition through their own split. Kept public
+/// (hidden) for one release so code that called it still builds.
+#[doc(hidden)]
+#[deprecated(note = "internal partitioning helper; it leaves the public API in the next release")]
+pub fn split_aligned(len: usize, align: usize, parts: usize) -> Vec<Range<usize>> {
     let s = Split::new(len, align, parts);
     (0..s.count()).map(|i| s.get(i)).collect()
 }
@@ -121,10 +124,13 @@ impl Split {
 
 /// A 2-D cut of an `m x n` output into tiles for `threads` workers: rows in
 /// multiples of `m_step`, columns in multiples of `n_step`, about four tiles
-/// per worker so dynamic claiming balances the load. (For the tests: the
-/// operations use [`Grid`].)
-#[cfg(test)]
-pub(crate) fn plan_grid(
+/// per worker so dynamic claiming balances the load.
+///
+/// Internal: the operations partition through their own grid. Kept public
+/// (hidden) for one release so code that called it still builds.
+#[doc(hidden)]
+#[deprecated(note = "internal partitioning helper; it leaves the public API in the next release")]
+pub fn plan_grid(
     m: usize,
     n: usize,
     m_step: usize,
@@ -222,6 +228,7 @@ pub(crate) fn workers_for(threads: usize, work: usize, sme: bool, sme_cap: usize
 }
 
 #[cfg(test)]
+#[allow(deprecated)] // the hidden helpers are tested until they leave the API
 mod tests {
     use super::*;
 
