@@ -217,6 +217,8 @@ class f16_traits : public ggml::cpu::tensor_traits {
     }
 };
 
+f16_traits g_f16_traits;  // stateless; namespace scope, no guarded initialisation per call
+
 // The buffer: ggml's aligned memory plus the traits of its tensors.
 struct buffer_context {
     void *                                      data;
@@ -343,11 +345,10 @@ class extra_buffer_type : public ggml::cpu::extra_buffer_type {
         }
         // ggml's path: F16 weights anywhere, more than one activation row,
         // contiguous batches, a kernel here.
-        static f16_traits f16;
         if (op->op == GGML_OP_MUL_MAT && op->src[0]->type == GGML_TYPE_F16 && g_f16_kernel && op->src[1]->ne[1] > 1) {
             const kairs_desc d0 = desc_of(op->src[0]), d1 = desc_of(op->src[1]);
             if (kairs_ggml_f16_accepts(&d0, &d1, g_sme)) {
-                return &f16;
+                return &g_f16_traits;
             }
         }
         return nullptr;

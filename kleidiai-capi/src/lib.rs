@@ -86,13 +86,21 @@ thread_local! {
     static KERNEL_NAME: RefCell<CString> = RefCell::new(CString::default());
 }
 
+thread_local! {
+    /// Whether LAST_ERROR holds a message (a flag without lazy
+    /// initialisation: every successful call reads it).
+    static HAS_ERROR: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
 fn set_error(msg: &str) {
-    // Clearing an already clear message allocates nothing (every successful call does it).
-    if msg.is_empty() && LAST_ERROR.with(|e| e.borrow().is_empty()) {
+    // Clearing an already clear message touches nothing else (every
+    // successful call does it).
+    if msg.is_empty() && !HAS_ERROR.with(|h| h.get()) {
         return;
     }
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    HAS_ERROR.with(|h| h.set(!msg.is_empty()));
 }
 
 fn code(e: &Error) -> c_int {

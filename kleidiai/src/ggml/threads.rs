@@ -237,6 +237,47 @@ struct Part {
     region: usize,
 }
 
+/// Everything a mul_mat call's checks depend on: two calls with equal keys
+/// pass the same checks.
+#[derive(Clone, Copy, PartialEq)]
+struct CallKey {
+    id: u64,
+    features: Features,
+    src1: (GgmlType, [i64; 4], [usize; 4], usize, usize),
+    dst: ([i64; 4], [usize; 4], usize, usize),
+    work: (usize, usize),
+    team: (usize, usize, usize),
+}
+
+fn ith_of(k: &CallKey) -> usize {
+    k.team.0
+}
+
+/// A thread's last successful mul_mat call on one weight tensor, kept to
+/// run again without its checks (see `ThreadedWeights::replay`).
+#[derive(Clone, Copy)]
+struct Replay {
+    key: CallKey,
+    m: usize,
+    batches: usize,
+    run: Run,
+    /// Index of this thread's part in `run.parts`.
+    part: usize,
+    /// The LHS rows this thread packs, and where they go in the work buffer.
+    rows: (usize, usize),
+    pack_at: usize,
+}
+
+thread_local! {
+    static REPLAYS: core::cell::RefCell<[Option<Replay>; 64]> = const { core::cell::RefCell::new([None; 64]) };
+}
+
+impl Replay {
+    fn keep(self) {
+        REPLAYS.with(|r| r.borrow_mut()[(self.key.id % 64) as usize] = Some(self));
+    }
+}
+
 /// How one mul_mat runs: which layouts, on which threads.
 #[derive(Clone, Copy, Debug)]
 struct Run {
@@ -537,6 +578,25 @@ impl ThreadedWeights {
         multiplier: usize,
     ) -> Result<()> {
         let (ith, nth) = (team.ith(), team.nth());
+        // The steady state: the same call as this thread's last one on these
+        // weights (ggml repeats every node's call for every token) replays
+        // it without repeating its checks.
+        let key = CallKey {
+            id: self.id,
+            features: Features::current(),
+            src1: (src1.typ, src1.ne, src1.nb, src1.data.as_ptr() as usize, src1.data.len()),
+            dst: (dst_ne, dst_nb, dst.ptr.as_ptr() as usize, dst.len),
+            work: (work.ptr.as_ptr() as usize, work.len),
+            team: (ith, nth, multiplier),
+        };
+        // (Run in place: a kept call is not copied out of the thread's table.)
+        let replayed = REPLAYS.with(|r| match &r.borrow()[(key.id % 64) as usize] {
+            Some(e) if e.key == key => self.replay(e, src1, dst_nb, dst, work, team),
+            _ => None,
+        });
+        if let Some(done) = replayed {
+            return done;
+        }
         let checked = (|| {
             if ith >= nth {
                 return Err(Error::InvalidArgument(format!("thread {ith} of {nth}")));
@@ -592,7 +652,141 @@ impl ThreadedWeights {
                 team.barrier();
             }
         }
+        if let (Ok(()), Some((m, batches, run)), Some((part, kern))) = (&result, &plan, mine) {
+            if let Some(r) = self.replayable(key, (*m, *batches, *run), part, kern, src1, dst_nb, dst, work) {
+                r.keep();
+            }
+        }
         result
+    }
+
+    /// The replay of this call, when it passed every check: what the next
+    /// identical call needs, after the checks its chunks of this call did
+    /// not cover (any chunk may be this thread's next time).
+    #[allow(clippy::too_many_arguments)]
+    fn replayable(
+        &self,
+        key: CallKey,
+        (m, batches, run): (usize, usize, Run),
+        part: &Part,
+        kern: &PartKernel,
+        src1: &Tensor<'_>,
+        dst_nb: [usize; 4],
+        dst: &SharedBytes<'_>,
+        work: &SharedBytes<'_>,
+    ) -> Option<Replay> {
+        let rhs_len = self.slots[part.slot].rhs.as_bytes().len();
+        for b in 0..batches {
+            if part.lhs_size == 0 {
+                let lhs = src1.data.get(b * src1.nb[2]..)?;
+                kern.check_operands(m, (lhs.as_ptr(), lhs.len()), src1.nb[1], rhs_len).ok()?;
+            }
+            // Every chunk's output block (OutputBlock::from_raw_parts' checks).
+            let at = (dst.ptr.as_ptr() as usize).checked_add(b * dst_nb[2])?;
+            if at % 4 != 0 || dst_nb[1] % 4 != 0 || (m > 1 && dst_nb[1] < run.chunk_cols.min(self.n) * 4) {
+                return None;
+            }
+        }
+        if part.lhs_size != 0 {
+            if part.region.checked_add(part.lhs_size)? > work.len {
+                return None;
+            }
+            let at = (work.ptr.as_ptr() as usize).checked_add(part.region)? as *const u8;
+            kern.check_operands(m, (at, part.lhs_size), 0, rhs_len).ok()?;
+        }
+        let rows = lhs_rows(m, kern.t.mr, part.threads.1 - part.threads.0, ith_of(&key) - part.threads.0);
+        let pack_at =
+            if part.lhs_size != 0 && !rows.is_empty() { part.region + kern.lhs_offset(rows.start) } else { 0 };
+        let ith = ith_of(&key);
+        let index = run.parts[..run.count].iter().position(|p| (p.threads.0..p.threads.1).contains(&ith))?;
+        Some(Replay { key, m, batches, run, part: index, rows: (rows.start, rows.end), pack_at })
+    }
+
+    /// Runs a kept call again (`r.key` equals this call's), or None when
+    /// this thread's vector length changed (then the full path runs and
+    /// reports it). Nothing is checked again: equal arguments pass the same
+    /// checks, and the features are part of the key.
+    #[allow(clippy::too_many_arguments)]
+    fn replay<T: ThreadTeam>(
+        &self,
+        r: &Replay,
+        src1: &Tensor<'_>,
+        dst_nb: [usize; 4],
+        dst: &SharedBytes<'_>,
+        work: &SharedBytes<'_>,
+        team: &T,
+    ) -> Option<Result<()>> {
+        let (ith, nth) = (team.ith(), team.nth());
+        let part = &r.run.parts[r.part];
+        let slot = &self.slots[part.slot];
+        let kern = slot.kernel(r.m);
+        let ok = kern.still_on_this_thread().ok()?;
+        #[cfg(test)]
+        tests::REPLAYED.with(|c| c.set(c.get() + 1));
+        let f32_scheme = self.typ == GgmlType::F32;
+        let rhs = slot.rhs.as_bytes().as_ptr();
+        let (n, m, cc) = (self.n, r.m, r.run.chunk_cols);
+        let (src, s1, s2) = (src1.data.as_ptr(), src1.nb[1], src1.nb[2]);
+        for b in 0..r.batches {
+            if r.rows.1 > r.rows.0 {
+                // SAFETY: this call equals the kept one (key: pointers,
+                // lengths, shapes, strides, team, features), whose pack_part
+                // passed its checks for these rows of every batch and wrote
+                // inside this thread's rows of the LHS region; the bytes are
+                // valid for this call (the caller's guarantees, as then).
+                unsafe {
+                    kern.pack_rows_unchecked(
+                        &ok,
+                        r.rows.1 - r.rows.0,
+                        src.add(b * s2 + r.rows.0 * s1),
+                        s1,
+                        work.ptr.as_ptr().add(r.pack_at),
+                    )
+                };
+            }
+            if ith == 0 {
+                team.chunk_set(if f32_scheme { 0 } else { nth });
+            }
+            team.barrier();
+            let (lhs, lhs_stride) = if part.lhs_size == 0 {
+                // SAFETY: b * nb[2] lies inside src1 (f32_rows, checked by the kept call).
+                (unsafe { src.add(b * s2) }, s1)
+            } else {
+                // SAFETY: region + lhs_size lies inside work (checked by the kept call).
+                (unsafe { work.ptr.as_ptr().add(part.region) }.cast_const(), 0)
+            };
+            let mut next = if f32_scheme { team.chunk_add(cc) / cc } else { ith };
+            while next < r.run.n_chunks {
+                let start = next * cc;
+                if start >= n {
+                    break;
+                }
+                let cols = start..(start + cc).min(n);
+                // SAFETY: as in compute_part, for the kept call's arguments:
+                // the chunk came from the team's counter (or is this
+                // thread's first, `ith`), so only this thread writes these
+                // columns; every column < n of every row and batch lies
+                // inside dst (f32_rows), aligned (replayable), and the
+                // operands passed check_operands (replayable).
+                unsafe {
+                    kern.run_cols_unchecked(
+                        &ok,
+                        m,
+                        cols,
+                        lhs,
+                        lhs_stride,
+                        rhs,
+                        dst.ptr.as_ptr().add(b * dst_nb[2] + start * 4).cast(),
+                        dst_nb[1],
+                    )
+                };
+                next = if f32_scheme { team.chunk_add(cc) / cc } else { team.chunk_add(1) };
+            }
+            if b + 1 != r.batches {
+                team.barrier();
+            }
+        }
+        Some(Ok(()))
     }
 
     /// The LHS rows thread `ith` packs for its layout, batch `b`.
@@ -841,6 +1035,77 @@ mod tests {
             });
         }
         dst.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+
+    thread_local! {
+        pub(super) static REPLAYED: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    }
+
+    /// The steady state: a call equal to the thread's last one on the same
+    /// weights replays it (new activations, same buffers) with the bits of
+    /// the checked path; any difference in the arguments runs the checked
+    /// path again, and a bad argument is still refused.
+    #[test]
+    fn an_identical_call_replays_with_the_same_bits() {
+        let mut rng = Rng::new(77);
+        for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
+            let (n, k) = (72, 64);
+            let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
+            let ne = [k as i64, n as i64, 1, 1];
+            let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &wb };
+            let Ok(size) = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto) else {
+                println!("replay {typ:?}: no kernel of ggml's table on this CPU (nothing to replay)");
+                continue;
+            };
+            let mut buf = crate::AlignedBuf::zeroed(size);
+            ThreadedWeights::repack(&src0, SmeSetting::Auto, buf.as_mut_slice()).unwrap();
+            let w = ThreadedWeights::open(Arc::new(buf), typ, SmeSetting::Auto, true).unwrap();
+            for m in [1, 3] {
+                let mut x = vec![0u8; 4 * k * m];
+                let mut dst = vec![0u8; 4 * m * n];
+                let mut work = vec![0u8; w.work_size(m).unwrap()];
+                let src_nb = [4, 4 * k, 4 * k * m, 4 * k * m];
+                let (dne, dnb) = ([n as i64, m as i64, 1, 1], [4, 4 * n, 4 * n * m, 4 * n * m]);
+                let call = |x: &[u8], dst: &mut [u8], work: &mut [u8]| {
+                    let src1 = Tensor { typ: GgmlType::F32, ne: [k as i64, m as i64, 1, 1], nb: src_nb, data: x };
+                    let (db, wk) = (SharedBytes::from_slice(dst), SharedBytes::from_slice(work));
+                    let before = REPLAYED.with(|c| c.get());
+                    let r = w.mul_mat(&src1, dne, dnb, &db, &wk, &SingleThread::default(), 4);
+                    (r, REPLAYED.with(|c| c.get()) > before)
+                };
+                let mut outs = Vec::new();
+                for round in 0..3 {
+                    let v = rng.vec_f32(k * m);
+                    x.copy_from_slice(&v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>());
+                    let (r, replayed) = call(&x, &mut dst, &mut work);
+                    r.unwrap();
+                    assert_eq!(replayed, round > 0, "{typ:?} m={m} round {round}");
+                    // The same activations in fresh buffers: the checked path.
+                    let mut d2 = vec![0u8; 4 * m * n];
+                    let mut w2 = vec![0u8; w.work_size(m).unwrap() + 64];
+                    let (r2, replayed2) = call(&x.clone(), &mut d2, &mut w2);
+                    r2.unwrap();
+                    assert!(!replayed2, "{typ:?} m={m}: other buffers, other key");
+                    assert_eq!(dst, d2, "{typ:?} m={m} round {round}: replay and checked path differ");
+                    outs.push(dst.clone());
+                    // Back to the first buffers: kept again by the last call, so
+                    // the next round checks again (then replays).
+                    let (r3, _) = call(&x, &mut dst, &mut work);
+                    r3.unwrap();
+                }
+                assert_ne!(outs[0], outs[1], "{typ:?}: new activations, new outputs");
+                // An output one value short: another key, and refused.
+                let short = dst.len() - 4;
+                let (r, replayed) = call(&x, &mut dst[..short], &mut work);
+                assert!(r.is_err() && !replayed, "{typ:?} m={m}: short dst {r:?}");
+                if !work.is_empty() {
+                    // A work buffer one byte short, likewise.
+                    let short = work.len() - 1;
+                    let (r, replayed) = call(&x, &mut dst, &mut work[..short]);
+                    assert!(r.is_err() && !replayed, "{typ:?} m={m}: short work buffer {r:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -539,6 +539,17 @@ impl PartKernel {
         Ok(OnThread { kernel: self, _thread: PhantomData })
     }
 
+    /// [`on_this_thread`](Self::on_this_thread) for a thread on which it
+    /// passed before with the features of now (the caller compares them):
+    /// only the vector length, which a thread can change, is read again.
+    pub(crate) fn still_on_this_thread(&self) -> Result<OnThread<'_>> {
+        let live = crate::families::engine::live_vector_bytes(self.info);
+        if self.vector_bytes != 0 && live != self.vector_bytes {
+            return self.on_this_thread(); // the full check, and its message
+        }
+        Ok(OnThread { kernel: self, _thread: PhantomData })
+    }
+
     /// Bytes of the packed LHS of `m` rows (0 for `Direct` kernels).
     pub(crate) fn lhs_size(&self, m: usize) -> usize {
         #[cfg(target_arch = "aarch64")]
@@ -606,6 +617,104 @@ impl PartKernel {
         Ok(())
     }
 
+    /// The checks of [`run_cols`](Self::run_cols) that do not depend on the
+    /// columns: the packed weights' length, and the LHS (packed: its size
+    /// for `m` rows; read directly: `m` aligned f32 rows `lhs_stride` bytes
+    /// apart).
+    pub(crate) fn check_operands(
+        &self,
+        m: usize,
+        lhs: (*const u8, usize),
+        lhs_stride: usize,
+        rhs_len: usize,
+    ) -> Result<()> {
+        let k = self.k;
+        if m == 0 {
+            return Err(Error::ZeroDimension { what: "m" });
+        }
+        if rhs_len != self.rhs_len {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes of packed weights, this kernel was resolved for {}",
+                rhs_len, self.rhs_len
+            )));
+        }
+        if self.packer == LhsPacker::Direct {
+            let len = (m - 1).checked_mul(lhs_stride).and_then(|v| v.checked_add(k * 4));
+            if lhs_stride % 4 != 0 || (m > 1 && lhs_stride < k * 4) || (lhs.0 as usize) % 4 != 0 {
+                return Err(Error::InvalidArgument(format!("LHS rows {lhs_stride} bytes apart")));
+            }
+            crate::error::at_least(lhs.1, len.ok_or_else(|| Error::Overflow("LHS".into()))?, "LHS")?;
+        } else {
+            crate::error::at_least(lhs.1, self.lhs_size(m), "packed LHS")?;
+        }
+        Ok(())
+    }
+
+    /// [`pack_rows`](Self::pack_rows) without its checks: the steady-state
+    /// path of a call whose arguments passed them before.
+    ///
+    /// # Safety
+    /// `pack_rows(ok, h, src_slice, stride, out_slice)` passed its checks
+    /// for slices at `src` and `out` of the lengths it checks, those bytes
+    /// are still valid (reads of `src`, exclusive writes of `out`), and `ok`
+    /// vouches for this kernel on this thread.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn pack_rows_unchecked(
+        &self,
+        ok: &OnThread<'_>,
+        h: usize,
+        src: *const u8,
+        stride: usize,
+        out: *mut u8,
+    ) {
+        debug_assert!(core::ptr::eq(ok.kernel, self));
+        let _ = ok;
+        if self.packer == LhsPacker::Direct {
+            return;
+        }
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the caller's guarantee: the same arguments passed
+        // `pack_rows`' checks (see its SAFETY comment).
+        unsafe {
+            ffi::pack(self.packer, h, self.k, self.lhs_bl, &self.t, src.cast(), stride, out)
+        };
+        #[cfg(not(target_arch = "aarch64"))]
+        let _ = (h, src, stride, out);
+    }
+
+    /// [`run_cols`](Self::run_cols) without its checks: the steady-state
+    /// path of a call whose operands passed them before.
+    ///
+    /// # Safety
+    /// [`check_operands`](Self::check_operands) passed for `m`, the LHS at
+    /// `lhs` and the RHS at `rhs` (lengths as it checks, still valid for
+    /// reads); `cols` is non-empty, within `n`, starts at a multiple of
+    /// `n_step`; `out` is an exclusive `m x cols.len()` block of aligned f32
+    /// rows `row_stride` bytes apart (as `OutputBlock::from_raw_parts`
+    /// requires and checks); `ok` vouches for this kernel on this thread.
+    #[allow(clippy::too_many_arguments)] // the kernel's operands
+    pub(crate) unsafe fn run_cols_unchecked(
+        &self,
+        ok: &OnThread<'_>,
+        m: usize,
+        cols: Range<usize>,
+        lhs: *const u8,
+        lhs_stride: usize,
+        rhs: *const u8,
+        out: *mut f32,
+        row_stride: usize,
+    ) {
+        debug_assert!(core::ptr::eq(ok.kernel, self));
+        let _ = ok;
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the caller's guarantees are run_cols' checks, passed.
+        unsafe {
+            ffi::run(self, m, cols, lhs, lhs_stride, rhs, out, row_stride)
+        };
+        #[cfg(not(target_arch = "aarch64"))]
+        let _ = (m, cols, lhs, lhs_stride, rhs, out, row_stride);
+    }
+
     /// Computes columns `cols` (`cols.start` a multiple of `n_step`) of all
     /// `m` output rows into `out` (`m x cols.len()`). `lhs` is the packed
     /// LHS of `m` rows, or for `Direct` kernels the f32 rows themselves,
@@ -621,7 +730,7 @@ impl PartKernel {
         rhs: &[u8],
         out: &mut OutputBlock<'_>,
     ) -> Result<()> {
-        let (n, k) = (self.n, self.k);
+        let n = self.n;
         if !core::ptr::eq(ok.kernel, self) {
             return Err(Error::InvalidArgument("thread check of another kernel".into()));
         }
@@ -636,23 +745,7 @@ impl PartKernel {
                 cols.len()
             )));
         }
-        let r = rhs;
-        if r.len() != self.rhs_len {
-            return Err(Error::InvalidArgument(format!(
-                "{} bytes of packed weights, this kernel was resolved for {}",
-                r.len(),
-                self.rhs_len
-            )));
-        }
-        if self.packer == LhsPacker::Direct {
-            let len = (m - 1).checked_mul(lhs_stride).and_then(|v| v.checked_add(k * 4));
-            if lhs_stride % 4 != 0 || (m > 1 && lhs_stride < k * 4) || (lhs.as_ptr() as usize) % 4 != 0 {
-                return Err(Error::InvalidArgument(format!("LHS rows {lhs_stride} bytes apart")));
-            }
-            crate::error::at_least(lhs.len(), len.ok_or_else(|| Error::Overflow("LHS".into()))?, "LHS")?;
-        } else {
-            crate::error::at_least(lhs.len(), self.lhs_size(m), "packed LHS")?;
-        }
+        self.check_operands(m, (lhs.as_ptr(), lhs.len()), lhs_stride, rhs.len())?;
         #[cfg(target_arch = "aarch64")]
         // SAFETY: the CPU runs the kernel at the vector length the weights
         // were packed for (`ok`, for this kernel); `rhs` has the length of
@@ -662,10 +755,10 @@ impl PartKernel {
         // rows (or m f32 rows `lhs_stride` apart); `out` is an exclusive
         // m x cols block (OutputBlock's contract), rows `row_stride` bytes apart.
         unsafe {
-            ffi::run(self, m, cols, lhs.as_ptr(), lhs_stride, r.as_ptr(), out.ptr.as_ptr(), out.row_stride)
+            ffi::run(self, m, cols, lhs.as_ptr(), lhs_stride, rhs.as_ptr(), out.ptr.as_ptr(), out.row_stride)
         };
         #[cfg(not(target_arch = "aarch64"))]
-        let _ = (lhs, out);
+        let _ = (lhs, rhs, out);
         Ok(())
     }
 }
