@@ -143,6 +143,23 @@ pub enum Error {
         /// Why it is refused.
         why: String,
     },
+    /// A pointer that must not be null is null.
+    #[error("{what} is NULL")]
+    Null {
+        /// Which pointer.
+        what: &'static str,
+    },
+    /// Rows of a buffer lie too close together (they would overlap) or at a
+    /// distance the element type does not divide.
+    #[error("{what}: rows {stride} bytes apart {why}")]
+    Stride {
+        /// Which buffer.
+        what: &'static str,
+        /// The distance between rows given, in bytes.
+        stride: usize,
+        /// What the rows need instead.
+        why: String,
+    },
     /// A packed-weight file or ggml container that cannot be loaded.
     #[error("{what} rejected: {reason}")]
     File {
@@ -220,6 +237,23 @@ pub enum FileError {
         /// The vector length here.
         here_bits: usize,
     },
+}
+
+impl Error {
+    /// A packed-weight file rejected for `reason`.
+    pub(crate) fn packed_file(reason: FileError) -> Error {
+        Error::File { what: "packed-weight file", reason }
+    }
+
+    /// A ggml container rejected for `reason`.
+    pub(crate) fn ggml_container(reason: FileError) -> Error {
+        Error::File { what: "ggml container", reason }
+    }
+
+    /// An [`Error::BadValue`].
+    pub(crate) fn bad_value(what: &'static str, value: impl core::fmt::Display, why: impl Into<String>) -> Error {
+        Error::BadValue { what, value: value.to_string(), why: why.into() }
+    }
 }
 
 /// `a * b`, or an [`Error::Overflow`] naming `what`.

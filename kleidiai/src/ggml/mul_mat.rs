@@ -28,7 +28,7 @@
 
 use super::tensor::{GgmlType, Tensor, TensorMut};
 use crate::cpu::{CpuFeature, Features};
-use crate::error::{Error, Result};
+use crate::error::{Error, FileError, Result};
 use crate::formats::{BlockInt4, FloatWeights, Order, Q4_0};
 use crate::packed::Clamp;
 use crate::par::Parallelism;
@@ -309,16 +309,16 @@ impl GgmlWeights {
     /// (the start of the buffer 64-byte aligned).
     pub fn from_shared(bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>, verify: bool) -> Result<GgmlWeights> {
         let data = (*bytes).as_ref();
-        let bad = |why: String| Error::InvalidArgument(format!("repacked ggml weights rejected: {why}"));
+        let bad = |why: String| Error::ggml_container(FileError::Header(why));
         if data.len() < CONTAINER_FIXED || data[0..8] != CONTAINER_MAGIC {
-            return Err(bad("not a kleidiai-rs ggml container (wrong magic or too short)".into()));
+            return Err(Error::ggml_container(FileError::Magic));
         }
         let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().expect("4 bytes"));
         let u64_at = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes"));
         if u32_at(8) != 1 {
-            return Err(bad(format!("container version {}", u32_at(8))));
+            return Err(Error::ggml_container(FileError::Version { found: u32_at(8), supported: 1 }));
         }
-        let typ = GgmlType::from_id(u32_at(12))?;
+        let typ = GgmlType::from_id(u32_at(12)).map_err(|e| bad(e.to_string()))?;
         let (k, n) = (usize::try_from(u64_at(16)), usize::try_from(u64_at(24)));
         let (Ok(k), Ok(n)) = (k, n) else { return Err(Error::Overflow("container shape".into())) };
         if data[44..CONTAINER_FIXED].iter().any(|b| *b != 0) {
@@ -330,19 +330,23 @@ impl GgmlWeights {
         }
         let table = CONTAINER_FIXED + (count * 16).div_ceil(64) * 64;
         if data.len() < table {
-            return Err(bad("truncated batch table".into()));
+            let (need, have) = (table as u64, data.len() as u64);
+            return Err(Error::ggml_container(FileError::Truncated { part: "batch table".into(), need, have }));
         }
         let mut head = data[..table].to_vec();
         head[40..44].fill(0);
         if crc32fast::hash(&head) != u32_at(40) {
-            return Err(bad("container header checksum mismatch (corrupted or tampered)".into()));
+            return Err(Error::ggml_container(FileError::Checksum { part: "container header".into() }));
         }
         let mut batches = Vec::with_capacity(count);
         for i in 0..count {
             let at = CONTAINER_FIXED + 16 * i;
             let (off, len) = (u64_at(at), u64_at(at + 8));
             let end = off.checked_add(len).filter(|e| *e <= data.len() as u64);
-            let Some(end) = end else { return Err(bad(format!("batch {i} lies outside the {} bytes", data.len()))) };
+            let Some(end) = end else {
+                let (part, need, have) = (format!("batch {i}"), off.saturating_add(len), data.len() as u64);
+                return Err(Error::ggml_container(FileError::Truncated { part, need, have }));
+            };
             if off < table as u64 || off % 64 != 0 {
                 return Err(bad(format!("batch {i} offset {off} is misaligned or overlaps the header")));
             }
@@ -351,7 +355,8 @@ impl GgmlWeights {
             let w =
                 if verify { PackedWeights::from_shared(view)? } else { PackedWeights::from_shared_unverified(view)? };
             if w.n() != n || w.k() != k {
-                return Err(bad(format!("batch {i} is {}x{}, the container says {n}x{k}", w.n(), w.k())));
+                let why = format!("batch {i} is {}x{}, the container says {n}x{k}", w.n(), w.k());
+                return Err(Error::ggml_container(FileError::Layout { slot: i, why }));
             }
             batches.push(w);
         }

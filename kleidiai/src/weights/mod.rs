@@ -35,7 +35,7 @@ pub mod policy;
 
 use crate::buffer::AlignedBuf;
 use crate::cpu::Features;
-use crate::error::{Error, Result};
+use crate::error::{Error, FileError, Result};
 use crate::families::engine::Prepared;
 use crate::formats::{
     BlockInt4, BlockScales, FloatElement, FloatWeights, Int4AsymBlock, Int4Blocks, Int4Encoding, Int4PerChannel,
@@ -803,14 +803,15 @@ fn zero_weights(kind: WeightKind, n: usize, k: usize, bl: usize) -> Result<Owned
 /// a stored payload of `payload` bytes must match exactly: a kernel trusts
 /// the packed size its layout implies. Every packed RHS format is a run of
 /// `r`-row blocks of one size, so packing one block of zero rows gives it.
-fn packed_len(b: &dyn Backend, kind: WeightKind, layout: &PackedLayout, payload: u64) -> Result<usize> {
+fn packed_len(b: &dyn Backend, kind: WeightKind, layout: &PackedLayout, payload: u64, slot: usize) -> Result<usize> {
     let (r, k) = (layout.r.max(1), layout.k);
     let blocks = layout.rows.div_ceil(r);
     // Every packed format holds at least 4 bits per (padded) weight: a
     // shorter payload is wrong, and the bound keeps the probe below within
     // a small multiple of the payload.
     if (payload as u128) < (blocks as u128) * (r as u128) * (k as u128) / 2 {
-        return Err(Error::InvalidArgument(format!("payload of {payload} bytes is too short for {layout}")));
+        let why = format!("payload of {payload} bytes is too short for {layout}");
+        return Err(Error::packed_file(FileError::Layout { slot, why }));
     }
     let probe = zero_weights(kind, r, k, layout.bl)?;
     let block = b.pack(&probe.as_ref())?;
@@ -1429,16 +1430,16 @@ impl PackedWeights {
         let data = (*bytes).as_ref();
         let h = if verify { file::FileHeader::parse(data)? } else { file::FileHeader::parse_unverified(data)? };
         if h.kleidiai_version != crate::sys::KLEIDIAI_VERSION {
-            return Err(Error::InvalidArgument(format!(
-                "packed with KleidiAI {}, this build uses {}: layouts may differ, repack",
-                h.kleidiai_version,
-                crate::sys::KLEIDIAI_VERSION
-            )));
+            return Err(Error::packed_file(FileError::KleidiaiVersion {
+                file: h.kleidiai_version,
+                build: crate::sys::KLEIDIAI_VERSION,
+            }));
         }
-        let kind = WeightKind::from_id(h.weight_kind)
-            .ok_or_else(|| Error::InvalidArgument(format!("unknown weight kind id {}", h.weight_kind)))?;
+        let kind = WeightKind::from_id(h.weight_kind).ok_or_else(|| {
+            Error::packed_file(FileError::Header(format!("unknown weight kind id {}", h.weight_kind)))
+        })?;
         let activation = DType::from_id(h.output)
-            .ok_or_else(|| Error::InvalidArgument(format!("unknown activation type id {}", h.output)))?;
+            .ok_or_else(|| Error::packed_file(FileError::Header(format!("unknown activation type id {}", h.output))))?;
         let (n, k) = (usize::try_from(h.n), usize::try_from(h.k));
         let (Ok(n), Ok(k)) = (n, k) else { return Err(Error::Overflow("shape does not fit usize".into())) };
         let f = Features::current();
@@ -1447,10 +1448,7 @@ impl PackedWeights {
         // PackedWeights::to_bytes writes one slot per GEMM kernel.
         for (i, s) in h.slots.iter().enumerate() {
             if h.slots[..i].iter().any(|t| t.gemm_kernel == s.gemm_kernel) {
-                return Err(Error::InvalidArgument(format!(
-                    "packed-weight file rejected: two slots for {}",
-                    s.gemm_kernel
-                )));
+                return Err(Error::packed_file(FileError::Header(format!("two slots for {}", s.gemm_kernel))));
             }
         }
         for (i, s) in h.slots.iter().enumerate() {
@@ -1463,11 +1461,11 @@ impl PackedWeights {
                         Some(Box::new(p) as Box<dyn Backend>)
                     }
                     _ => {
-                        return Err(Error::InvalidArgument(format!(
-                            "packed-weight file rejected: slot {i} keeps {kind:?} weights as given for {}, which \
-                             does not pack them per call",
+                        let why = format!(
+                            "keeps {kind:?} weights as given for {}, which does not pack them per call",
                             s.gemm_kernel
-                        )));
+                        );
+                        return Err(Error::packed_file(FileError::Layout { slot: i, why }));
                     }
                 },
                 other => other,
@@ -1505,13 +1503,11 @@ impl PackedWeights {
             let len = if PerCall::is_format(want.format) {
                 per_call_len(&want, s.format.contains("bias"))?
             } else {
-                packed_len(&*gemm, kind, &want, s.len)?
+                packed_len(&*gemm, kind, &want, s.len, i)?
             };
             if len as u64 != s.len {
-                return Err(Error::InvalidArgument(format!(
-                    "packed-weight file rejected: slot {i} holds {} bytes, {want} packs to {len}",
-                    s.len
-                )));
+                let why = format!("holds {} bytes, {want} packs to {len}", s.len);
+                return Err(Error::packed_file(FileError::Layout { slot: i, why }));
             }
             let range = s.offset as usize..(s.offset + s.len) as usize;
             let rhs = if zero_copy {
@@ -1531,16 +1527,13 @@ impl PackedWeights {
                     }
                 });
                 let g = g.ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "slot {i}: GEMV kernel {} is not in this build or does not take these weights",
-                        s.gemv_kernel
-                    ))
+                    let why =
+                        format!("GEMV kernel {} is not in this build or does not take these weights", s.gemv_kernel);
+                    Error::packed_file(FileError::Layout { slot: i, why })
                 })?;
                 if g.rhs_layout(n, k, s.bl as usize)? != want {
-                    return Err(Error::InvalidArgument(format!(
-                        "slot {i}: GEMV kernel {} needs another layout",
-                        s.gemv_kernel
-                    )));
+                    let why = format!("GEMV kernel {} needs another layout", s.gemv_kernel);
+                    return Err(Error::packed_file(FileError::Layout { slot: i, why }));
                 }
                 Some(g)
             };

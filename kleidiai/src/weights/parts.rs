@@ -256,7 +256,7 @@ impl PackedWeights {
                 Some(_) => continue,
             }
             let layout = g.rhs_layout(n, k, bl)?;
-            let len = packed_len(&*g, kind, &layout, u64::MAX)?;
+            let len = packed_len(&*g, kind, &layout, u64::MAX, 0)?;
             lens.push(len);
             first_sme.get_or_insert(g.info().is_sme());
         }
