@@ -273,7 +273,7 @@ pub unsafe extern "C" fn kairs_repack(
         // SAFETY: caller guarantees `dst_size` writable bytes at `dst`.
         let out = unsafe { bytes_mut(dst, dst_size, "dst") }?;
         if out.len() < ser.len() {
-            return Err(Error::BufferLength { what: "repack destination", got: out.len(), need: ser.len() });
+            return Err(Error::ByteLength { what: "repack destination", got: out.len(), need: ser.len() });
         }
         if out.as_ptr() as usize % 64 != 0 {
             return Err(invalid("repack destination must be 64-byte aligned"));

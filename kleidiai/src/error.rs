@@ -250,6 +250,11 @@ impl Error {
         Error::File { what: "ggml container", reason }
     }
 
+    /// An [`Error::OutOfRange`] for index `index` of `len`.
+    pub(crate) fn out_of_range(what: &'static str, index: usize, len: usize) -> Error {
+        Error::OutOfRange { what, index: i64::try_from(index).unwrap_or(i64::MAX), len }
+    }
+
     /// An [`Error::BadValue`].
     pub(crate) fn bad_value(what: &'static str, value: impl core::fmt::Display, why: impl Into<String>) -> Error {
         Error::BadValue { what, value: value.to_string(), why: why.into() }
@@ -269,6 +274,11 @@ pub(crate) fn nonzero(v: usize, what: &'static str) -> Result<()> {
 /// Checks `got >= need`.
 pub(crate) fn at_least(got: usize, need: usize, what: &'static str) -> Result<()> {
     if got < need { Err(Error::BufferLength { what, got, need }) } else { Ok(()) }
+}
+
+/// Checks a byte buffer holds `need` bytes ([`Error::ByteLength`]).
+pub(crate) fn at_least_bytes(got: usize, need: usize, what: &'static str) -> Result<()> {
+    if got < need { Err(Error::ByteLength { what, got, need }) } else { Ok(()) }
 }
 
 /// Checks `value % multiple == 0`.

@@ -228,11 +228,11 @@ impl<'a> BlockInt4<'a> {
                     Order::NxK => error::mul(n, k.div_ceil(2), "int4 weights")?,
                     Order::KxN => error::mul(k, n.div_ceil(2), "int4 weights")?,
                 };
-                error::at_least(w.data.len(), len, "int4 weight data")?;
+                error::at_least_bytes(w.data.len(), len, "int4 weight data")?;
                 error::at_least(w.scales.len(), blocks, "int4 block scales")?;
             }
             BlockInt4::Q4_0(w) => {
-                error::at_least(w.data.len(), error::mul(blocks, Q4_0_BLOCK_BYTES, "Q4_0 data")?, "Q4_0 data")?;
+                error::at_least_bytes(w.data.len(), error::mul(blocks, Q4_0_BLOCK_BYTES, "Q4_0 data")?, "Q4_0 data")?;
             }
         }
         if let Some(b) = self.bias() {

@@ -129,7 +129,7 @@ pub fn parse_sme_setting(value: Option<&str>) -> Result<Option<usize>> {
             .trim()
             .parse::<usize>()
             .map(Some)
-            .map_err(|_| Error::InvalidArgument(format!("{SME_ENV}='{v}' is not a non-negative integer"))),
+            .map_err(|_| Error::bad_value(SME_ENV, format!("'{v}'"), "not a non-negative integer")),
     }
 }
 
@@ -208,10 +208,11 @@ impl GgmlWeights {
         let d = src0.check("src0")?;
         let (k, n) = (d[0], d[1]);
         if d[3] != 1 || (d[2] != 1 && src0.typ != GgmlType::F16) {
-            return Err(Error::InvalidArgument(format!(
-                "src0 of type {:?} must be 2-D here (ne = {:?}); only F16 weights may be batched (ne[2])",
-                src0.typ, src0.ne
-            )));
+            return Err(Error::ShapeMismatch {
+                what: "src0 (only F16 weights may be batched, ne[2])",
+                got: format!("{:?} ne {:?}", src0.typ, src0.ne),
+                want: "2-D".into(),
+            });
         }
         let f = ggml_features()?;
         let second = second_slot_allowed();
@@ -440,30 +441,36 @@ impl GgmlWeights {
         par: Parallelism,
         scratch: &mut MulMatScratch,
     ) -> Result<()> {
-        if src1.typ != GgmlType::F32 || dst.typ != GgmlType::F32 {
-            return Err(Error::InvalidArgument(format!(
-                "mul_mat takes F32 activations and output (got {:?} and {:?})",
-                src1.typ, dst.typ
-            )));
+        if src1.typ != GgmlType::F32 {
+            return Err(Error::ElementType {
+                what: "mul_mat activations (src1)",
+                expected: "F32",
+                got: src1.typ.name(),
+            });
+        }
+        if dst.typ != GgmlType::F32 {
+            return Err(Error::ElementType { what: "mul_mat output (dst)", expected: "F32", got: dst.typ.name() });
         }
         let a = src1.check("src1")?;
         let o = dst.check("dst")?;
         let (k, n) = (self.k, self.n);
         let (m, ne12) = (a[1], a[2]);
         if a[0] != k {
-            return Err(Error::InvalidArgument(format!("src1 rows hold {} values, the weights take k = {k}", a[0])));
+            let (got, want) = (a[0].to_string(), format!("k = {k} (the weights')"));
+            return Err(Error::ShapeMismatch { what: "src1 row length ne[0]", got, want });
         }
         if a[3] != 1 || o[3] != 1 {
-            return Err(Error::InvalidArgument("4-D (ne[3] > 1) mul_mat is not supported".into()));
+            let got = format!("src1 ne[3] = {}, dst ne[3] = {}", a[3], o[3]);
+            return Err(Error::ShapeMismatch { what: "mul_mat (4-D is not supported)", got, want: "ne[3] = 1".into() });
         }
         if o[0] != n || o[1] != m || o[2] != ne12 {
-            return Err(Error::InvalidArgument(format!("dst ne {:?} must be [{n}, {m}, {ne12}, 1]", dst.ne)));
+            let (got, want) = (format!("{:?}", dst.ne), format!("[{n}, {m}, {ne12}, 1]"));
+            return Err(Error::ShapeMismatch { what: "dst ne", got, want });
         }
         let ne02 = self.batches.len();
         if ne12 % ne02 != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "src1 batches ({ne12}) are not a multiple of the weight batches ({ne02})"
-            )));
+            let context = "the weight batches ggml broadcasts".into();
+            return Err(Error::NotMultiple { what: "src1 batches", value: ne12, multiple: ne02, context });
         }
         let r = ne12 / ne02;
         let MulMatScratch { inner, second, lhs, out } = scratch;
@@ -513,10 +520,11 @@ impl GgmlWeights {
     pub fn get_rows(&self, rows: &[i64], dst: &mut [f32]) -> Result<()> {
         crate::error::at_least(dst.len(), crate::error::mul(rows.len(), self.k, "get_rows")?, "get_rows output")?;
         for (i, &r) in rows.iter().enumerate() {
-            let r = usize::try_from(r)
-                .ok()
-                .filter(|r| *r < self.n)
-                .ok_or_else(|| Error::InvalidArgument(format!("row index {r} outside 0..{}", self.n)))?;
+            let r = usize::try_from(r).ok().filter(|r| *r < self.n).ok_or(Error::OutOfRange {
+                what: "row index",
+                index: r,
+                len: self.n,
+            })?;
             self.batches[0].row(r, &mut dst[i * self.k..(i + 1) * self.k])?;
         }
         Ok(())

@@ -71,6 +71,14 @@ impl DType {
     fn from_id(id: u32) -> Option<DType> {
         [DType::F32, DType::F16, DType::Bf16].into_iter().find(|d| d.id() == id)
     }
+    /// The name errors print (as `Debug` does).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            DType::Bf16 => "Bf16",
+        }
+    }
 }
 
 /// Activations (the LHS, `m x k`, dense).
@@ -182,6 +190,18 @@ impl WeightKind {
     }
     fn from_id(id: u32) -> Option<WeightKind> {
         Self::ALL.into_iter().find(|k| k.id() == id)
+    }
+    /// The name errors print (as `Debug` does).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            WeightKind::F32 => "F32",
+            WeightKind::F16 => "F16",
+            WeightKind::Bf16 => "Bf16",
+            WeightKind::Int8PerChannel => "Int8PerChannel",
+            WeightKind::Int4PerChannel => "Int4PerChannel",
+            WeightKind::Int4Block => "Int4Block",
+            WeightKind::Int4AsymBlock => "Int4AsymBlock",
+        }
     }
 }
 
@@ -322,7 +342,7 @@ impl WeightsRef<'_> {
             WeightsRef::F32(w) => Ok((w.to_f32_nxk()?, bias(w.bias, w.n))),
             WeightsRef::F16(w) => Ok((w.to_f32_nxk()?, bias(w.bias, w.n))),
             WeightsRef::Bf16(w) => Ok((w.to_f32_nxk()?, bias(w.bias, w.n))),
-            other => Err(Error::InvalidArgument(format!("{} are not dense floats", other.kind_name()))),
+            other => Err(Error::ElementType { what: "weights", expected: "dense float", got: other.kind_name() }),
         }
     }
     /// A private copy (Q8_0 requantised to int8 per channel).
@@ -592,12 +612,10 @@ fn reference(w: WeightsRef<'_>, m: usize, x: Activation<'_>, y: ActivationMut<'_
         (WeightsRef::Int4AsymBlock(w), A::F16(x), Y::F16(y)) => {
             fam::matmul_clamp_f16_qsi8d32p_qai4c32p::reference(m, x, &w, clamp, y)
         }
-        (w, x, y) => Err(Error::InvalidArgument(format!(
-            "no operation takes {} with {:?} activations and {:?} outputs",
-            w.kind_name(),
-            x.dtype(),
-            y.dtype()
-        ))),
+        (_, x, y) if x.dtype() != y.dtype() => {
+            Err(Error::ElementType { what: "outputs", expected: x.dtype().name(), got: y.dtype().name() })
+        }
+        (w, x, _) => Err(Error::NoOperation { weights: w.kind_name(), activation: x.dtype().name() }),
     }
 }
 
@@ -864,11 +882,7 @@ impl PackedWeights {
     pub fn pack(w: &WeightsRef<'_>, opts: &PackOptions) -> Result<PackedWeights> {
         w.validate()?;
         if !operation_exists(w.kind(), opts.activation) {
-            return Err(Error::InvalidArgument(format!(
-                "no operation takes {} with {:?} activations",
-                w.kind_name(),
-                opts.activation
-            )));
+            return Err(Error::NoOperation { weights: w.kind_name(), activation: opts.activation.name() });
         }
         if let WeightsRef::Int4AsymBlock(a) = w {
             // The asymmetric int4 kernels and their reference read whole
@@ -953,10 +967,8 @@ impl PackedWeights {
                     Some(name) => match resolve(name)? {
                         Some(v) if sme || !v.info().is_sme() => {
                             if v.rhs_layout(n, k, bl)? != layout {
-                                return Err(Error::InvalidArgument(format!(
-                                    "{name} does not read {}'s packed layout",
-                                    p.gemm
-                                )));
+                                let why = format!("does not read {}'s packed layout", p.gemm);
+                                return Err(Error::WrongFamily { kernel: name, why });
                             }
                             Some(v)
                         }
@@ -1009,7 +1021,16 @@ impl PackedWeights {
         let (p, rhs) = self.per_call_slot()?;
         Some(match (x, y) {
             (Activation::F32(x), ActivationMut::F32(y)) => p.reference(m, x, rhs, y, clamp, &mut work.per_call),
-            _ => Err(Error::InvalidArgument("weights kept as given take f32 activations".into())),
+            (Activation::F32(_), y) => Err(Error::ElementType {
+                what: "outputs of weights kept as given",
+                expected: "F32",
+                got: y.dtype().name(),
+            }),
+            (x, _) => Err(Error::ElementType {
+                what: "activations of weights kept as given",
+                expected: "F32",
+                got: x.dtype().name(),
+            }),
         })
     }
 
@@ -1142,12 +1163,9 @@ impl PackedWeights {
     fn check_call(&self, m: usize, x: &Activation<'_>, y: &ActivationMut<'_>) -> Result<()> {
         crate::error::nonzero(m, "m")?;
         if x.dtype() != self.activation || y.dtype() != self.activation {
-            return Err(Error::InvalidArgument(format!(
-                "weights were packed for {:?} activations, got {:?} in and {:?} out",
-                self.activation,
-                x.dtype(),
-                y.dtype()
-            )));
+            let (what, got) =
+                if x.dtype() != self.activation { ("activations", x.dtype()) } else { ("outputs", y.dtype()) };
+            return Err(Error::ElementType { what, expected: self.activation.name(), got: got.name() });
         }
         Ok(())
     }
@@ -1338,7 +1356,7 @@ impl PackedWeights {
     /// (or the reference copy).
     pub fn row(&self, row: usize, out: &mut [f32]) -> Result<()> {
         if row >= self.n {
-            return Err(Error::InvalidArgument(format!("row {row} of {}", self.n)));
+            return Err(Error::out_of_range("row", row, self.n));
         }
         crate::error::at_least(out.len(), self.k, "row output")?;
         if let Some(s) = self.slots.first() {
