@@ -160,6 +160,16 @@ pub enum Error {
         /// What the rows need instead.
         why: String,
     },
+    /// A KleidiAI kernel and its packer (or this crate's reading of them)
+    /// disagree about a layout: a check of the wrapper's assumptions about
+    /// upstream, not of the caller's input (please report it).
+    #[error("{kernel}: {why} (the kernel and its packer disagree; please report it)")]
+    PackerMismatch {
+        /// Upstream kernel (or packer) name.
+        kernel: &'static str,
+        /// The disagreement, with both values.
+        why: String,
+    },
     /// A packed-weight file or ggml container that cannot be loaded.
     #[error("{what} rejected: {reason}")]
     File {

@@ -301,9 +301,11 @@ impl<'a> BlockInt4<'a> {
                 let x = native.value_of(self.native_scale_bits(n, b));
                 let bits = if native == ty { self.native_scale_bits(n, b) } else { ty.bits_of(x) };
                 if x.is_finite() && !ty.value_of(bits).is_finite() {
-                    return Err(Error::InvalidArgument(format!(
-                        "scale {x} of channel {n}, block {b} does not fit {ty:?}"
-                    )));
+                    return Err(Error::bad_value(
+                        "block scale",
+                        x,
+                        format!("of channel {n}, block {b} does not fit {ty:?}"),
+                    ));
                 }
                 out.push(bits);
             }

@@ -58,7 +58,11 @@ impl UInt2PerChannel<'_> {
     pub fn code(&self, n: usize, k: usize) -> Result<u8> {
         self.validate()?;
         if n >= self.n || k >= self.k {
-            return Err(crate::Error::InvalidArgument(format!("index ({n}, {k}) outside {}x{}", self.n, self.k)));
+            return Err(crate::Error::bad_value(
+                "index",
+                format!("({n}, {k})"),
+                format!("outside {}x{}", self.n, self.k),
+            ));
         }
         Ok(self.code_unchecked(n, k))
     }
