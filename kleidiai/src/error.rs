@@ -124,6 +124,16 @@ pub enum Error {
         /// The element type given.
         got: &'static str,
     },
+    /// A numeric type id (a ggml type) this crate does not take.
+    #[error("{what} {id} is not supported ({known})")]
+    UnknownType {
+        /// Which type id.
+        what: &'static str,
+        /// The id given.
+        id: i64,
+        /// The ids that are supported.
+        known: &'static str,
+    },
     /// No operation takes these weights with these activations.
     #[error("no operation takes {weights} with {activation} activations")]
     NoOperation {

@@ -18,6 +18,9 @@ pub enum GgmlType {
 }
 
 impl GgmlType {
+    /// The ids [`from_id`](Self::from_id) takes, for messages.
+    pub(crate) const KNOWN: &'static str = "F32=0, F16=1, Q4_0=2, Q8_0=8";
+
     /// From ggml's numeric id.
     pub fn from_id(id: u32) -> Result<GgmlType> {
         match id {
@@ -25,12 +28,12 @@ impl GgmlType {
             1 => Ok(GgmlType::F16),
             2 => Ok(GgmlType::Q4_0),
             8 => Ok(GgmlType::Q8_0),
-            other => Err(Error::bad_value("ggml type", other, "not supported (F32=0, F16=1, Q4_0=2, Q8_0=8)")),
+            other => Err(Error::UnknownType { what: "ggml type", id: other.into(), known: Self::KNOWN }),
         }
     }
 
-    /// The name errors print (as `Debug` does).
-    pub(crate) fn name(self) -> &'static str {
+    /// ggml's name of the type (as `Debug` prints it).
+    pub fn name(self) -> &'static str {
         match self {
             GgmlType::F32 => "F32",
             GgmlType::F16 => "F16",
