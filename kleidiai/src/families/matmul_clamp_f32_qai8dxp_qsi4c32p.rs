@@ -687,7 +687,7 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != FORMAT_QSI4C32P && l.format != FORMAT_QSI4C32PS1S0 {
-            return Err(crate::Error::bad_value("packed RHS format", l.format, format!("not a qsi4c32p format")));
+            return Err(crate::Error::bad_value("packed RHS format", l.format, "not a qsi4c32p format"));
         }
         if row >= l.rows {
             return Err(crate::Error::out_of_range("row", row, l.rows));

@@ -775,11 +775,7 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if ![FORMAT_SCALEF16, FORMAT_PS1S0SCALEF16, FORMAT_PS4S0SF16].contains(&l.format) {
-            return Err(crate::Error::bad_value(
-                "packed RHS format",
-                l.format,
-                format!("not an f16-scale qsi4c32 format"),
-            ));
+            return Err(crate::Error::bad_value("packed RHS format", l.format, "not an f16-scale qsi4c32 format"));
         }
         if row >= l.rows {
             return Err(crate::Error::out_of_range("row", row, l.rows));

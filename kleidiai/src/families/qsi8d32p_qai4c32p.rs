@@ -626,7 +626,7 @@ mod imp {
     pub(crate) fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != FORMAT_QAI4C32P && l.format != FORMAT_QAI4C32PS1S0NRX4 {
-            return Err(crate::Error::bad_value("packed RHS format", l.format, format!("not a qai4c32 packed RHS")));
+            return Err(crate::Error::bad_value("packed RHS format", l.format, "not a qai4c32 packed RHS"));
         }
         if row >= l.rows {
             return Err(crate::Error::out_of_range("row", row, l.rows));
