@@ -27,7 +27,8 @@
 // Status: success.
 #define KAIRS_OK 0
 
-// Status: bad argument (shape, stride, type, null pointer).
+// Status: bad argument without a code of its own (a null pointer,
+// overlapping buffers).
 #define KAIRS_ERR_INVALID -1
 
 // Status: no kernel runs here, or packed for another CPU or vector length.
@@ -36,14 +37,59 @@
 // Status: packed data does not fit the kernel or is corrupted.
 #define KAIRS_ERR_LAYOUT -3
 
-// Status: a buffer is too small.
+// Status: a buffer is too small (in elements or bytes).
 #define KAIRS_ERR_BUFFER -4
 
 // Status: a size does not fit in `size_t`.
 #define KAIRS_ERR_OVERFLOW -5
 
-// Status: a bug in kleidiai-rs (a panic was caught; please report it).
+// Status: a bug in kleidiai-rs, or KleidiAI disagreeing with it (a panic
+// was caught, or a kernel and its packer disagree; please report it).
 #define KAIRS_ERR_INTERNAL -6
+
+// Status: shapes do not fit (a zero or mismatched dimension, a dimension
+// not a multiple of what the kernel takes, strides that overlap or are
+// not contiguous).
+#define KAIRS_ERR_SHAPE -7
+
+// Status: a buffer's address lacks the alignment it needs.
+#define KAIRS_ERR_ALIGNMENT -8
+
+// Status: a tensor type this call does not take (an unknown type id, or
+// another element type than the operation needs).
+#define KAIRS_ERR_TYPE -9
+
+// Status: a value out of range (a row index, a thread index, a setting).
+#define KAIRS_ERR_RANGE -10
+
+// Status: repacked weights rejected for a reason without its own
+// `KAIRS_ERR_FILE_*` code (a malformed header). Every file rejection is a
+// code from `KAIRS_ERR_FILE` down to `KAIRS_ERR_FILE_LAYOUT`.
+#define KAIRS_ERR_FILE -11
+
+// Status: not repacked weights (wrong magic bytes, or too short).
+#define KAIRS_ERR_FILE_MAGIC -12
+
+// Status: repacked weights of a format version this build does not read.
+#define KAIRS_ERR_FILE_VERSION -13
+
+// Status: repacked with another KleidiAI release (layouts may differ: repack).
+#define KAIRS_ERR_FILE_KLEIDIAI_VERSION -14
+
+// Status: a checksum of the repacked weights does not match (corrupted or
+// tampered).
+#define KAIRS_ERR_FILE_CHECKSUM -15
+
+// Status: repacked weights shorter than their header says.
+#define KAIRS_ERR_FILE_TRUNCATED -16
+
+// Status: bytes after the declared end of repacked weights.
+#define KAIRS_ERR_FILE_TRAILING -17
+
+// Status: a packed layout in the repacked weights does not fit its kernel,
+// shape or payload size. (Weights packed for another vector length are
+// `KAIRS_ERR_UNSUPPORTED`.)
+#define KAIRS_ERR_FILE_LAYOUT -18
 
 // Tensor type: ggml's `GGML_TYPE_F32`.
 #define KAIRS_TYPE_F32 0

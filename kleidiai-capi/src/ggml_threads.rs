@@ -6,7 +6,7 @@
 //! Kernel choice, SME thread cap, hybrid SME + NEON runs, LHS row split and
 //! column chunks follow ggml's own KleidiAI path.
 
-use crate::{KairsDesc, bytes, desc, guard, invalid};
+use crate::{KairsDesc, bytes, desc, ggml_type, guard, invalid, positive};
 use kleidiai::Error;
 use kleidiai::ggml::{F16PerCall, GgmlType, SharedBytes, SmeSetting, Tensor, ThreadTeam, ThreadedWeights};
 use std::collections::HashMap;
@@ -51,12 +51,10 @@ struct Team<'a> {
 impl<'a> Team<'a> {
     fn new(t: &'a KairsGgmlTeam) -> Result<Team<'a>, Error> {
         let (Some(barrier), Some(set), Some(add)) = (t.barrier, t.chunk_set, t.chunk_add) else {
-            return Err(invalid("team: barrier, chunk_set and chunk_add must be set"));
+            return Err(Error::Null { what: "team callback (barrier, chunk_set or chunk_add)" });
         };
-        let nth =
-            usize::try_from(t.nth).ok().filter(|n| *n > 0).ok_or_else(|| invalid("team: nth must be positive"))?;
-        let ith =
-            usize::try_from(t.ith).ok().filter(|i| *i < nth).ok_or_else(|| invalid("team: ith outside 0..nth"))?;
+        let nth = positive(t.nth.into(), "team nth")?;
+        let ith = index(t.ith, nth, "team ith")?;
         Ok(Team { t, ith, nth, barrier, set, add })
     }
 }
@@ -114,23 +112,36 @@ fn sme_of(sme: c_int) -> Result<SmeSetting, Error> {
         -1 => Ok(SmeSetting::Auto),
         0 => Ok(SmeSetting::Off),
         n if n > 0 => Ok(SmeSetting::Cap(n as usize)),
-        _ => Err(invalid("sme must be -1 (automatic), 0 (off) or a positive thread cap")),
+        _ => Err(Error::BadValue {
+            what: "sme",
+            value: sme.to_string(),
+            why: "must be -1 (automatic), 0 (off) or a positive thread cap".into(),
+        }),
     }
 }
 
 fn typ_of(t: i32) -> Result<GgmlType, Error> {
-    GgmlType::from_id(u32::try_from(t).map_err(|_| invalid("negative type"))?)
+    ggml_type(t)
 }
 
-fn positive(v: i64, what: &str) -> Result<usize, Error> {
-    usize::try_from(v).ok().filter(|v| *v > 0).ok_or_else(|| invalid(&format!("{what} must be positive")))
+/// `i` as an index below `len`.
+fn index(i: c_int, len: usize, what: &'static str) -> Result<usize, Error> {
+    usize::try_from(i).ok().filter(|i| *i < len).ok_or(Error::OutOfRange { what, index: i.into(), len })
+}
+
+/// Checks a destination descriptor's type is F32.
+fn dst_f32(t: i32) -> Result<(), Error> {
+    match typ_of(t)? {
+        GgmlType::F32 => Ok(()),
+        other => Err(Error::ElementType { what: "dst", expected: "F32", got: other.name() }),
+    }
 }
 
 /// # Safety
 /// `h` is NULL or a handle from `kairs_ggml_open` not yet closed.
 unsafe fn handle<'a>(h: *const KairsGgmlWeights) -> Result<&'a ThreadedWeights, Error> {
     // SAFETY: the caller's guarantee; NULL is an error.
-    unsafe { h.as_ref() }.map(|w| &w.0).ok_or_else(|| invalid("weights handle is NULL"))
+    unsafe { h.as_ref() }.map(|w| &w.0).ok_or(Error::Null { what: "weights handle" })
 }
 
 fn disjoint(a: (*const u8, usize), b: (*const u8, usize)) -> bool {
@@ -149,7 +160,7 @@ pub unsafe extern "C" fn kairs_ggml_sme_setting(setting: *mut c_int, warning: *m
     static WARNING: OnceLock<CString> = OnceLock::new();
     guard(|| {
         // SAFETY: the caller's guarantee; NULL is an error.
-        let out = unsafe { setting.as_mut() }.ok_or_else(|| invalid("setting is NULL"))?;
+        let out = unsafe { setting.as_mut() }.ok_or(Error::Null { what: "setting" })?;
         let (s, w) = SmeSetting::from_env();
         *out = match s {
             SmeSetting::Auto => -1,
@@ -179,9 +190,9 @@ pub unsafe extern "C" fn kairs_ggml_sme_setting(setting: *mut c_int, warning: *m
 pub unsafe extern "C" fn kairs_ggml_packed_size(type_: i32, ne: *const i64, sme: c_int, size: *mut usize) -> c_int {
     guard(|| {
         // SAFETY: the caller's guarantee; NULL is an error.
-        let ne = unsafe { ne.cast::<[i64; 4]>().as_ref() }.ok_or_else(|| invalid("ne is NULL"))?;
+        let ne = unsafe { ne.cast::<[i64; 4]>().as_ref() }.ok_or(Error::Null { what: "ne" })?;
         // SAFETY: as above.
-        let out = unsafe { size.as_mut() }.ok_or_else(|| invalid("size is NULL"))?;
+        let out = unsafe { size.as_mut() }.ok_or(Error::Null { what: "size" })?;
         *out = ThreadedWeights::packed_size(typ_of(type_)?, *ne, sme_of(sme)?)?;
         Ok(())
     })
@@ -213,7 +224,7 @@ pub unsafe extern "C" fn kairs_ggml_repack(
             return Err(invalid("src0 data and dst overlap"));
         }
         // SAFETY: as above.
-        let w = unsafe { written.as_mut() }.ok_or_else(|| invalid("written is NULL"))?;
+        let w = unsafe { written.as_mut() }.ok_or(Error::Null { what: "written" })?;
         let t = Tensor { typ: typ_of(d.type_)?, ne: d.ne, nb: d.nb, data };
         *w = ThreadedWeights::repack(&t, sme_of(sme)?, out)?;
         Ok(())
@@ -237,10 +248,13 @@ pub unsafe extern "C" fn kairs_ggml_open(
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller's guarantee; NULL is an error.
-        let o = unsafe { out.as_mut() }.ok_or_else(|| invalid("out is NULL"))?;
+        let o = unsafe { out.as_mut() }.ok_or(Error::Null { what: "out" })?;
         *o = std::ptr::null_mut();
-        if packed.is_null() || size == 0 {
-            return Err(invalid("packed weights are NULL or empty"));
+        if packed.is_null() {
+            return Err(Error::Null { what: "packed weights" });
+        }
+        if size == 0 {
+            return Err(invalid("packed weights are empty"));
         }
         let b: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(Borrowed { ptr: packed.cast(), len: size });
         let w = ThreadedWeights::open(b, typ_of(type_)?, sme_of(sme)?, false)?;
@@ -270,7 +284,7 @@ pub unsafe extern "C" fn kairs_ggml_close(w: *mut KairsGgmlWeights) {
 pub unsafe extern "C" fn kairs_ggml_work_size(w: *const KairsGgmlWeights, m: i64, size: *mut usize) -> c_int {
     guard(|| {
         // SAFETY: the caller's guarantees; NULL is an error.
-        let (w, out) = unsafe { (handle(w)?, size.as_mut().ok_or_else(|| invalid("size is NULL"))?) };
+        let (w, out) = unsafe { (handle(w)?, size.as_mut().ok_or(Error::Null { what: "size" })?) };
         *out = w.work_size(positive(m, "m")?)?;
         Ok(())
     })
@@ -291,9 +305,9 @@ pub unsafe extern "C" fn kairs_ggml_kernel(
     static NAMES: OnceLock<Mutex<HashMap<&'static str, CString>>> = OnceLock::new();
     guard(|| {
         // SAFETY: the caller's guarantees; NULL is an error.
-        let (w, out) = unsafe { (handle(w)?, name.as_mut().ok_or_else(|| invalid("name is NULL"))?) };
+        let (w, out) = unsafe { (handle(w)?, name.as_mut().ok_or(Error::Null { what: "name" })?) };
         let nth = positive(nth.into(), "nth")?;
-        let ith = usize::try_from(ith).ok().filter(|i| *i < nth).ok_or_else(|| invalid("ith outside 0..nth"))?;
+        let ith = index(ith, nth, "ith")?;
         let k = w.kernel_for(positive(m, "m")?, ith, nth);
         let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
         // The CString's heap buffer never moves or dies: the pointer stays valid.
@@ -331,7 +345,7 @@ pub unsafe extern "C" fn kairs_ggml_mul_mat(
         // SAFETY: the caller's guarantees; NULL is an error.
         let (w, s1, d) = unsafe { (handle(w)?, desc(src1, "src1")?, desc(dst, "dst")?) };
         // SAFETY: as above.
-        let team = Team::new(unsafe { team.as_ref() }.ok_or_else(|| invalid("team is NULL"))?)?;
+        let team = Team::new(unsafe { team.as_ref() }.ok_or(Error::Null { what: "team" })?)?;
         // SAFETY: as above (read-only, shared by the node's threads).
         let x = unsafe { bytes(src1_data, src1_size, "src1 data") }?;
         let (dp, wp) = (dst_data.cast::<u8>(), work.cast::<u8>());
@@ -352,9 +366,7 @@ pub unsafe extern "C" fn kairs_ggml_mul_mat(
             unsafe { SharedBytes::from_raw_parts(wp, work_size)? }
         };
         let src1 = Tensor { typ: typ_of(s1.type_)?, ne: s1.ne, nb: s1.nb, data: x };
-        if d.type_ != GgmlType::F32 as i32 {
-            return Err(invalid("dst must be F32"));
-        }
+        dst_f32(d.type_)?;
         let mult = usize::try_from(team.t.chunk_multiplier).unwrap_or(1).max(1);
         w.mul_mat(&src1, d.ne, d.nb, &dst_b, &work_b, &team, mult)
     })
@@ -386,7 +398,7 @@ pub unsafe extern "C" fn kairs_ggml_get_rows(
         // SAFETY: as above.
         let r = unsafe { bytes(rows.cast(), rb, "rows") }?;
         if r.as_ptr() as usize % 4 != 0 {
-            return Err(invalid("rows are not 4-byte aligned"));
+            return Err(Error::Misaligned { what: "rows", align: 4 });
         }
         let idx: Vec<i32> = r.chunks_exact(4).map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
         if !disjoint((r.as_ptr(), r.len()), (dst.cast(), dst_size)) {
@@ -396,7 +408,7 @@ pub unsafe extern "C" fn kairs_ggml_get_rows(
         // of rows (get_rows partitions them; the caller's contract).
         let d = unsafe { SharedBytes::from_raw_parts(dst.cast(), dst_size)? };
         let nth = positive(nth.into(), "nth")?;
-        let ith = usize::try_from(ith).map_err(|_| invalid("negative ith"))?;
+        let ith = usize::try_from(ith).map_err(|_| Error::OutOfRange { what: "ith", index: ith.into(), len: nth })?;
         w.get_rows(&idx, &d, dst_row_stride, ith, nth)
     })
 }
@@ -418,7 +430,7 @@ pub unsafe extern "C" fn kairs_ggml_f16_kernel(sme: c_int, name: *mut *const c_c
     static NAME: OnceLock<CString> = OnceLock::new();
     guard(|| {
         // SAFETY: the caller's guarantee; NULL is an error.
-        let out = unsafe { name.as_mut() }.ok_or_else(|| invalid("name is NULL"))?;
+        let out = unsafe { name.as_mut() }.ok_or(Error::Null { what: "name" })?;
         let k = F16PerCall::kernel(sme_of(sme)?).ok_or_else(|| Error::Unsupported {
             kernel: "ggml F16 per call",
             why: "no kernel of ggml's F16 table runs here (it needs SME2, and GGML_KLEIDIAI_SME not 0)".into(),
@@ -461,9 +473,8 @@ pub unsafe extern "C" fn kairs_ggml_f16_work_size(
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller's guarantees; NULL is an error.
-        let (a, b, out) = unsafe {
-            (desc(src0, "src0")?, desc(src1, "src1")?, size.as_mut().ok_or_else(|| invalid("size is NULL"))?)
-        };
+        let (a, b, out) =
+            unsafe { (desc(src0, "src0")?, desc(src1, "src1")?, size.as_mut().ok_or(Error::Null { what: "size" })?) };
         *out = F16PerCall::work_size(a.ne, b.ne, sme_of(sme)?)?;
         Ok(())
     })
@@ -495,7 +506,7 @@ pub unsafe extern "C" fn kairs_ggml_f16_mul_mat(
         // SAFETY: the caller's guarantees; NULL is an error.
         let (s0, s1, d) = unsafe { (desc(src0, "src0")?, desc(src1, "src1")?, desc(dst, "dst")?) };
         // SAFETY: as above.
-        let team = Team::new(unsafe { team.as_ref() }.ok_or_else(|| invalid("team is NULL"))?)?;
+        let team = Team::new(unsafe { team.as_ref() }.ok_or(Error::Null { what: "team" })?)?;
         // SAFETY: as above (read-only, shared by the node's threads).
         let (w, x) = unsafe { (bytes(src0_data, src0_size, "src0 data")?, bytes(src1_data, src1_size, "src1 data")?) };
         let (dp, wp) = (dst_data.cast::<u8>(), work.cast::<u8>());
@@ -511,9 +522,7 @@ pub unsafe extern "C" fn kairs_ggml_f16_mul_mat(
                 return Err(invalid("src0, src1, dst and work overlap"));
             }
         }
-        if d.type_ != GgmlType::F32 as i32 {
-            return Err(invalid("dst must be F32"));
-        }
+        dst_f32(d.type_)?;
         // SAFETY: dst and work are valid for their sizes and used only by the
         // node's threads during this call (the caller's contract); the call
         // partitions them between the threads.

@@ -13,25 +13,59 @@ pub mod ggml_threads;
 
 use kleidiai::cpu::Features;
 use kleidiai::ggml::{GgmlType, GgmlWeights, MulMatScratch, Tensor, TensorMut};
-use kleidiai::{Error, Parallelism};
+use kleidiai::{Error, FileError, Parallelism};
 use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::Arc;
 
 /// Status: success.
 pub const KAIRS_OK: c_int = 0;
-/// Status: bad argument (shape, stride, type, null pointer).
+/// Status: bad argument without a code of its own (a null pointer,
+/// overlapping buffers).
 pub const KAIRS_ERR_INVALID: c_int = -1;
 /// Status: no kernel runs here, or packed for another CPU or vector length.
 pub const KAIRS_ERR_UNSUPPORTED: c_int = -2;
 /// Status: packed data does not fit the kernel or is corrupted.
 pub const KAIRS_ERR_LAYOUT: c_int = -3;
-/// Status: a buffer is too small.
+/// Status: a buffer is too small (in elements or bytes).
 pub const KAIRS_ERR_BUFFER: c_int = -4;
 /// Status: a size does not fit in `size_t`.
 pub const KAIRS_ERR_OVERFLOW: c_int = -5;
-/// Status: a bug in kleidiai-rs (a panic was caught; please report it).
+/// Status: a bug in kleidiai-rs, or KleidiAI disagreeing with it (a panic
+/// was caught, or a kernel and its packer disagree; please report it).
 pub const KAIRS_ERR_INTERNAL: c_int = -6;
+/// Status: shapes do not fit (a zero or mismatched dimension, a dimension
+/// not a multiple of what the kernel takes, strides that overlap or are
+/// not contiguous).
+pub const KAIRS_ERR_SHAPE: c_int = -7;
+/// Status: a buffer's address lacks the alignment it needs.
+pub const KAIRS_ERR_ALIGNMENT: c_int = -8;
+/// Status: a tensor type this call does not take (an unknown type id, or
+/// another element type than the operation needs).
+pub const KAIRS_ERR_TYPE: c_int = -9;
+/// Status: a value out of range (a row index, a thread index, a setting).
+pub const KAIRS_ERR_RANGE: c_int = -10;
+/// Status: repacked weights rejected for a reason without its own
+/// `KAIRS_ERR_FILE_*` code (a malformed header). Every file rejection is a
+/// code from `KAIRS_ERR_FILE` down to `KAIRS_ERR_FILE_LAYOUT`.
+pub const KAIRS_ERR_FILE: c_int = -11;
+/// Status: not repacked weights (wrong magic bytes, or too short).
+pub const KAIRS_ERR_FILE_MAGIC: c_int = -12;
+/// Status: repacked weights of a format version this build does not read.
+pub const KAIRS_ERR_FILE_VERSION: c_int = -13;
+/// Status: repacked with another KleidiAI release (layouts may differ: repack).
+pub const KAIRS_ERR_FILE_KLEIDIAI_VERSION: c_int = -14;
+/// Status: a checksum of the repacked weights does not match (corrupted or
+/// tampered).
+pub const KAIRS_ERR_FILE_CHECKSUM: c_int = -15;
+/// Status: repacked weights shorter than their header says.
+pub const KAIRS_ERR_FILE_TRUNCATED: c_int = -16;
+/// Status: bytes after the declared end of repacked weights.
+pub const KAIRS_ERR_FILE_TRAILING: c_int = -17;
+/// Status: a packed layout in the repacked weights does not fit its kernel,
+/// shape or payload size. (Weights packed for another vector length are
+/// `KAIRS_ERR_UNSUPPORTED`.)
+pub const KAIRS_ERR_FILE_LAYOUT: c_int = -18;
 
 /// Tensor type: ggml's `GGML_TYPE_F32`.
 pub const KAIRS_TYPE_F32: i32 = 0;
@@ -107,8 +141,28 @@ fn code(e: &Error) -> c_int {
     match e {
         Error::Unsupported { .. } | Error::UnknownKernel(_) => KAIRS_ERR_UNSUPPORTED,
         Error::LayoutMismatch { .. } | Error::WrongFamily { .. } => KAIRS_ERR_LAYOUT,
-        Error::BufferLength { .. } => KAIRS_ERR_BUFFER,
+        Error::BufferLength { .. } | Error::ByteLength { .. } => KAIRS_ERR_BUFFER,
         Error::Overflow(_) => KAIRS_ERR_OVERFLOW,
+        Error::PackerMismatch { .. } => KAIRS_ERR_INTERNAL,
+        Error::ZeroDimension { .. }
+        | Error::NotMultiple { .. }
+        | Error::ShapeMismatch { .. }
+        | Error::Stride { .. } => KAIRS_ERR_SHAPE,
+        Error::Misaligned { .. } => KAIRS_ERR_ALIGNMENT,
+        Error::ElementType { .. } | Error::NoOperation { .. } | Error::UnknownType { .. } => KAIRS_ERR_TYPE,
+        Error::OutOfRange { .. } | Error::BadValue { .. } => KAIRS_ERR_RANGE,
+        Error::File { reason, .. } => match reason {
+            FileError::Magic => KAIRS_ERR_FILE_MAGIC,
+            FileError::Version { .. } => KAIRS_ERR_FILE_VERSION,
+            FileError::KleidiaiVersion { .. } => KAIRS_ERR_FILE_KLEIDIAI_VERSION,
+            FileError::Checksum { .. } => KAIRS_ERR_FILE_CHECKSUM,
+            FileError::Truncated { .. } => KAIRS_ERR_FILE_TRUNCATED,
+            FileError::TrailingBytes { .. } => KAIRS_ERR_FILE_TRAILING,
+            FileError::Layout { .. } => KAIRS_ERR_FILE_LAYOUT,
+            FileError::VectorLength { .. } => KAIRS_ERR_UNSUPPORTED,
+            _ => KAIRS_ERR_FILE,
+        },
+        // InvalidArgument, Null, and variants added later.
         _ => KAIRS_ERR_INVALID,
     }
 }
@@ -139,12 +193,12 @@ fn invalid(msg: &str) -> Error {
 ///
 /// # Safety
 /// `ptr` must be valid for reads of `len` bytes for the returned lifetime.
-unsafe fn bytes<'a>(ptr: *const c_void, len: usize, what: &str) -> Result<&'a [u8], Error> {
+unsafe fn bytes<'a>(ptr: *const c_void, len: usize, what: &'static str) -> Result<&'a [u8], Error> {
     if len == 0 {
         return Ok(&[]);
     }
     if ptr.is_null() {
-        return Err(invalid(&format!("{what} is NULL")));
+        return Err(Error::Null { what });
     }
     // SAFETY: non-null; the caller guarantees `len` readable bytes.
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
@@ -152,12 +206,12 @@ unsafe fn bytes<'a>(ptr: *const c_void, len: usize, what: &str) -> Result<&'a [u
 
 /// # Safety
 /// `ptr` must be valid for writes of `len` bytes for the returned lifetime.
-unsafe fn bytes_mut<'a>(ptr: *mut c_void, len: usize, what: &str) -> Result<&'a mut [u8], Error> {
+unsafe fn bytes_mut<'a>(ptr: *mut c_void, len: usize, what: &'static str) -> Result<&'a mut [u8], Error> {
     if len == 0 {
         return Ok(&mut []);
     }
     if ptr.is_null() {
-        return Err(invalid(&format!("{what} is NULL")));
+        return Err(Error::Null { what });
     }
     // SAFETY: non-null; the caller guarantees `len` writable bytes, not aliased.
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) })
@@ -165,9 +219,33 @@ unsafe fn bytes_mut<'a>(ptr: *mut c_void, len: usize, what: &str) -> Result<&'a 
 
 /// # Safety
 /// `d` must be null or point to a valid `KairsDesc`.
-unsafe fn desc<'a>(d: *const KairsDesc, what: &str) -> Result<&'a KairsDesc, Error> {
+unsafe fn desc<'a>(d: *const KairsDesc, what: &'static str) -> Result<&'a KairsDesc, Error> {
     // SAFETY: null is checked; otherwise the caller guarantees validity.
-    unsafe { d.as_ref() }.ok_or_else(|| invalid(&format!("{what} descriptor is NULL")))
+    unsafe { d.as_ref() }.ok_or(Error::Null { what })
+}
+
+/// A C type id (`KAIRS_TYPE_*`) as a [`GgmlType`].
+fn ggml_type(t: i32) -> Result<GgmlType, Error> {
+    let unknown = || Error::UnknownType { what: "ggml type", id: t.into(), known: "F32=0, F16=1, Q4_0=2, Q8_0=8" };
+    GgmlType::from_id(u32::try_from(t).map_err(|_| unknown())?)
+}
+
+/// The `size_t` an out-parameter points to; NULL is an error.
+///
+/// # Safety
+/// `p` is NULL or valid for writes, not aliased, for the returned lifetime.
+unsafe fn out_size<'a>(p: *mut usize) -> Result<&'a mut usize, Error> {
+    // SAFETY: the caller's guarantee; NULL is checked.
+    unsafe { p.as_mut() }.ok_or(Error::Null { what: "size" })
+}
+
+/// `v` as a count that must be positive.
+fn positive(v: i64, what: &'static str) -> Result<usize, Error> {
+    usize::try_from(v).ok().filter(|v| *v > 0).ok_or_else(|| Error::BadValue {
+        what,
+        value: v.to_string(),
+        why: "must be positive".into(),
+    })
 }
 
 /// Caller memory viewed for the length of one call (the [`GgmlWeights`]
@@ -202,7 +280,7 @@ unsafe fn view(packed: *const c_void, size: usize, verify: bool) -> Result<GgmlW
 }
 
 fn repack_tensor(d: &KairsDesc, data: &[u8]) -> Result<GgmlWeights, Error> {
-    let typ = GgmlType::from_id(u32::try_from(d.type_).map_err(|_| invalid("negative type"))?)?;
+    let typ = ggml_type(d.type_)?;
     GgmlWeights::repack(&Tensor { typ, ne: d.ne, nb: d.nb, data })
 }
 
@@ -250,7 +328,7 @@ pub unsafe extern "C" fn kairs_repack_size(
     guard(|| {
         // SAFETY: caller guarantees (null checked inside).
         let (d, data) = unsafe { (desc(src0, "src0")?, bytes(data, data_size, "src0 data")?) };
-        let out = unsafe { size.as_mut() }.ok_or_else(|| invalid("size is NULL"))?;
+        let out = unsafe { out_size(size) }?;
         *out = repack_tensor(d, data)?.to_bytes()?.len();
         Ok(())
     })
@@ -281,10 +359,10 @@ pub unsafe extern "C" fn kairs_repack(
         // SAFETY: caller guarantees `dst_size` writable bytes at `dst`.
         let out = unsafe { bytes_mut(dst, dst_size, "dst") }?;
         if out.len() < ser.len() {
-            return Err(Error::BufferLength { what: "repack destination", got: out.len(), need: ser.len() });
+            return Err(Error::ByteLength { what: "repack destination", got: out.len(), need: ser.len() });
         }
         if out.as_ptr() as usize % 64 != 0 {
-            return Err(invalid("repack destination must be 64-byte aligned"));
+            return Err(Error::Misaligned { what: "repack destination", align: 64 });
         }
         out[..ser.len()].copy_from_slice(&ser);
         Ok(())
@@ -317,8 +395,8 @@ pub unsafe extern "C" fn kairs_kernel_name(
     guard(|| {
         // SAFETY: forwarded caller guarantee; the view dies in this call.
         let w = unsafe { view(packed, packed_size, false) }?;
-        let m = usize::try_from(m).ok().filter(|m| *m > 0).ok_or_else(|| invalid("m must be positive"))?;
-        let out = unsafe { name.as_mut() }.ok_or_else(|| invalid("name is NULL"))?;
+        let m = positive(m, "m")?;
+        let out = unsafe { name.as_mut() }.ok_or(Error::Null { what: "name" })?;
         let s = CString::new(w.kernel_for(m).unwrap_or("reference")).expect("kernel names have no NUL");
         *out = KERNEL_NAME.with(|k| {
             *k.borrow_mut() = s;
@@ -338,8 +416,8 @@ pub unsafe extern "C" fn kairs_work_size(packed: *const c_void, packed_size: usi
     guard(|| {
         // SAFETY: forwarded caller guarantee; the view dies in this call.
         let w = unsafe { view(packed, packed_size, false) }?;
-        let m = usize::try_from(m).ok().filter(|m| *m > 0).ok_or_else(|| invalid("m must be positive"))?;
-        let out = unsafe { size.as_mut() }.ok_or_else(|| invalid("size is NULL"))?;
+        let m = positive(m, "m")?;
+        let out = unsafe { size.as_mut() }.ok_or(Error::Null { what: "size" })?;
         *out = w.work_size(m)?;
         Ok(())
     })
@@ -372,12 +450,10 @@ pub unsafe extern "C" fn kairs_mul_mat(
         let x = unsafe { bytes(src1_data, src1_size, "src1 data") }?;
         // SAFETY: the caller guarantees this pointer valid for the size given (see the function's `# Safety`); NULL is checked inside.
         let y = unsafe { bytes_mut(dst_data, dst_size, "dst data") }?;
-        let t1 = GgmlType::from_id(u32::try_from(s1.type_).map_err(|_| invalid("negative type"))?)?;
-        let td = GgmlType::from_id(u32::try_from(d.type_).map_err(|_| invalid("negative type"))?)?;
+        let (t1, td) = (ggml_type(s1.type_)?, ggml_type(d.type_)?);
         let src1 = Tensor { typ: t1, ne: s1.ne, nb: s1.nb, data: x };
         let mut dst = TensorMut { typ: td, ne: d.ne, nb: d.nb, data: y };
-        let threads =
-            usize::try_from(n_threads).ok().filter(|t| *t > 0).ok_or_else(|| invalid("n_threads must be positive"))?;
+        let threads = positive(n_threads.into(), "n_threads")?;
         let par = if threads == 1 { Parallelism::Sequential } else { Parallelism::Rayon(threads) };
         SCRATCH.with(|s| w.mul_mat(&src1, &mut dst, par, &mut s.borrow_mut()))
     })
@@ -449,5 +525,136 @@ mod tests {
         for (bit, f) in bits.iter().zip(CpuFeature::ALL) {
             assert_eq!(*bit, 1 << f as u32, "{}", f.name());
         }
+    }
+    /// The status codes C users were compiled against keep their values.
+    #[test]
+    fn existing_codes_keep_their_values() {
+        assert_eq!(
+            [KAIRS_OK, KAIRS_ERR_INVALID, KAIRS_ERR_UNSUPPORTED, KAIRS_ERR_LAYOUT, KAIRS_ERR_BUFFER],
+            [0, -1, -2, -3, -4]
+        );
+        assert_eq!([KAIRS_ERR_OVERFLOW, KAIRS_ERR_INTERNAL], [-5, -6]);
+    }
+
+    /// One error of every category maps to its own code.
+    #[test]
+    fn every_category_has_its_code() {
+        let file = |reason| Error::File { what: "ggml container", reason };
+        let cases = [
+            (Error::InvalidArgument("x".into()), KAIRS_ERR_INVALID),
+            (Error::Null { what: "src0" }, KAIRS_ERR_INVALID),
+            (Error::Unsupported { kernel: "k", why: "no SME".into() }, KAIRS_ERR_UNSUPPORTED),
+            (Error::UnknownKernel("k".into()), KAIRS_ERR_UNSUPPORTED),
+            (Error::LayoutMismatch { what: "RHS", kernel: "k", got: "a".into(), want: "b".into() }, KAIRS_ERR_LAYOUT),
+            (Error::WrongFamily { kernel: "k", why: "w".into() }, KAIRS_ERR_LAYOUT),
+            (Error::BufferLength { what: "dst", got: 1, need: 2 }, KAIRS_ERR_BUFFER),
+            (Error::ByteLength { what: "dst", got: 1, need: 2 }, KAIRS_ERR_BUFFER),
+            (Error::Overflow("m * k".into()), KAIRS_ERR_OVERFLOW),
+            (Error::PackerMismatch { kernel: "k", why: "w".into() }, KAIRS_ERR_INTERNAL),
+            (Error::ZeroDimension { what: "m" }, KAIRS_ERR_SHAPE),
+            (Error::NotMultiple { what: "k", value: 48, multiple: 32, context: "Q4_0".into() }, KAIRS_ERR_SHAPE),
+            (Error::ShapeMismatch { what: "dst ne", got: "a".into(), want: "b".into() }, KAIRS_ERR_SHAPE),
+            (Error::Stride { what: "dst", stride: 3, why: "w".into() }, KAIRS_ERR_SHAPE),
+            (Error::Misaligned { what: "dst", align: 64 }, KAIRS_ERR_ALIGNMENT),
+            (Error::ElementType { what: "dst", expected: "F32", got: "F16" }, KAIRS_ERR_TYPE),
+            (Error::NoOperation { weights: "f16 weights", activation: "Bf16" }, KAIRS_ERR_TYPE),
+            (Error::UnknownType { what: "ggml type", id: 3, known: "F32=0" }, KAIRS_ERR_TYPE),
+            (Error::OutOfRange { what: "row", index: 9, len: 4 }, KAIRS_ERR_RANGE),
+            (Error::BadValue { what: "sme", value: "-2".into(), why: "w".into() }, KAIRS_ERR_RANGE),
+            (file(FileError::Header("h".into())), KAIRS_ERR_FILE),
+            (file(FileError::Magic), KAIRS_ERR_FILE_MAGIC),
+            (file(FileError::Version { found: 2, supported: 1 }), KAIRS_ERR_FILE_VERSION),
+            (
+                file(FileError::KleidiaiVersion { file: "1.29.0".into(), build: "1.30.0" }),
+                KAIRS_ERR_FILE_KLEIDIAI_VERSION,
+            ),
+            (file(FileError::Checksum { part: "header".into() }), KAIRS_ERR_FILE_CHECKSUM),
+            (file(FileError::Truncated { part: "batch 0".into(), need: 2, have: 1 }), KAIRS_ERR_FILE_TRUNCATED),
+            (file(FileError::TrailingBytes { extra: 1 }), KAIRS_ERR_FILE_TRAILING),
+            (file(FileError::Layout { slot: 0, why: "w".into() }), KAIRS_ERR_FILE_LAYOUT),
+            (file(FileError::VectorLength { slot: 0, packed_bits: 256, here_bits: 512 }), KAIRS_ERR_UNSUPPORTED),
+        ];
+        for (e, c) in &cases {
+            assert_eq!(code(e), *c, "{e:?}");
+        }
+        // Every category code is distinct.
+        let mut all: Vec<c_int> = cases.iter().map(|(_, c)| *c).collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all, (-18..=-1).collect::<Vec<_>>());
+    }
+
+    fn f32_desc(k: i64, n: i64) -> KairsDesc {
+        let k4 = k as usize * 4;
+        KairsDesc { type_: KAIRS_TYPE_F32, ne: [k, n, 1, 1], nb: [4, k4, k4 * n as usize, k4 * n as usize] }
+    }
+
+    /// Real calls through the C entry points return the category codes.
+    #[test]
+    fn entry_points_return_the_category_codes() {
+        let (k, n) = (32i64, 4i64);
+        let w: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.25 - 0.5).collect();
+        let d = f32_desc(k, n);
+        let wp = w.as_ptr().cast::<c_void>();
+        let wlen = w.len() * 4;
+        let mut size = 0usize;
+        // SAFETY: every pointer is valid for the sizes given.
+        unsafe {
+            assert_eq!(kairs_repack_size(std::ptr::null(), wp, wlen, &mut size), KAIRS_ERR_INVALID);
+            let mut other = d;
+            other.type_ = 3;
+            assert_eq!(kairs_repack_size(&other, wp, wlen, &mut size), KAIRS_ERR_TYPE);
+            let mut q4 = d;
+            q4.type_ = KAIRS_TYPE_Q4_0;
+            q4.ne[0] = 48;
+            q4.nb = [18, 36, 36 * 4, 36 * 4];
+            assert_eq!(kairs_repack_size(&q4, wp, wlen, &mut size), KAIRS_ERR_SHAPE);
+            // Bytes that are not repacked weights.
+            assert_eq!(kairs_verify(wp, wlen), KAIRS_ERR_FILE_MAGIC);
+            let st = kairs_repack_size(&d, wp, wlen, &mut size);
+            if st == KAIRS_ERR_UNSUPPORTED {
+                eprintln!("no kernel repacks F32 weights here: the container checks run on aarch64");
+                return;
+            }
+            assert_eq!(st, KAIRS_OK);
+        }
+        // 64-byte aligned destination.
+        let mut buf = vec![0u8; size + 64];
+        let at = buf.as_ptr().align_offset(64);
+        let packed = &mut buf[at..at + size];
+        let pp = packed.as_mut_ptr().cast::<c_void>();
+        // SAFETY: as above; `packed` holds `size` bytes.
+        unsafe {
+            let unaligned = buf.as_mut_ptr().add(at + 1).cast::<c_void>();
+            assert_eq!(kairs_repack(&d, wp, wlen, unaligned, size, 0), KAIRS_ERR_ALIGNMENT);
+            let (pp, size) = (pp, size);
+            assert_eq!(kairs_repack(&d, wp, wlen, pp, size - 1, 0), KAIRS_ERR_BUFFER);
+            assert_eq!(kairs_repack(&d, wp, wlen, pp, size, 0), KAIRS_OK);
+            assert_eq!(kairs_verify(pp, size), KAIRS_OK);
+            let mut out = vec![0f32; k as usize];
+            let bad_row = n;
+            assert_eq!(kairs_get_rows(pp, size, &bad_row, 1, out.as_mut_ptr(), out.len()), KAIRS_ERR_RANGE);
+            assert_eq!(kairs_verify(pp, 10), KAIRS_ERR_FILE_MAGIC);
+        }
+        let p = &mut buf[at..at + size];
+        p[20] ^= 1; // container header
+        // SAFETY: as above.
+        assert_eq!(unsafe { kairs_verify(p.as_ptr().cast(), size) }, KAIRS_ERR_FILE_CHECKSUM);
+        p[20] ^= 1;
+        p[8] = 7; // container version
+        // SAFETY: as above.
+        assert_eq!(unsafe { kairs_verify(p.as_ptr().cast(), size) }, KAIRS_ERR_FILE_VERSION);
+        p[8] = 1;
+        let last = size - 1;
+        p[last] ^= 1; // last payload byte
+        // SAFETY: as above.
+        assert_eq!(unsafe { kairs_verify(p.as_ptr().cast(), size) }, KAIRS_ERR_FILE_CHECKSUM);
+        p[last] ^= 1;
+        // SAFETY: as above (fewer bytes than there are).
+        assert_eq!(unsafe { kairs_verify(p.as_ptr().cast(), size - 1) }, KAIRS_ERR_FILE_TRUNCATED);
+        // The message names the reason.
+        // SAFETY: kairs_last_error returns a NUL-terminated string of this thread.
+        let msg = unsafe { std::ffi::CStr::from_ptr(kairs_last_error()) }.to_string_lossy().into_owned();
+        assert!(msg.contains("truncated"), "{msg}");
     }
 }

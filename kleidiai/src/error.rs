@@ -124,6 +124,16 @@ pub enum Error {
         /// The element type given.
         got: &'static str,
     },
+    /// A numeric type id (a ggml type) this crate does not take.
+    #[error("{what} {id} is not supported ({known})")]
+    UnknownType {
+        /// Which type id.
+        what: &'static str,
+        /// The id given.
+        id: i64,
+        /// The ids that are supported.
+        known: &'static str,
+    },
     /// No operation takes these weights with these activations.
     #[error("no operation takes {weights} with {activation} activations")]
     NoOperation {
@@ -141,6 +151,33 @@ pub enum Error {
         /// The value, printed.
         value: String,
         /// Why it is refused.
+        why: String,
+    },
+    /// A pointer that must not be null is null.
+    #[error("{what} is NULL")]
+    Null {
+        /// Which pointer.
+        what: &'static str,
+    },
+    /// Rows of a buffer lie too close together (they would overlap) or at a
+    /// distance the element type does not divide.
+    #[error("{what}: rows {stride} bytes apart {why}")]
+    Stride {
+        /// Which buffer.
+        what: &'static str,
+        /// The distance between rows given, in bytes.
+        stride: usize,
+        /// What the rows need instead.
+        why: String,
+    },
+    /// A KleidiAI kernel and its packer (or this crate's reading of them)
+    /// disagree about a layout: a check of the wrapper's assumptions about
+    /// upstream, not of the caller's input (please report it).
+    #[error("{kernel}: {why} (the kernel and its packer disagree; please report it)")]
+    PackerMismatch {
+        /// Upstream kernel (or packer) name.
+        kernel: &'static str,
+        /// The disagreement, with both values.
         why: String,
     },
     /// A packed-weight file or ggml container that cannot be loaded.
@@ -222,6 +259,28 @@ pub enum FileError {
     },
 }
 
+impl Error {
+    /// A packed-weight file rejected for `reason`.
+    pub(crate) fn packed_file(reason: FileError) -> Error {
+        Error::File { what: "packed-weight file", reason }
+    }
+
+    /// A ggml container rejected for `reason`.
+    pub(crate) fn ggml_container(reason: FileError) -> Error {
+        Error::File { what: "ggml container", reason }
+    }
+
+    /// An [`Error::OutOfRange`] for index `index` of `len`.
+    pub(crate) fn out_of_range(what: &'static str, index: usize, len: usize) -> Error {
+        Error::OutOfRange { what, index: i64::try_from(index).unwrap_or(i64::MAX), len }
+    }
+
+    /// An [`Error::BadValue`].
+    pub(crate) fn bad_value(what: &'static str, value: impl core::fmt::Display, why: impl Into<String>) -> Error {
+        Error::BadValue { what, value: value.to_string(), why: why.into() }
+    }
+}
+
 /// `a * b`, or an [`Error::Overflow`] naming `what`.
 pub(crate) fn mul(a: usize, b: usize, what: &str) -> Result<usize> {
     a.checked_mul(b).ok_or_else(|| Error::Overflow(format!("{what}: {a} * {b}")))
@@ -235,6 +294,11 @@ pub(crate) fn nonzero(v: usize, what: &'static str) -> Result<()> {
 /// Checks `got >= need`.
 pub(crate) fn at_least(got: usize, need: usize, what: &'static str) -> Result<()> {
     if got < need { Err(Error::BufferLength { what, got, need }) } else { Ok(()) }
+}
+
+/// Checks a byte buffer holds `need` bytes ([`Error::ByteLength`]).
+pub(crate) fn at_least_bytes(got: usize, need: usize, what: &'static str) -> Result<()> {
+    if got < need { Err(Error::ByteLength { what, got, need }) } else { Ok(()) }
 }
 
 /// Checks `value % multiple == 0`.

@@ -135,13 +135,14 @@ macro_rules! packed_operand {
             ) -> Result<Self> {
                 let all = (*bytes).as_ref();
                 if range.end > all.len() || range.start > range.end || range.len() != size {
-                    return Err(Error::InvalidArgument(format!(
-                        "packed data range {range:?} of {} bytes, layout needs {size}",
-                        all.len()
-                    )));
+                    return Err(Error::bad_value(
+                        "packed data range",
+                        format!("{range:?} of {} bytes", all.len()),
+                        format!("the layout needs {size} bytes within them"),
+                    ));
                 }
                 if (all.as_ptr() as usize + range.start) % 64 != 0 {
-                    return Err(Error::InvalidArgument("packed data is not 64-byte aligned".into()));
+                    return Err(Error::Misaligned { what: "packed data", align: 64 });
                 }
                 Ok(Self { layout, data: Storage::Shared { bytes, range } })
             }
@@ -236,7 +237,7 @@ impl Clamp {
     /// Checks `min <= max` and neither is NaN.
     pub(crate) fn check(&self) -> Result<()> {
         if self.min.is_nan() || self.max.is_nan() || self.min > self.max {
-            return Err(Error::InvalidArgument(format!("clamp range [{}, {}] is empty or NaN", self.min, self.max)));
+            return Err(Error::bad_value("clamp range", format!("[{}, {}]", self.min, self.max), "empty or NaN"));
         }
         Ok(())
     }

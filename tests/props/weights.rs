@@ -634,15 +634,17 @@ pub fn supported(kind: Kind, act: DType) -> bool {
 /// best kernel for them cannot take them; pack should pick another kernel
 /// or fall back to the reference): the issue's id, if `e` is one.
 pub fn pack_known_issue(s: &WSpec, e: &Error) -> Option<&'static str> {
-    let msg = e.to_string();
-    if s.kxn && msg.contains("no upstream packer for KxN") {
-        Some("pack-kxn-without-packer")
-    } else if msg.contains("above this kernel's maximum") {
-        Some("pack-bl-beyond-kernel-maximum")
-    } else if msg.contains("does not fit F16") {
-        Some("pack-scale-beyond-kernel-range")
-    } else {
-        None
+    match e {
+        Error::WrongFamily { why, .. } if s.kxn && why.contains("no upstream packer for KxN") => {
+            Some("pack-kxn-without-packer")
+        }
+        Error::BadValue { what: "bl", why, .. } if why.contains("above this kernel's maximum") => {
+            Some("pack-bl-beyond-kernel-maximum")
+        }
+        Error::BadValue { what: "block scale", why, .. } if why.contains("does not fit F16") => {
+            Some("pack-scale-beyond-kernel-range")
+        }
+        _ => None,
     }
 }
 

@@ -150,24 +150,26 @@ static void run_type(int type) {
 
     /* Bad input: every one an error with a message, nothing written out of bounds. */
     int64_t bad_row = N;
-    CHECK(kairs_get_rows(packed, size, &bad_row, 1, rows_out, K) == KAIRS_ERR_INVALID, "%s: row out of range", tname);
+    CHECK(kairs_get_rows(packed, size, &bad_row, 1, rows_out, K) == KAIRS_ERR_RANGE, "%s: row out of range", tname);
     CHECK(kairs_get_rows(packed, size, rows, 3, rows_out, 2 * K) == KAIRS_ERR_BUFFER, "%s: short get_rows out", tname);
     CHECK(kairs_mul_mat(packed, size, NULL, x, sizeof(x), &dd, y, sizeof(y), 1) == KAIRS_ERR_INVALID, "%s: NULL desc", tname);
     CHECK(kairs_mul_mat(packed, size, &d1, x, sizeof(x), &dd, y, sizeof(y) - 4, 1) == KAIRS_ERR_BUFFER, "%s: short dst", tname);
     kairs_desc d1bad = d1;
     d1bad.ne[0] = K / 2;
     d1bad.nb[1] = K * 2;
-    CHECK(kairs_mul_mat(packed, size, &d1bad, x, sizeof(x), &dd, y, sizeof(y), 1) == KAIRS_ERR_INVALID, "%s: wrong k", tname);
+    CHECK(kairs_mul_mat(packed, size, &d1bad, x, sizeof(x), &dd, y, sizeof(y), 1) == KAIRS_ERR_SHAPE, "%s: wrong k", tname);
     kairs_desc d1strided = d1;
     d1strided.nb[0] = 8; /* non-contiguous rows */
-    CHECK(kairs_mul_mat(packed, size, &d1strided, x, sizeof(x), &dd, y, sizeof(y), 1) == KAIRS_ERR_INVALID,
+    CHECK(kairs_mul_mat(packed, size, &d1strided, x, sizeof(x), &dd, y, sizeof(y), 1) == KAIRS_ERR_SHAPE,
           "%s: non-contiguous rows", tname);
-    CHECK(kairs_mul_mat(packed, size - 1, &d1, x, sizeof(x), &dd, y, sizeof(y), 1) != KAIRS_OK, "%s: truncated packed", tname);
+    CHECK(kairs_mul_mat(packed, size - 1, &d1, x, sizeof(x), &dd, y, sizeof(y), 1) == KAIRS_ERR_FILE_TRUNCATED,
+          "%s: truncated packed", tname);
     ((uint8_t*)packed)[size / 2] ^= 0x10;
-    CHECK(kairs_verify(packed, size) != KAIRS_OK, "%s: tampered payload caught by verify", tname);
+    CHECK(kairs_verify(packed, size) == KAIRS_ERR_FILE_CHECKSUM, "%s: tampered payload caught by verify", tname);
     ((uint8_t*)packed)[size / 2] ^= 0x10;
     ((uint8_t*)packed)[20] ^= 0x01; /* container header */
-    CHECK(kairs_mul_mat(packed, size, &d1, x, sizeof(x), &dd, y, sizeof(y), 1) != KAIRS_OK, "%s: tampered header", tname);
+    CHECK(kairs_mul_mat(packed, size, &d1, x, sizeof(x), &dd, y, sizeof(y), 1) == KAIRS_ERR_FILE_CHECKSUM,
+          "%s: tampered header", tname);
     free(packed);
 }
 
@@ -180,9 +182,9 @@ int main(void) {
     static uint8_t w[4 * 18];
     kairs_desc bad = desc(KAIRS_TYPE_Q4_0, 48, 1, 18, 36);
     size_t size;
-    CHECK(kairs_repack_size(&bad, w, sizeof(w), &size) == KAIRS_ERR_INVALID, "k = 48 Q4_0 rejected");
+    CHECK(kairs_repack_size(&bad, w, sizeof(w), &size) == KAIRS_ERR_SHAPE, "k = 48 Q4_0 rejected");
     kairs_desc other = desc(3 /* Q4_1: not supported */, 32, 1, 20, 20);
-    CHECK(kairs_repack_size(&other, w, sizeof(w), &size) == KAIRS_ERR_INVALID, "unsupported ggml type rejected");
+    CHECK(kairs_repack_size(&other, w, sizeof(w), &size) == KAIRS_ERR_TYPE, "unsupported ggml type rejected");
     CHECK(kairs_repack_size(NULL, w, sizeof(w), &size) == KAIRS_ERR_INVALID, "NULL src0 rejected");
 
     run_type(KAIRS_TYPE_Q4_0);

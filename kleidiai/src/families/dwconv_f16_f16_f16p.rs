@@ -146,7 +146,11 @@ mod imp {
             // SAFETY: the CPU has SME2 (ensure_supported); plain getters.
             let (fh, fw) = unsafe { (i.get_filter_height.expect("fh")(), i.get_filter_width.expect("fw")()) };
             if (fh, fw) != (3, 3) {
-                return Err(crate::Error::InvalidArgument(format!("{}: filter {fh}x{fw}, not 3x3", self.0.info.name)));
+                return Err(crate::Error::bad_value(
+                    "filter",
+                    format!("{fh}x{fw}"),
+                    format!("{} takes 3x3", self.0.info.name),
+                ));
             }
             Ok(f)
         }
@@ -176,10 +180,10 @@ mod imp {
             // SAFETY: SME instruction (RDSVL) on a CPU with SME2 (rhs_layout).
             let vl = unsafe { sys::kai_get_sme_vector_length_u8() } as usize / 2;
             if vl != layout.r || vl == 0 {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "SME vector length {vl} x f16 differs from the detected {}",
-                    layout.r
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("SME vector length {vl} x f16 differs from the detected {}", layout.r),
+                });
             }
             let need = error::mul(error::mul(c.div_ceil(vl), vl, "channels")?, 20, "packed weights")?;
             let zeros;
@@ -193,7 +197,10 @@ mod imp {
             // SAFETY: size query (reads the SME vector length; SME2 present).
             let size = unsafe { sys::kai_rhs_get_dst_size_dwconv_pack_x16p1vlx1b_x16_x16_sme(3, 3, c) };
             if size != need {
-                return Err(crate::Error::InvalidArgument(format!("packer size {size} differs from {need}")));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("packer size {size} differs from {need}"),
+                });
             }
             let mut buf = AlignedBuf::zeroed(size);
             // SAFETY: `w.data` holds 9 * c f16 (validate), `bias` c f16, never

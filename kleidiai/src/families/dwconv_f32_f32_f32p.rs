@@ -38,10 +38,11 @@ pub(crate) fn dwconv3x3_core<T: FloatElement>(
     w.validate()?;
     clamp.check()?;
     if w.channels != s.channels {
-        return Err(crate::Error::InvalidArgument(format!(
-            "weights have {} channels, the shape {}",
-            w.channels, s.channels
-        )));
+        return Err(crate::Error::ShapeMismatch {
+            what: "weight channels",
+            got: w.channels.to_string(),
+            want: s.channels.to_string(),
+        });
     }
     error::at_least(src.len(), s.src_len()?, "src")?;
     error::at_least(dst.len(), s.dst_len()?, "dst")?;
@@ -165,10 +166,10 @@ mod imp {
     ) -> Result<()> {
         let l = *rhs.layout();
         if l.format != format {
-            return Err(crate::Error::InvalidArgument(format!("{} is not a {format} packed RHS", l.format)));
+            return Err(crate::Error::bad_value("packed RHS format", l.format, format!("not a {format} packed RHS")));
         }
         if c >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("channel {c} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("channel", c, l.rows));
         }
         error::at_least(out.len(), 9, "taps output")?;
         let b = rhs.as_bytes();
@@ -244,10 +245,10 @@ mod imp {
             // SAFETY: SME instruction (RDSVL) on a CPU with SME2 (rhs_layout).
             let vl = unsafe { sys::kai_get_sme_vector_length_u8() } as usize / 4;
             if vl != layout.r || vl == 0 {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "SME vector length {vl} x f32 differs from the detected {}",
-                    layout.r
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("SME vector length {vl} x f32 differs from the detected {}", layout.r),
+                });
             }
             let need = error::mul(error::mul(c.div_ceil(vl), vl, "channels")?, 40, "packed weights")?;
             let zeros;
@@ -261,7 +262,10 @@ mod imp {
             // SAFETY: size query (reads the SME vector length; SME2 present).
             let size = unsafe { sys::kai_rhs_get_dst_size_dwconv_pack_x32p1vlx1b_x32_x32_sme(3, 3, c) };
             if size != need {
-                return Err(crate::Error::InvalidArgument(format!("packer size {size} differs from {need}")));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("packer size {size} differs from {need}"),
+                });
             }
             let mut buf = AlignedBuf::zeroed(size);
             // SAFETY: `w.data` holds 9 * c f32 (validate), `bias` c f32, never

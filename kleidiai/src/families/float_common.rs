@@ -469,7 +469,10 @@ mod glue {
                 || t.n_step % t.nr != 0
                 || t.m_step % t.mr != 0
             {
-                return Err(Error::InvalidArgument(format!("{}: unexpected blocking {t:?}", self.info.name)));
+                return Err(Error::PackerMismatch {
+                    kernel: self.info.name,
+                    why: format!("unexpected blocking {t:?}"),
+                });
             }
             Ok((t, f))
         }
@@ -560,7 +563,7 @@ mod glue {
                 (Order::KxN, _, Some(p)) => (Order::KxN, p),
                 (_, Some(p), None) => (Order::NxK, p),
                 (_, None, Some(p)) => (Order::KxN, p),
-                _ => return Err(Error::InvalidArgument(format!("{}: no RHS packer", self.info.name))),
+                _ => return Err(Error::WrongFamily { kernel: self.info.name, why: "no RHS packer".into() }),
             };
             let copy;
             let data: &[T] = if order == w.order {
@@ -577,10 +580,10 @@ mod glue {
                     // ensure_supported. n_step and size are queries.
                     let (step, bytes) = unsafe { (n_step(), size(n, k)) };
                     if step != nr || bytes != packed_size {
-                        return Err(Error::InvalidArgument(format!(
-                            "{}: packer n_step {step} / size {bytes}, kernel nr {nr} / size {packed_size}",
-                            self.info.name
-                        )));
+                        return Err(Error::PackerMismatch {
+                            kernel: self.info.name,
+                            why: format!("packer n_step {step} / size {bytes}, kernel nr {nr} / size {packed_size}"),
+                        });
                     }
                     out.reset(layout, bytes);
                     let buf = out.data_mut();
@@ -636,10 +639,13 @@ mod glue {
                         || packed_stride.n != want_packed
                         || bytes != packed_size
                     {
-                        return Err(Error::InvalidArgument(format!(
-                            "{}: packer disagrees on the layout (step {}, stride {})",
-                            self.info.name, step.n, packed_stride.n
-                        )));
+                        return Err(Error::PackerMismatch {
+                            kernel: self.info.name,
+                            why: format!(
+                                "packer disagrees on the layout (step {}, stride {})",
+                                step.n, packed_stride.n
+                            ),
+                        });
                     }
                     self.check_api_rhs_stride(n, k, packed_stride.n)?;
                     out.reset(layout, bytes);
@@ -675,10 +681,10 @@ mod glue {
                     )
                 };
                 if s.n != stride {
-                    return Err(Error::InvalidArgument(format!(
-                        "{}: kernel RHS stride {} != {stride}",
-                        self.info.name, s.n
-                    )));
+                    return Err(Error::PackerMismatch {
+                        kernel: self.info.name,
+                        why: format!("kernel RHS stride {} != {stride}", s.n),
+                    });
                 }
             }
             Ok(())
@@ -708,10 +714,10 @@ mod glue {
                 .and_then(|x| error::mul(x, eb, "packed lhs"))?;
             let size_ok = |bytes: usize| -> Result<()> {
                 if bytes != want {
-                    return Err(Error::InvalidArgument(format!(
-                        "{}: LHS packer size {bytes} != {want}",
-                        self.info.name
-                    )));
+                    return Err(Error::PackerMismatch {
+                        kernel: self.info.name,
+                        why: format!("LHS packer size {bytes} != {want}"),
+                    });
                 }
                 Ok(())
             };
@@ -759,10 +765,10 @@ mod glue {
                         (ps, a.get_lhs_packed_size.expect("packed size")(&cfg, &shape, &ps))
                     };
                     if pstride.m != mr * k.div_ceil(kr) * kr * eb {
-                        return Err(Error::InvalidArgument(format!(
-                            "{}: LHS packer stride {}",
-                            self.info.name, pstride.m
-                        )));
+                        return Err(Error::PackerMismatch {
+                            kernel: self.info.name,
+                            why: format!("LHS packer stride {}", pstride.m),
+                        });
                     }
                     self.check_api_lhs_stride(m, k, pstride.m)?;
                     size_ok(bytes)?;
@@ -825,10 +831,10 @@ mod glue {
                     // SAFETY: a size query; features present (tiles()).
                     let bytes = unsafe { size(m, k, mr, kr, sr) };
                     if bytes != want {
-                        return Err(Error::InvalidArgument(format!(
-                            "{}: LHS packer size {bytes} != {want}",
-                            self.info.name
-                        )));
+                        return Err(Error::PackerMismatch {
+                            kernel: self.info.name,
+                            why: format!("LHS packer size {bytes} != {want}"),
+                        });
                     }
                     bytes
                 }
@@ -893,10 +899,10 @@ mod glue {
                     )
                 };
                 if s.m != stride {
-                    return Err(Error::InvalidArgument(format!(
-                        "{}: kernel LHS stride {} != {stride}",
-                        self.info.name, s.m
-                    )));
+                    return Err(Error::PackerMismatch {
+                        kernel: self.info.name,
+                        why: format!("kernel LHS stride {} != {stride}", s.m),
+                    });
                 }
             }
             Ok(())
@@ -1112,7 +1118,7 @@ mod glue {
         error::nonzero(m, "m")?;
         error::nonzero(k, "k")?;
         if stride < k {
-            return Err(Error::InvalidArgument(format!("{what} stride {stride} < k {k}")));
+            return Err(Error::bad_value("row stride", stride, format!("{what}: less than k = {k} (elements)")));
         }
         let need = error::mul(m - 1, stride, what)?.checked_add(k).ok_or_else(|| Error::Overflow(what.into()))?;
         error::at_least(len, need, what)
@@ -1121,7 +1127,7 @@ mod glue {
     /// Several kernels keep `k` in a 32-bit `unsigned int`.
     fn check_k(k: usize) -> Result<()> {
         if k > u32::MAX as usize {
-            return Err(Error::InvalidArgument(format!("k = {k} exceeds the kernels' 32-bit limit")));
+            return Err(Error::bad_value("k", k, "exceeds the kernels' 32-bit limit"));
         }
         Ok(())
     }
@@ -1133,15 +1139,15 @@ mod glue {
         let Some(fmt) = formats.iter().find(|f| f.name == l.format) else {
             let whose =
                 if RHS_FORMATS.iter().any(|f| f.name == l.format) { "another float family" } else { "no float family" };
-            return Err(Error::InvalidArgument(format!("packed RHS format {} belongs to {whose}", l.format)));
+            return Err(Error::bad_value("packed RHS format", l.format, format!("belongs to {whose}")));
         };
         if row >= l.rows {
-            return Err(Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let (nr, kr, eb) = (l.r, l.kr, fmt.elem_bytes);
         if nr == 0 || kr == 0 {
-            return Err(Error::InvalidArgument(format!("bad layout {l}")));
+            return Err(Error::bad_value("packed layout", l, "nr or kr is 0"));
         }
         let block = nr * (eb + l.k.div_ceil(kr) * kr * eb);
         let base = (row / nr) * block + nr * eb;
@@ -1149,8 +1155,11 @@ mod glue {
         let bytes = rhs.as_bytes();
         for (p, o) in out.iter_mut().enumerate().take(l.k) {
             let at = base + ((p / kr) * nr * kr + r * kr + p % kr) * eb;
-            let b =
-                bytes.get(at..at + eb).ok_or_else(|| Error::InvalidArgument(format!("packed RHS too short: {l}")))?;
+            let b = bytes.get(at..at + eb).ok_or(Error::ByteLength {
+                what: "packed RHS",
+                got: bytes.len(),
+                need: at + eb,
+            })?;
             *o = if eb == 4 {
                 f32::from_le_bytes([b[0], b[1], b[2], b[3]])
             } else {

@@ -209,10 +209,10 @@ mod imp {
             // SAFETY: the kernel's features (SME) were checked by rhs_layout.
             let packer_nr = unsafe { sys::kai_get_n_step_rhs_imatmul_pack_kxn_x16p2vlx2b_x16_x16_sme() };
             if packer_nr != layout.r {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "RHS packer block {packer_nr} differs from the kernel's n step {}",
-                    layout.r
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("RHS packer block {packer_nr} differs from the kernel's n step {}", layout.r),
+                });
             }
             // Checked size: roundup(n, nr) * (2 + packed_k * 2).
             let block = error::mul(packed_k(k_chunk_count, k_chunk_length)?, 2, "packed rhs")?
@@ -265,9 +265,10 @@ mod imp {
             // SAFETY: the kernel's features (SME) were checked by lhs_layout.
             let packer_m_step = unsafe { sys::kai_get_m_step_lhs_imatmul_pack_x16p2vlx2_x16p_sme() };
             if packer_m_step != m_step {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "LHS packer block {packer_m_step} differs from the kernel's m step {m_step}"
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("LHS packer block {packer_m_step} differs from the kernel's m step {m_step}"),
+                });
             }
             let rows = error::mul(m.div_ceil(m_step), m_step, "m")?;
             let size = error::mul(rows, error::mul(packed_k(kcc, kcl)?, 2, "lhs")?, "lhs")?;
@@ -304,7 +305,7 @@ mod imp {
             clamp.check()?;
             let (m, n, kcl) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().bl);
             if kcl == 0 {
-                return Err(crate::Error::InvalidArgument("not an imatmul packed RHS".into()));
+                return Err(crate::Error::bad_value("packed RHS k_chunk_length", kcl, "0: not an imatmul packed RHS"));
             }
             let kcc = rhs.layout().k / kcl;
             rhs.expect(&self.rhs_layout(n, kcc, kcl)?, self.0.info.name)?;
@@ -370,10 +371,14 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != RHS_FORMAT || l.bl == 0 {
-            return Err(crate::Error::InvalidArgument(format!("{} is not a packed RHS of {FAMILY}", l.format)));
+            return Err(crate::Error::bad_value(
+                "packed RHS format",
+                l.format,
+                format!("not a packed RHS of {FAMILY}"),
+            ));
         }
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let b = rhs.as_bytes();

@@ -107,9 +107,11 @@ mod imp {
     /// Upstream hands the chunk count and length to the kernel as `unsigned int`.
     fn check_u32(kcc: usize, kcl: usize) -> Result<()> {
         if u32::try_from(kcc).is_err() || u32::try_from(kcl).is_err() {
-            return Err(crate::Error::InvalidArgument(format!(
-                "k_chunk_count {kcc} and k_chunk_length {kcl} must fit in 32 bits"
-            )));
+            return Err(crate::Error::bad_value(
+                "k_chunk_count, k_chunk_length",
+                format!("{kcc}, {kcl}"),
+                "must fit in 32 bits",
+            ));
         }
         Ok(())
     }
@@ -178,10 +180,10 @@ mod imp {
             // SAFETY: the CPU has SVE (rhs_layout); the getter reads the VL.
             let packer_nr = unsafe { sys::kai_get_n_step_rhs_imatmul_pack_kxn_x32p4vlx1b_x32_x32_sve() };
             if packer_nr != layout.r {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "RHS packer block {packer_nr} differs from the kernel's n step {}",
-                    layout.r
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("RHS packer block {packer_nr} differs from the kernel's n step {}", layout.r),
+                });
             }
             let block = error::mul(k, 4, "packed rhs")?
                 .checked_add(4)
@@ -282,10 +284,14 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != RHS_FORMAT || l.bl == 0 {
-            return Err(crate::Error::InvalidArgument(format!("{} is not a packed RHS of {FAMILY}", l.format)));
+            return Err(crate::Error::bad_value(
+                "packed RHS format",
+                l.format,
+                format!("not a packed RHS of {FAMILY}"),
+            ));
         }
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let b = rhs.as_bytes();

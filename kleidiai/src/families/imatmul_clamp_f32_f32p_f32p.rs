@@ -52,9 +52,11 @@ pub(crate) fn check_k(w_k: usize, kcc: usize, kcl: usize) -> Result<usize> {
     error::nonzero(kcl, "k_chunk_length")?;
     let k = error::mul(kcc, kcl, "k_chunk_count * k_chunk_length")?;
     if k != w_k {
-        return Err(crate::Error::InvalidArgument(format!(
-            "weights have k = {w_k}, the chunks give {kcc} x {kcl} = {k}"
-        )));
+        return Err(crate::Error::ShapeMismatch {
+            what: "k of the chunks (k_chunk_count x k_chunk_length) and the weights",
+            got: format!("{kcc} x {kcl} = {k}"),
+            want: w_k.to_string(),
+        });
     }
     Ok(k)
 }
@@ -313,10 +315,10 @@ mod imp {
             // SAFETY: the kernel's features (SME) were checked by rhs_layout.
             let packer_nr = unsafe { sys::kai_get_n_step_rhs_imatmul_pack_kxn_x32p2vlx1b_x32_x32_sme() };
             if packer_nr != layout.r {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "RHS packer block {packer_nr} differs from the kernel's n step {}",
-                    layout.r
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("RHS packer block {packer_nr} differs from the kernel's n step {}", layout.r),
+                });
             }
             // Checked size: roundup(n, nr) * (4 + k * 4).
             let block = error::mul(k, 4, "packed rhs")?.checked_add(4).ok_or_else(overflow)?;
@@ -367,9 +369,10 @@ mod imp {
             // SAFETY: the kernel's features (SME) were checked by lhs_layout.
             let packer_m_step = unsafe { sys::kai_get_m_step_lhs_imatmul_pack_x32p2vlx1_x32p_sme() };
             if packer_m_step != m_step {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "LHS packer block {packer_m_step} differs from the kernel's m step {m_step}"
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("LHS packer block {packer_m_step} differs from the kernel's m step {m_step}"),
+                });
             }
             // Checked size: roundup(m, m_step) * k * 4.
             let size =
@@ -406,7 +409,7 @@ mod imp {
             clamp.check()?;
             let (m, n, kcl) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().bl);
             if kcl == 0 {
-                return Err(crate::Error::InvalidArgument("not an imatmul packed RHS".into()));
+                return Err(crate::Error::bad_value("packed RHS k_chunk_length", kcl, "0: not an imatmul packed RHS"));
             }
             let kcc = rhs.layout().k / kcl;
             rhs.expect(&self.rhs_layout(n, kcc, kcl)?, self.0.info.name)?;
@@ -476,10 +479,14 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != RHS_FORMAT || l.bl == 0 {
-            return Err(crate::Error::InvalidArgument(format!("{} is not a packed RHS of {FAMILY}", l.format)));
+            return Err(crate::Error::bad_value(
+                "packed RHS format",
+                l.format,
+                format!("not a packed RHS of {FAMILY}"),
+            ));
         }
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let b = rhs.as_bytes();

@@ -67,7 +67,11 @@ impl Qsi8Weights<'_> {
             error::at_least(b.len(), self.n, "bias")?;
         }
         if let Some(j) = self.scales[..self.n].iter().position(|s| !s.is_finite()) {
-            return Err(crate::Error::InvalidArgument(format!("scale of channel {j} is not finite")));
+            return Err(crate::Error::bad_value(
+                "weight scale",
+                self.scales[j],
+                format!("of channel {j} is not finite"),
+            ));
         }
         Ok(())
     }
@@ -113,10 +117,7 @@ pub struct OutputQuant {
 impl LhsQuant {
     fn check(&self) -> Result<()> {
         if !self.scale_multiplier.is_finite() {
-            return Err(crate::Error::InvalidArgument(format!(
-                "scale_multiplier {} is not finite",
-                self.scale_multiplier
-            )));
+            return Err(crate::Error::bad_value("scale_multiplier", self.scale_multiplier, "not finite"));
         }
         Ok(())
     }
@@ -125,7 +126,7 @@ impl LhsQuant {
 impl OutputQuant {
     fn check(&self) -> Result<()> {
         if self.min > self.max {
-            return Err(crate::Error::InvalidArgument(format!("output range [{}, {}] is empty", self.min, self.max)));
+            return Err(crate::Error::bad_value("output range", format!("[{}, {}]", self.min, self.max), "empty"));
         }
         Ok(())
     }
@@ -332,10 +333,10 @@ mod imp {
             // SAFETY: the kernel's features (SME) were checked by rhs_layout.
             let packer_nr = unsafe { sys::kai_get_n_step_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme() };
             if packer_nr != layout.r {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "RHS packer block {packer_nr} differs from the kernel's n step {}",
-                    layout.r
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("RHS packer block {packer_nr} differs from the kernel's n step {}", layout.r),
+                });
             }
             // Checked size: roundup(n, nr) * (4 + packed_k + 4).
             let block = packed_k(k_chunk_count, k_chunk_length)?
@@ -401,9 +402,10 @@ mod imp {
             // SAFETY: the kernel's features (SME) were checked by lhs_layout.
             let packer_m_step = unsafe { sys::kai_get_m_step_lhs_imatmul_pack_x8p2vlx4_x8p_sme() };
             if packer_m_step != m_step {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "LHS packer block {packer_m_step} differs from the kernel's m step {m_step}"
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("LHS packer block {packer_m_step} differs from the kernel's m step {m_step}"),
+                });
             }
             let size = error::mul(error::mul(m.div_ceil(m_step), m_step, "m")?, packed_k(kcc, kcl)?, "lhs")?;
             // SAFETY: the CPU has SME (lhs_layout); m_step is the packer's
@@ -439,7 +441,7 @@ mod imp {
             oq.check()?;
             let (m, n, kcl) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().bl);
             if kcl == 0 {
-                return Err(crate::Error::InvalidArgument("not an imatmul packed RHS".into()));
+                return Err(crate::Error::bad_value("packed RHS k_chunk_length", kcl, "0: not an imatmul packed RHS"));
             }
             let kcc = rhs.layout().k / kcl;
             rhs.expect(&self.rhs_layout(n, kcc, kcl)?, self.0.info.name)?;
@@ -510,10 +512,14 @@ mod imp {
     pub fn unpack_rhs_row_i8(rhs: &PackedRhs, row: usize, out: &mut [i8]) -> Result<f32> {
         let l = *rhs.layout();
         if l.format != RHS_FORMAT || l.bl == 0 {
-            return Err(crate::Error::InvalidArgument(format!("{} is not a packed RHS of {FAMILY}", l.format)));
+            return Err(crate::Error::bad_value(
+                "packed RHS format",
+                l.format,
+                format!("not a packed RHS of {FAMILY}"),
+            ));
         }
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let (kcc, kcl, nr) = (l.k / l.bl, l.bl, l.r);

@@ -222,7 +222,7 @@ mod imp {
             error::nonzero(m, "m")?;
             error::nonzero(k, "k")?;
             if lhs_stride < k {
-                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
             }
             let need = error::mul(m - 1, lhs_stride, "lhs")?
                 .checked_add(k)
@@ -232,7 +232,11 @@ mod imp {
             let layout = self.lhs_layout(m, k)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
             if sr == 0 || kr % sr != 0 || kr / sr != 8 {
-                return Err(crate::Error::InvalidArgument(format!("{LHS_PACKER} needs kr / sr = 8, got {kr} / {sr}")));
+                return Err(crate::Error::bad_value(
+                    "kr / sr",
+                    format!("{kr} / {sr}"),
+                    format!("{LHS_PACKER} needs 8"),
+                ));
             }
             // SAFETY: size query, pure arithmetic.
             let size = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon(m, k, mr, kr, sr) };

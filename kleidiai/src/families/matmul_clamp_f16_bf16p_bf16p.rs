@@ -254,7 +254,7 @@ mod imp {
             error::nonzero(m, "m")?;
             error::nonzero(k, "k")?;
             if lhs_stride < k {
-                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
             }
             let need = error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| overflow("lhs"))?;
             error::at_least(lhs.len(), need, "lhs")?;
@@ -369,7 +369,11 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != RHS_FORMAT {
-            return Err(crate::Error::InvalidArgument(format!("{} is not a packed RHS of {FAMILY}", l.format)));
+            return Err(crate::Error::bad_value(
+                "packed RHS format",
+                l.format,
+                format!("not a packed RHS of {FAMILY}"),
+            ));
         }
         unpack_bf16_row(rhs, row, out, 2)
     }

@@ -318,7 +318,7 @@ mod imp {
             error::nonzero(m, "m")?;
             error::nonzero(k, "k")?;
             if lhs_stride < k {
-                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
             }
             let need = error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| overflow("lhs"))?;
             error::at_least(lhs.len(), need, "lhs")?;
@@ -473,7 +473,7 @@ mod imp {
             error::nonzero(m, "m")?;
             error::nonzero(k, "k")?;
             if lhs_stride < k {
-                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
             }
             let need = error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| overflow("lhs"))?;
             error::at_least(lhs.len(), need, "lhs")?;
@@ -646,7 +646,11 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != RHS_FORMAT {
-            return Err(crate::Error::InvalidArgument(format!("{} is not a packed RHS of {FAMILY}", l.format)));
+            return Err(crate::Error::bad_value(
+                "packed RHS format",
+                l.format,
+                format!("not a packed RHS of {FAMILY}"),
+            ));
         }
         unpack_bf16_row(rhs, row, out, 4)
     }
@@ -656,7 +660,7 @@ mod imp {
     pub(crate) fn unpack_bf16_row(rhs: &PackedRhs, row: usize, out: &mut [f32], bias_bytes: usize) -> Result<()> {
         let l = *rhs.layout();
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let bytes = rhs.as_bytes();

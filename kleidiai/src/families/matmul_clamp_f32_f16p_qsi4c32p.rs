@@ -259,7 +259,7 @@ mod imp {
             // with bl = 32 its size query needs k % 32 == 0.
             check_bl(k, 32, kr, usize::MAX)?;
             if sr != 2 {
-                return Err(crate::Error::InvalidArgument(format!("{LHS_PACKER} needs sr = 2, got {sr}")));
+                return Err(crate::Error::bad_value("sr", sr, format!("{LHS_PACKER} needs sr = 2")));
             }
             // SAFETY: size query, pure arithmetic (k % 32 == 0, k % kr == 0).
             let size = unsafe { sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon(m, k, 32, mr, kr, sr) };

@@ -211,9 +211,7 @@ mod imp {
         // may run; otherwise transpose in Rust and use the N x K one.
         let kxn = kxn && (!ps1s0 || f.has_all(&[CpuFeature::Fp16, CpuFeature::Bf16]));
         if ps1s0 && kr / sr != 4 {
-            return Err(crate::Error::InvalidArgument(format!(
-                "qsi4c32ps1s0 packing needs kr / sr = 4, got {kr} / {sr}"
-            )));
+            return Err(crate::Error::bad_value("kr / sr", format!("{kr} / {sr}"), "qsi4c32ps1s0 packing needs 4"));
         }
         let order = if kxn { Order::KxN } else { Order::NxK };
         let values = w.qsu4_s1s0(order)?;
@@ -646,7 +644,7 @@ mod imp {
         error::nonzero(k, "k")?;
         error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
         if lhs_stride < k {
-            return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+            return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
         }
         let need =
             error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
@@ -689,10 +687,10 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != FORMAT_QSI4C32P && l.format != FORMAT_QSI4C32PS1S0 {
-            return Err(crate::Error::InvalidArgument(format!("{} is not a qsi4c32p format", l.format)));
+            return Err(crate::Error::bad_value("packed RHS format", l.format, "not a qsi4c32p format"));
         }
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let (nr, bl, blocks) = (l.r, l.bl, l.k / l.bl);

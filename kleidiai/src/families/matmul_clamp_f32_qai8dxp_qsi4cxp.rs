@@ -213,10 +213,10 @@ mod imp {
             w.validate()?;
             let layout = self.rhs_layout(w.n, w.k)?;
             if !order_supported(layout.format, w.order) {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "{} has no upstream packer for {:?} weights (use N x K)",
-                    self.0.info.name, w.order
-                )));
+                return Err(crate::Error::WrongFamily {
+                    kernel: self.0.info.name,
+                    why: format!("has no upstream packer for {:?} weights (use N x K)", w.order),
+                });
             }
             let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
             error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
@@ -326,7 +326,7 @@ mod imp {
             error::nonzero(m, "m")?;
             error::nonzero(k, "k")?;
             if lhs_stride < k {
-                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
             }
             let need = error::mul(m - 1, lhs_stride, "lhs")?
                 .checked_add(k)
@@ -442,7 +442,7 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let bytes = rhs.as_bytes();

@@ -53,9 +53,11 @@ pub const SCALE_TYPE: ScaleType = ScaleType::F16;
 pub(crate) fn check_weights_no_bias(w: &BlockInt4<'_>, family: &str) -> Result<(usize, usize, usize)> {
     w.validate()?;
     if w.bias().is_some() {
-        return Err(crate::Error::InvalidArgument(format!(
-            "{family} has no bias (its packers take none): add it to the output instead"
-        )));
+        return Err(crate::Error::bad_value(
+            "bias",
+            "given",
+            format!("{family} has no bias (its packers take none): add it to the output instead"),
+        ));
     }
     Ok((w.n(), w.k(), w.bl()))
 }
@@ -232,7 +234,7 @@ mod imp {
         error::multiple_of(k, bl, "k", "qsi4c32: whole blocks")?;
         error::multiple_of(k, kr, "k", "qsi4c32 packing: k must be a multiple of kr")?;
         if bl > max_bl {
-            return Err(crate::Error::InvalidArgument(format!("bl {bl} above this kernel's maximum {max_bl}")));
+            return Err(crate::Error::bad_value("bl", bl, format!("above this kernel's maximum {max_bl}")));
         }
         Ok(())
     }
@@ -253,10 +255,11 @@ mod imp {
             _ => kr == 4 && sr == 2,
         };
         if !ok || nr == 0 {
-            return Err(crate::Error::InvalidArgument(format!(
-                "{} packing: unsupported nr {nr}, kr {kr}, sr {sr}",
-                layout.format
-            )));
+            return Err(crate::Error::bad_value(
+                "nr, kr, sr",
+                format!("{nr}, {kr}, {sr}"),
+                format!("unsupported by {} packing", layout.format),
+            ));
         }
         let src: Cow<'_, [u8]> = w.qsu4c32s16s0()?;
         let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
@@ -340,7 +343,7 @@ mod imp {
         error::nonzero(m, "m")?;
         error::nonzero(k, "k")?;
         if lhs_stride < k {
-            return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+            return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
         }
         let need =
             error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
@@ -501,10 +504,11 @@ mod imp {
                 LhsPacker::Sb4x8 => mr == 4 && kr == 16 && sr == 2,
             };
             if !ok {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "{}: unsupported mr {mr}, kr {kr}, sr {sr}",
-                    packer.name()
-                )));
+                return Err(crate::Error::bad_value(
+                    "mr, kr, sr",
+                    format!("{mr}, {kr}, {sr}"),
+                    format!("unsupported by {}", packer.name()),
+                ));
             }
             // SAFETY: size queries, pure arithmetic (k % bl, k % kr, k even
             // checked above).
@@ -771,10 +775,10 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if ![FORMAT_SCALEF16, FORMAT_PS1S0SCALEF16, FORMAT_PS4S0SF16].contains(&l.format) {
-            return Err(crate::Error::InvalidArgument(format!("{} is not an f16-scale qsi4c32 format", l.format)));
+            return Err(crate::Error::bad_value("packed RHS format", l.format, "not an f16-scale qsi4c32 format"));
         }
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let (nr, bl, blocks) = (l.r, l.bl, l.k / l.bl);

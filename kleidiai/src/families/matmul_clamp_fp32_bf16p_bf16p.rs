@@ -203,9 +203,10 @@ mod imp {
             // the getter only reads the streaming vector length.
             let packer_nr = unsafe { sys::kai_get_n_step_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme() };
             if packer_nr != nr {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "RHS packer block {packer_nr} differs from the kernel's nr {nr}"
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.0.info.name,
+                    why: format!("RHS packer block {packer_nr} differs from the kernel's nr {nr}"),
+                });
             }
             let block = error::mul(roundup(k, kr, "k")?, 2, "packed rhs")?
                 .checked_add(4)
@@ -273,7 +274,7 @@ mod imp {
             error::nonzero(m, "m")?;
             error::nonzero(k, "k")?;
             if lhs_stride < k {
-                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
             }
             let need = error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| overflow("lhs"))?;
             error::at_least(lhs.len(), need, "lhs")?;
@@ -406,7 +407,11 @@ mod imp {
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != RHS_FORMAT {
-            return Err(crate::Error::InvalidArgument(format!("{} is not a packed RHS of {FAMILY}", l.format)));
+            return Err(crate::Error::bad_value(
+                "packed RHS format",
+                l.format,
+                format!("not a packed RHS of {FAMILY}"),
+            ));
         }
         unpack_bf16_row(rhs, row, out, 4)
     }

@@ -102,7 +102,7 @@ pub(crate) fn check_lhs(m: usize, k: usize, lhs: &[i8], stride: usize) -> Result
     error::nonzero(m, "m")?;
     error::nonzero(k, "k")?;
     if stride < k {
-        return Err(crate::Error::InvalidArgument(format!("lhs_stride {stride} < k {k}")));
+        return Err(crate::Error::bad_value("lhs_stride", stride, format!("less than k = {k}")));
     }
     let need = error::mul(m - 1, stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
     error::at_least(lhs.len(), need, "lhs")
@@ -708,10 +708,10 @@ mod imp {
         let int4 = match l.format {
             FORMAT_QSI8CXP2VLX4SB | FORMAT_QSI8CXP4VSX4 => false,
             FORMAT_QSI4CXP8VSX4 => true,
-            other => return Err(crate::Error::InvalidArgument(format!("{other} is not a qai8-family packed RHS"))),
+            other => return Err(crate::Error::bad_value("packed RHS format", other, "not a qai8-family packed RHS")),
         };
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let nr = l.r;

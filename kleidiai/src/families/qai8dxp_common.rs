@@ -194,7 +194,7 @@ impl LhsElem for f16 {
     fn check_block(kr: usize, sr: usize) -> Result<()> {
         error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
         if kr / sr != 4 && kr / sr != 8 {
-            return Err(crate::Error::InvalidArgument(format!("{}: kr / sr must be 4 or 8", Self::PACKER)));
+            return Err(crate::Error::bad_value("kr / sr", kr / sr, format!("{} takes 4 or 8", Self::PACKER)));
         }
         Ok(())
     }
@@ -262,7 +262,7 @@ impl LhsElem for bf16 {
     fn check_block(kr: usize, sr: usize) -> Result<()> {
         error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
         if kr / sr != 8 {
-            return Err(crate::Error::InvalidArgument(format!("{}: kr / sr must be 8", Self::PACKER)));
+            return Err(crate::Error::bad_value("kr / sr", kr / sr, format!("{} takes 8", Self::PACKER)));
         }
         Ok(())
     }
@@ -563,10 +563,10 @@ mod imp {
             let size = error::mul(roundup(n, nr, "n")?, per_row, "packed rhs")?;
             let query = self.packer_size(n, k, nr, kr, sr);
             if query != size {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "{}: packer size {query} differs from the layout's {size}",
-                    self.id()
-                )));
+                return Err(crate::Error::PackerMismatch {
+                    kernel: self.id(),
+                    why: format!("packer size {query} differs from the layout's {size}"),
+                });
             }
             Ok(size)
         }
@@ -713,10 +713,10 @@ mod imp {
                 if self.rhs.takes(order) {
                     Ok(())
                 } else {
-                    Err(crate::Error::InvalidArgument(format!(
-                        "{} has no upstream packer for {order:?} weights (use N x K)",
-                        self.info.name
-                    )))
+                    Err(crate::Error::WrongFamily {
+                        kernel: self.info.name,
+                        why: format!("has no upstream packer for {order:?} weights (use N x K)"),
+                    })
                 }
             };
             let size = self.rhs.checked_size(n, k, nr, kr, sr)?;
@@ -793,10 +793,11 @@ mod imp {
                 (RhsFormat::Qsi8cxp, Weights::Int8(w)) => {
                     order_ok(w.order)?;
                     if sr != 1 {
-                        return Err(crate::Error::InvalidArgument(format!(
-                            "{}: the qsi8cxp packers need sr 1",
-                            self.info.name
-                        )));
+                        return Err(crate::Error::bad_value(
+                            "sr",
+                            sr,
+                            format!("{}: the qsi8cxp packers need sr 1", self.info.name),
+                        ));
                     }
                     let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
                     let params = sys::kai_rhs_pack_qsi8cx_params { lhs_zero_point: 1, scale_multiplier: 1.0 };
@@ -843,17 +844,22 @@ mod imp {
                     error::multiple_of(k, 32, "k", "2-bit packers and kernels")?;
                     if w.lut.iter().any(|v| !(-64..=63).contains(v)) {
                         // The packers add two entries in int8 for the sums.
-                        return Err(crate::Error::InvalidArgument(format!(
-                            "2-bit look-up table {:?}: entries must lie in -64..=63",
-                            w.lut
-                        )));
+                        return Err(crate::Error::bad_value(
+                            "2-bit look-up table",
+                            format!("{:?}", w.lut),
+                            "entries must lie in -64..=63",
+                        ));
                     }
                     if kr != 4 * sr {
-                        return Err(crate::Error::InvalidArgument(format!("{}: kr / sr must be 4", self.info.name)));
+                        return Err(crate::Error::bad_value(
+                            "kr / sr",
+                            format!("{kr} / {sr}"),
+                            format!("{} takes 4", self.info.name),
+                        ));
                     }
                     match self.rhs {
                         RhsFormat::Qsu2cxp4x4 if nr != 4 => {
-                            return Err(crate::Error::InvalidArgument(format!("{}: nr must be 4", self.info.name)));
+                            return Err(crate::Error::bad_value("nr", nr, format!("{} takes 4", self.info.name)));
                         }
                         RhsFormat::Qsu2cxp4vlx4 => error::multiple_of(nr, 8, "nr", "2-bit SME packer")?,
                         _ => {}
@@ -929,7 +935,7 @@ mod imp {
             error::nonzero(m, "m")?;
             error::nonzero(k, "k")?;
             if lhs_stride < k {
-                return Err(crate::Error::InvalidArgument(format!("lhs_stride {lhs_stride} < k {k}")));
+                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
             }
             let need = error::mul(m - 1, lhs_stride, "lhs")?
                 .checked_add(k)
@@ -944,7 +950,7 @@ mod imp {
             let per_row = roundup(k, 32, "k")?.checked_add(8).ok_or_else(|| crate::Error::Overflow("k".into()))?;
             let size = error::mul(roundup(m, mr, "m")?, per_row, "packed lhs")?;
             if L::packed_size(m, k, mr, kr, sr) != size {
-                return Err(crate::Error::InvalidArgument(format!("{}: unexpected packed size", L::PACKER)));
+                return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
             }
             out.reset(layout, size);
             let dst = SendPtr(out.data_mut().as_mut_ptr());
@@ -1009,7 +1015,7 @@ mod imp {
             let per_row = roundup(k, 32, "k")?.checked_add(8).ok_or_else(|| crate::Error::Overflow("k".into()))?;
             let lhs_bytes = error::mul(roundup(m, t.mr, "m")?, per_row, "packed lhs")?;
             if L::packed_size(m, k, t.mr, t.kr, t.sr) != lhs_bytes {
-                return Err(crate::Error::InvalidArgument(format!("{}: unexpected packed size", L::PACKER)));
+                return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
             }
             Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
         }
@@ -1148,7 +1154,7 @@ mod imp {
                 }
                 Ok(t)
             }
-            _ => Err(crate::Error::InvalidArgument(format!("packed rhs {l} carries no 2-bit look-up table"))),
+            _ => Err(crate::Error::bad_value("packed RHS", l, "carries no 2-bit look-up table")),
         }
     }
 
@@ -1161,11 +1167,11 @@ mod imp {
     pub(crate) fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let Some(format) = RhsFormat::from_id(l.format) else {
-            return Err(crate::Error::InvalidArgument(format!("unknown packed format {}", l.format)));
+            return Err(crate::Error::bad_value("packed RHS format", l.format, "unknown"));
         };
         let (nr, kr, r) = (l.r, l.kr, row % l.r);
         let k_internal = l.k.div_ceil(32) * 32;

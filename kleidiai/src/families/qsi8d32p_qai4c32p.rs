@@ -50,15 +50,17 @@ pub(crate) fn check_lhs<V: Variant>(m: usize, k: usize, lhs: &[V::Lhs], stride: 
     error::nonzero(m, "m")?;
     error::nonzero(k, "k")?;
     if stride < k {
-        return Err(crate::Error::InvalidArgument(format!("lhs_stride {stride} < k {k}")));
+        return Err(crate::Error::bad_value("lhs_stride", stride, format!("less than k = {k}")));
     }
     let need = error::mul(m - 1, stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
     error::at_least(lhs.len(), need, "lhs")?;
     for i in 0..m {
         if !lhs[i * stride..i * stride + k].iter().all(|x| V::is_finite(*x)) {
-            return Err(crate::Error::InvalidArgument(format!(
-                "lhs row {i} holds a NaN or infinity (the quantising packer needs finite values)"
-            )));
+            return Err(crate::Error::bad_value(
+                "lhs row",
+                i,
+                "holds a NaN or infinity (the quantising packer needs finite values)",
+            ));
         }
     }
     Ok(())
@@ -624,10 +626,10 @@ mod imp {
     pub(crate) fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != FORMAT_QAI4C32P && l.format != FORMAT_QAI4C32PS1S0NRX4 {
-            return Err(crate::Error::InvalidArgument(format!("{} is not a qai4c32 packed RHS", l.format)));
+            return Err(crate::Error::bad_value("packed RHS format", l.format, "not a qai4c32 packed RHS"));
         }
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let (nr, bl, nb) = (l.r, l.bl, l.k / l.bl);

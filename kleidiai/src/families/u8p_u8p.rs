@@ -19,7 +19,7 @@ pub(crate) fn check_lhs(m: usize, k: usize, lhs: &[u8], stride: usize) -> Result
     error::nonzero(m, "m")?;
     error::nonzero(k, "k")?;
     if stride < k {
-        return Err(crate::Error::InvalidArgument(format!("lhs_stride {stride} < k {k}")));
+        return Err(crate::Error::bad_value("lhs_stride", stride, format!("less than k = {k}")));
     }
     let need = error::mul(m - 1, stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
     error::at_least(lhs.len(), need, "lhs")
@@ -322,10 +322,10 @@ mod imp {
     pub(crate) fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
         if l.format != FORMAT {
-            return Err(crate::Error::InvalidArgument(format!("{} is not an {FORMAT} packed RHS", l.format)));
+            return Err(crate::Error::bad_value("packed RHS format", l.format, format!("not an {FORMAT} packed RHS")));
         }
         if row >= l.rows {
-            return Err(crate::Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(crate::Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         let nr = l.r;

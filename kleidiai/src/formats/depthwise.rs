@@ -63,7 +63,7 @@ impl DepthwiseShape {
             (self.pad_right, "pad_right"),
         ] {
             if v > MAX_DIM {
-                return Err(crate::Error::InvalidArgument(format!("{what} = {v} exceeds {MAX_DIM}")));
+                return Err(crate::Error::bad_value(what, v, format!("exceeds {MAX_DIM}")));
             }
         }
         self.src_len()?;
@@ -88,9 +88,11 @@ fn out_dim(input: usize, before: usize, after: usize, what: &str) -> Result<usiz
         .and_then(|t| t.checked_add(after))
         .ok_or_else(|| crate::Error::Overflow(what.into()))?;
     if total < 3 {
-        return Err(crate::Error::InvalidArgument(format!(
-            "{what}: {input} + padding {before} + {after} is smaller than the 3-tap filter"
-        )));
+        return Err(crate::Error::ShapeMismatch {
+            what: "padded input (input + padding before + after)",
+            got: format!("{what}: {input} + {before} + {after}"),
+            want: "at least 3 (the filter's taps)".into(),
+        });
     }
     Ok(total - 2)
 }

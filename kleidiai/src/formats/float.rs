@@ -98,7 +98,11 @@ impl<T: FloatElement> FloatWeights<'_, T> {
     pub fn value(&self, n: usize, k: usize) -> Result<T> {
         self.validate()?;
         if n >= self.n || k >= self.k {
-            return Err(crate::Error::InvalidArgument(format!("index ({n}, {k}) outside {}x{}", self.n, self.k)));
+            return Err(crate::Error::bad_value(
+                "index",
+                format!("({n}, {k})"),
+                format!("outside {}x{}", self.n, self.k),
+            ));
         }
         Ok(self.value_unchecked(n, k))
     }

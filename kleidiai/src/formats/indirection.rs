@@ -61,13 +61,11 @@ impl<T: Copy> Indirection<'_, T> {
             if let Some(off) = *c {
                 let end = off.checked_add(self.k_chunk_length);
                 if end.is_none_or(|e| e > self.src.len()) {
-                    return Err(crate::Error::InvalidArgument(format!(
-                        "chunk {} of row {} starts at {off}: {} elements from there exceed src ({} elements)",
-                        i % self.k_chunk_count,
-                        i / self.k_chunk_count,
-                        self.k_chunk_length,
-                        self.src.len()
-                    )));
+                    return Err(crate::Error::bad_value(
+                        "indirection chunk",
+                        format!("{} of row {} at offset {off}", i % self.k_chunk_count, i / self.k_chunk_count),
+                        format!("{} elements from there exceed src ({} elements)", self.k_chunk_length, self.src.len()),
+                    ));
                 }
             }
         }

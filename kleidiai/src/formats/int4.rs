@@ -96,7 +96,7 @@ impl Int4PerChannel<'_> {
     pub fn validate(&self) -> Result<()> {
         error::nonzero(self.n, "n")?;
         error::nonzero(self.k, "k")?;
-        error::at_least(self.data.len(), self.data_len()?, "int4 weight data")?;
+        error::at_least_bytes(self.data.len(), self.data_len()?, "int4 weight data")?;
         error::at_least(self.scales.len(), self.n, "int4 weight scales")?;
         if let Some(b) = self.bias {
             error::at_least(b.len(), self.n, "bias")?;
@@ -108,7 +108,11 @@ impl Int4PerChannel<'_> {
     pub fn value(&self, n: usize, k: usize) -> Result<i8> {
         self.validate()?;
         if n >= self.n || k >= self.k {
-            return Err(crate::Error::InvalidArgument(format!("index ({n}, {k}) outside {}x{}", self.n, self.k)));
+            return Err(crate::Error::bad_value(
+                "index",
+                format!("({n}, {k})"),
+                format!("outside {}x{}", self.n, self.k),
+            ));
         }
         Ok(self.value_unchecked(n, k))
     }
@@ -159,7 +163,7 @@ mod tests {
             scales: &[1.0; 3],
             bias: None,
         };
-        assert!(matches!(w.validate(), Err(crate::Error::BufferLength { need: 9, .. })));
+        assert!(matches!(w.validate(), Err(crate::Error::ByteLength { need: 9, .. })));
         let w = Int4PerChannel { n: usize::MAX, k: 4, data: &[], ..w };
         assert!(matches!(w.validate(), Err(crate::Error::Overflow(_))));
     }

@@ -70,7 +70,7 @@ impl Int4AsymBlock<'_> {
         error::nonzero(self.bl, "bl")?;
         error::multiple_of(self.bl, 2, "bl", "int4 blocks hold whole bytes")?;
         error::multiple_of(self.k, self.bl, "k", "k must be whole blocks")?;
-        error::at_least(self.data.len(), error::mul(self.n, self.k / 2, "int4 weights")?, "int4 weight data")?;
+        error::at_least_bytes(self.data.len(), error::mul(self.n, self.k / 2, "int4 weights")?, "int4 weight data")?;
         let blocks = error::mul(self.n, self.blocks_per_row(), "int4 block parameters")?;
         error::at_least(self.scales.len(), blocks, "int4 block scales")?;
         error::at_least(self.offsets.len(), blocks, "int4 block offsets")?;

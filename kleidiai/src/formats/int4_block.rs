@@ -228,11 +228,11 @@ impl<'a> BlockInt4<'a> {
                     Order::NxK => error::mul(n, k.div_ceil(2), "int4 weights")?,
                     Order::KxN => error::mul(k, n.div_ceil(2), "int4 weights")?,
                 };
-                error::at_least(w.data.len(), len, "int4 weight data")?;
+                error::at_least_bytes(w.data.len(), len, "int4 weight data")?;
                 error::at_least(w.scales.len(), blocks, "int4 block scales")?;
             }
             BlockInt4::Q4_0(w) => {
-                error::at_least(w.data.len(), error::mul(blocks, Q4_0_BLOCK_BYTES, "Q4_0 data")?, "Q4_0 data")?;
+                error::at_least_bytes(w.data.len(), error::mul(blocks, Q4_0_BLOCK_BYTES, "Q4_0 data")?, "Q4_0 data")?;
             }
         }
         if let Some(b) = self.bias() {
@@ -301,9 +301,11 @@ impl<'a> BlockInt4<'a> {
                 let x = native.value_of(self.native_scale_bits(n, b));
                 let bits = if native == ty { self.native_scale_bits(n, b) } else { ty.bits_of(x) };
                 if x.is_finite() && !ty.value_of(bits).is_finite() {
-                    return Err(Error::InvalidArgument(format!(
-                        "scale {x} of channel {n}, block {b} does not fit {ty:?}"
-                    )));
+                    return Err(Error::bad_value(
+                        "block scale",
+                        x,
+                        format!("of channel {n}, block {b} does not fit {ty:?}"),
+                    ));
                 }
                 out.push(bits);
             }

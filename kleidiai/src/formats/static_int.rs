@@ -51,7 +51,11 @@ impl StaticInt8Weights<'_> {
     pub fn value(&self, n: usize, k: usize) -> Result<i8> {
         self.validate()?;
         if n >= self.n || k >= self.k {
-            return Err(crate::Error::InvalidArgument(format!("index ({n}, {k}) outside {}x{}", self.n, self.k)));
+            return Err(crate::Error::bad_value(
+                "index",
+                format!("({n}, {k})"),
+                format!("outside {}x{}", self.n, self.k),
+            ));
         }
         Ok(self.value_unchecked(n, k))
     }

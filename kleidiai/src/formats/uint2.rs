@@ -46,7 +46,7 @@ impl UInt2PerChannel<'_> {
     pub fn validate(&self) -> Result<()> {
         error::nonzero(self.n, "n")?;
         error::nonzero(self.k, "k")?;
-        error::at_least(self.data.len(), self.data_len()?, "2-bit weight data")?;
+        error::at_least_bytes(self.data.len(), self.data_len()?, "2-bit weight data")?;
         error::at_least(self.scales.len(), self.n, "2-bit weight scales")?;
         if let Some(b) = self.bias {
             error::at_least(b.len(), self.n, "bias")?;
@@ -58,7 +58,11 @@ impl UInt2PerChannel<'_> {
     pub fn code(&self, n: usize, k: usize) -> Result<u8> {
         self.validate()?;
         if n >= self.n || k >= self.k {
-            return Err(crate::Error::InvalidArgument(format!("index ({n}, {k}) outside {}x{}", self.n, self.k)));
+            return Err(crate::Error::bad_value(
+                "index",
+                format!("({n}, {k})"),
+                format!("outside {}x{}", self.n, self.k),
+            ));
         }
         Ok(self.code_unchecked(n, k))
     }
@@ -98,7 +102,7 @@ mod tests {
         assert_eq!(codes, [3, 2, 1, 0, 2]);
         assert_eq!(w.dequantize().unwrap()[..5], [10.0, 20.0, 30.0, 40.0, 20.0]);
         let short = UInt2PerChannel { data: &[0; 3], ..w };
-        assert!(matches!(short.validate(), Err(crate::Error::BufferLength { need: 4, .. })));
+        assert!(matches!(short.validate(), Err(crate::Error::ByteLength { need: 4, .. })));
         assert!(w.code(2, 0).is_err());
     }
 }

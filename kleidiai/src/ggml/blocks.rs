@@ -101,7 +101,12 @@ fn check_row_len(len: usize, k: usize, qk: usize, what: &str) -> Result<()> {
     crate::error::nonzero(k, "k")?;
     crate::error::multiple_of(k, qk, "k", &format!("ggml {what} rows are whole blocks of {qk}"))?;
     if len % k != 0 {
-        return Err(Error::InvalidArgument(format!("{len} values are not whole rows of {k}")));
+        return Err(Error::NotMultiple {
+            what: "values",
+            value: len,
+            multiple: k,
+            context: format!("whole {what} rows of k"),
+        });
     }
     Ok(())
 }
@@ -121,11 +126,12 @@ macro_rules! byte_views {
         pub fn $from_bytes(bytes: &[u8]) -> Result<&[$block]> {
             let size = core::mem::size_of::<$block>();
             if bytes.len() % size != 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "{} bytes are not whole {} blocks of {size}",
-                    bytes.len(),
-                    $name
-                )));
+                return Err(Error::NotMultiple {
+                    what: "block bytes",
+                    value: bytes.len(),
+                    multiple: size,
+                    context: format!("whole {} blocks", $name),
+                });
             }
             // An empty slice may sit at any address (an empty Vec's is 1):
             // zero blocks, whatever the alignment.
@@ -133,7 +139,10 @@ macro_rules! byte_views {
                 return Ok(&[]);
             }
             if bytes.as_ptr() as usize % core::mem::align_of::<$block>() != 0 {
-                return Err(Error::InvalidArgument(format!("{} block data is not 2-byte aligned", $name)));
+                return Err(Error::Misaligned {
+                    what: concat!($name, " block data"),
+                    align: core::mem::align_of::<$block>(),
+                });
             }
             // SAFETY: length is a whole number of blocks and the pointer is
             // aligned for the block (checked above); any bit pattern is a
@@ -147,7 +156,8 @@ macro_rules! byte_views {
 pub fn q8_0_blocks_from_bytes(bytes: &[u8]) -> Result<Vec<BlockQ8_0>> {
     let size = core::mem::size_of::<BlockQ8_0>();
     if bytes.len() % size != 0 {
-        return Err(Error::InvalidArgument(format!("{} bytes are not whole Q8_0 blocks of {size}", bytes.len())));
+        let context = "whole Q8_0 blocks".into();
+        return Err(Error::NotMultiple { what: "block bytes", value: bytes.len(), multiple: size, context });
     }
     Ok(bytes
         .chunks_exact(size)

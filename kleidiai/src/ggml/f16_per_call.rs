@@ -96,31 +96,34 @@ impl F16PerCall {
         let (ith, nth) = (team.ith(), team.nth());
         let checked = (|| {
             if ith >= nth {
-                return Err(Error::InvalidArgument(format!("thread {ith} of {nth}")));
+                return Err(Error::out_of_range("thread", ith, nth));
             }
-            if src0.typ != GgmlType::F16 || src1.typ != GgmlType::F32 {
-                return Err(Error::InvalidArgument("F16 weights and F32 activations needed".into()));
+            if src0.typ != GgmlType::F16 {
+                return Err(Error::ElementType { what: "src0 (weights)", expected: "F16", got: src0.typ.name() });
             }
-            let w = weights_shape(src0.ne, src0.nb).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "src0 ne {:?} nb {:?}: not F16 rows in contiguous batches",
-                    src0.ne, src0.nb
-                ))
+            if src1.typ != GgmlType::F32 {
+                return Err(Error::ElementType { what: "src1 (activations)", expected: "F32", got: src1.typ.name() });
+            }
+            let w = weights_shape(src0.ne, src0.nb).ok_or_else(|| Error::ShapeMismatch {
+                what: "src0",
+                got: format!("ne {:?} nb {:?}", src0.ne, src0.nb),
+                want: "F16 rows in contiguous batches".into(),
             })?;
             let last = (w[2] - 1) * src0.nb[2] + (w[1] - 1) * src0.nb[1] + 2 * w[0];
-            crate::error::at_least(src0.data.len(), last, "src0")?;
+            crate::error::at_least_bytes(src0.data.len(), last, "src0")?;
             let a = f32_rows(src1.ne, src1.nb, src1.data.len(), "src1")?;
             let o = f32_rows(dst_ne, dst_nb, dst.len(), "dst")?;
             let (k, n, m) = (w[0], w[1], a[1]);
             if a[0] != k || o != [n, m, a[2]] || a[2] % w[2] != 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "src0 ne {:?}, src1 ne {:?}, dst ne {dst_ne:?} do not fit together",
-                    src0.ne, src1.ne
-                )));
+                return Err(Error::ShapeMismatch {
+                    what: "src0, src1 and dst ne",
+                    got: format!("src0 {:?}, src1 {:?}, dst {dst_ne:?}", src0.ne, src1.ne),
+                    want: "src1 [k, m, b, 1] and dst [n, m, b, 1] for src0 [k, n, b0, 1], b a multiple of b0".into(),
+                });
             }
             let kern = PartKernel::for_f16_per_call(kernel_table(GgmlType::F16)[0].0, n, k, &sme.features())?;
             let r = regions(&kern, m, n, k)?;
-            crate::error::at_least(work.len(), r.end, "work buffer")?;
+            crate::error::at_least_bytes(work.len(), r.end, "work buffer")?;
             Ok((kern, r, m, n, a[2], a[2] / w[2]))
         })();
         let (plan, mut result) = match checked {
@@ -172,17 +175,19 @@ fn pack(
         let off = r.lhs + kern.lhs_offset(rows.start);
         let end = if rows.end == m { r.rhs } else { r.lhs + kern.lhs_offset(rows.end) };
         if off > end || end > r.rhs {
-            return Err(Error::InvalidArgument(format!("LHS rows {rows:?} pack outside their region")));
+            return Err(Error::bad_value("LHS rows", format!("{rows:?}"), "pack outside their region"));
         }
         // SAFETY: threads pack disjoint row groups of the LHS region (as in
         // ThreadedWeights::mul_mat); the barrier separates this from reads.
         let out = unsafe { work.part_mut(off..end)? };
         let at = b * src1.nb[2] + rows.start * src1.nb[1];
-        let src = src1.data.get(at..).ok_or_else(|| Error::InvalidArgument("src1 rows outside its data".into()))?;
+        let src = src1.data.get(at..).ok_or(Error::ByteLength { what: "src1 rows", got: src1.data.len(), need: at })?;
         kern.pack_rows(ok, rows.len(), src, src1.nb[1], out)?;
     }
     if ith == 0 {
-        let src = src0.data.get(b / per * src0.nb[2]..).ok_or_else(|| Error::InvalidArgument("src0 batch".into()))?;
+        let at = b / per * src0.nb[2];
+        let src =
+            src0.data.get(at..).ok_or(Error::ByteLength { what: "src0 batch", got: src0.data.len(), need: at })?;
         // SAFETY: only thread 0 writes the RHS, transposed-weights and bias
         // regions (disjoint from the LHS region and from each other), and
         // the barrier separates this from every read.
@@ -204,7 +209,7 @@ fn f32s(bytes: &mut [u8]) -> Result<&mut [f32]> {
     // the aligned middle, checked to be all of it.
     let (head, mid, tail) = unsafe { bytes.align_to_mut::<f32>() };
     if !head.is_empty() || !tail.is_empty() {
-        return Err(Error::InvalidArgument("work buffer region is not 4-byte aligned".into()));
+        return Err(Error::Misaligned { what: "work buffer region", align: 4 });
     }
     Ok(mid)
 }

@@ -28,7 +28,7 @@
 
 use super::tensor::{GgmlType, Tensor, TensorMut};
 use crate::cpu::{CpuFeature, Features};
-use crate::error::{Error, Result};
+use crate::error::{Error, FileError, Result};
 use crate::formats::{BlockInt4, FloatWeights, Order, Q4_0};
 use crate::packed::Clamp;
 use crate::par::Parallelism;
@@ -129,7 +129,7 @@ pub fn parse_sme_setting(value: Option<&str>) -> Result<Option<usize>> {
             .trim()
             .parse::<usize>()
             .map(Some)
-            .map_err(|_| Error::InvalidArgument(format!("{SME_ENV}='{v}' is not a non-negative integer"))),
+            .map_err(|_| Error::bad_value(SME_ENV, format!("'{v}'"), "not a non-negative integer")),
     }
 }
 
@@ -208,10 +208,11 @@ impl GgmlWeights {
         let d = src0.check("src0")?;
         let (k, n) = (d[0], d[1]);
         if d[3] != 1 || (d[2] != 1 && src0.typ != GgmlType::F16) {
-            return Err(Error::InvalidArgument(format!(
-                "src0 of type {:?} must be 2-D here (ne = {:?}); only F16 weights may be batched (ne[2])",
-                src0.typ, src0.ne
-            )));
+            return Err(Error::ShapeMismatch {
+                what: "src0 (only F16 weights may be batched, ne[2])",
+                got: format!("{:?} ne {:?}", src0.typ, src0.ne),
+                want: "2-D".into(),
+            });
         }
         let f = ggml_features()?;
         let second = second_slot_allowed();
@@ -312,16 +313,16 @@ impl GgmlWeights {
     /// of [`PackedWeights`]'.
     pub fn from_shared(bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>, verify: bool) -> Result<GgmlWeights> {
         let data = (*bytes).as_ref();
-        let bad = |why: String| Error::InvalidArgument(format!("repacked ggml weights rejected: {why}"));
+        let bad = |why: String| Error::ggml_container(FileError::Header(why));
         if data.len() < CONTAINER_FIXED || data[0..8] != CONTAINER_MAGIC {
-            return Err(bad("not a kleidiai-rs ggml container (wrong magic or too short)".into()));
+            return Err(Error::ggml_container(FileError::Magic));
         }
         let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().expect("4 bytes"));
         let u64_at = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes"));
         if u32_at(8) != 1 {
-            return Err(bad(format!("container version {}", u32_at(8))));
+            return Err(Error::ggml_container(FileError::Version { found: u32_at(8), supported: 1 }));
         }
-        let typ = GgmlType::from_id(u32_at(12))?;
+        let typ = GgmlType::from_id(u32_at(12)).map_err(|e| bad(e.to_string()))?;
         let (k, n) = (usize::try_from(u64_at(16)), usize::try_from(u64_at(24)));
         let (Ok(k), Ok(n)) = (k, n) else { return Err(Error::Overflow("container shape".into())) };
         if data[44..CONTAINER_FIXED].iter().any(|b| *b != 0) {
@@ -333,19 +334,23 @@ impl GgmlWeights {
         }
         let table = CONTAINER_FIXED + (count * 16).div_ceil(64) * 64;
         if data.len() < table {
-            return Err(bad("truncated batch table".into()));
+            let (need, have) = (table as u64, data.len() as u64);
+            return Err(Error::ggml_container(FileError::Truncated { part: "batch table".into(), need, have }));
         }
         let mut head = data[..table].to_vec();
         head[40..44].fill(0);
         if crc32fast::hash(&head) != u32_at(40) {
-            return Err(bad("container header checksum mismatch (corrupted or tampered)".into()));
+            return Err(Error::ggml_container(FileError::Checksum { part: "container header".into() }));
         }
         let mut batches = Vec::with_capacity(count);
         for i in 0..count {
             let at = CONTAINER_FIXED + 16 * i;
             let (off, len) = (u64_at(at), u64_at(at + 8));
             let end = off.checked_add(len).filter(|e| *e <= data.len() as u64);
-            let Some(end) = end else { return Err(bad(format!("batch {i} lies outside the {} bytes", data.len()))) };
+            let Some(end) = end else {
+                let (part, need, have) = (format!("batch {i}"), off.saturating_add(len), data.len() as u64);
+                return Err(Error::ggml_container(FileError::Truncated { part, need, have }));
+            };
             if off < table as u64 || off % 64 != 0 {
                 return Err(bad(format!("batch {i} offset {off} is misaligned or overlaps the header")));
             }
@@ -354,7 +359,8 @@ impl GgmlWeights {
             let w =
                 if verify { PackedWeights::from_shared(view)? } else { PackedWeights::from_shared_unverified(view)? };
             if w.n() != n || w.k() != k {
-                return Err(bad(format!("batch {i} is {}x{}, the container says {n}x{k}", w.n(), w.k())));
+                let why = format!("batch {i} is {}x{}, the container says {n}x{k}", w.n(), w.k());
+                return Err(Error::ggml_container(FileError::Layout { slot: i, why }));
             }
             batches.push(w);
         }
@@ -438,30 +444,36 @@ impl GgmlWeights {
         par: Parallelism,
         scratch: &mut MulMatScratch,
     ) -> Result<()> {
-        if src1.typ != GgmlType::F32 || dst.typ != GgmlType::F32 {
-            return Err(Error::InvalidArgument(format!(
-                "mul_mat takes F32 activations and output (got {:?} and {:?})",
-                src1.typ, dst.typ
-            )));
+        if src1.typ != GgmlType::F32 {
+            return Err(Error::ElementType {
+                what: "mul_mat activations (src1)",
+                expected: "F32",
+                got: src1.typ.name(),
+            });
+        }
+        if dst.typ != GgmlType::F32 {
+            return Err(Error::ElementType { what: "mul_mat output (dst)", expected: "F32", got: dst.typ.name() });
         }
         let a = src1.check("src1")?;
         let o = dst.check("dst")?;
         let (k, n) = (self.k, self.n);
         let (m, ne12) = (a[1], a[2]);
         if a[0] != k {
-            return Err(Error::InvalidArgument(format!("src1 rows hold {} values, the weights take k = {k}", a[0])));
+            let (got, want) = (a[0].to_string(), format!("k = {k} (the weights')"));
+            return Err(Error::ShapeMismatch { what: "src1 row length ne[0]", got, want });
         }
         if a[3] != 1 || o[3] != 1 {
-            return Err(Error::InvalidArgument("4-D (ne[3] > 1) mul_mat is not supported".into()));
+            let got = format!("src1 ne[3] = {}, dst ne[3] = {}", a[3], o[3]);
+            return Err(Error::ShapeMismatch { what: "mul_mat (4-D is not supported)", got, want: "ne[3] = 1".into() });
         }
         if o[0] != n || o[1] != m || o[2] != ne12 {
-            return Err(Error::InvalidArgument(format!("dst ne {:?} must be [{n}, {m}, {ne12}, 1]", dst.ne)));
+            let (got, want) = (format!("{:?}", dst.ne), format!("[{n}, {m}, {ne12}, 1]"));
+            return Err(Error::ShapeMismatch { what: "dst ne", got, want });
         }
         let ne02 = self.batches.len();
         if ne12 % ne02 != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "src1 batches ({ne12}) are not a multiple of the weight batches ({ne02})"
-            )));
+            let context = "the weight batches ggml broadcasts".into();
+            return Err(Error::NotMultiple { what: "src1 batches", value: ne12, multiple: ne02, context });
         }
         let r = ne12 / ne02;
         let MulMatScratch { inner, second, lhs, out } = scratch;
@@ -511,10 +523,11 @@ impl GgmlWeights {
     pub fn get_rows(&self, rows: &[i64], dst: &mut [f32]) -> Result<()> {
         crate::error::at_least(dst.len(), crate::error::mul(rows.len(), self.k, "get_rows")?, "get_rows output")?;
         for (i, &r) in rows.iter().enumerate() {
-            let r = usize::try_from(r)
-                .ok()
-                .filter(|r| *r < self.n)
-                .ok_or_else(|| Error::InvalidArgument(format!("row index {r} outside 0..{}", self.n)))?;
+            let r = usize::try_from(r).ok().filter(|r| *r < self.n).ok_or(Error::OutOfRange {
+                what: "row index",
+                index: r,
+                len: self.n,
+            })?;
             self.batches[0].row(r, &mut dst[i * self.k..(i + 1) * self.k])?;
         }
         Ok(())

@@ -18,6 +18,9 @@ pub enum GgmlType {
 }
 
 impl GgmlType {
+    /// The ids [`from_id`](Self::from_id) takes, for messages.
+    pub(crate) const KNOWN: &'static str = "F32=0, F16=1, Q4_0=2, Q8_0=8";
+
     /// From ggml's numeric id.
     pub fn from_id(id: u32) -> Result<GgmlType> {
         match id {
@@ -25,9 +28,17 @@ impl GgmlType {
             1 => Ok(GgmlType::F16),
             2 => Ok(GgmlType::Q4_0),
             8 => Ok(GgmlType::Q8_0),
-            other => Err(Error::InvalidArgument(format!(
-                "ggml type {other} is not supported (F32=0, F16=1, Q4_0=2, Q8_0=8)"
-            ))),
+            other => Err(Error::UnknownType { what: "ggml type", id: other.into(), known: Self::KNOWN }),
+        }
+    }
+
+    /// ggml's name of the type (as `Debug` prints it).
+    pub fn name(self) -> &'static str {
+        match self {
+            GgmlType::F32 => "F32",
+            GgmlType::F16 => "F16",
+            GgmlType::Q4_0 => "Q4_0",
+            GgmlType::Q8_0 => "Q8_0",
         }
     }
 
@@ -97,7 +108,8 @@ pub(crate) fn dims(ne: [i64; 4], what: &str) -> Result<[usize; 4]> {
     let mut out = [0usize; 4];
     for (i, &n) in ne.iter().enumerate() {
         if n < 1 {
-            return Err(Error::InvalidArgument(format!("{what}: ne[{i}] = {n} (must be at least 1)")));
+            let (got, want) = (format!("{what} ne[{i}] = {n}"), "every ne[i] at least 1".into());
+            return Err(Error::ShapeMismatch { what: "ggml tensor", got, want });
         }
         out[i] = usize::try_from(n).map_err(|_| Error::Overflow(format!("{what}: ne[{i}] = {n}")))?;
     }
@@ -111,20 +123,24 @@ pub(crate) fn check_layout(typ: GgmlType, ne: [i64; 4], nb: [usize; 4], len: usi
     let d = dims(ne, what)?;
     let row = typ.row_bytes(d[0])?;
     if nb[0] != typ.block_bytes() {
-        return Err(Error::InvalidArgument(format!(
-            "{what}: rows are not contiguous (nb[0] = {}, {typ:?} needs {}); non-contiguous rows are not supported",
-            nb[0],
-            typ.block_bytes()
-        )));
+        return Err(Error::ShapeMismatch {
+            what: "ggml tensor",
+            got: format!("{what} nb[0] = {}", nb[0]),
+            want: format!(
+                "{} (rows contiguous: {typ:?} needs it; non-contiguous rows are not supported)",
+                typ.block_bytes()
+            ),
+        });
     }
     // Each dimension's stride must step over the whole previous extent.
     let mut extent = row;
     for i in 1..4 {
         if d[i] > 1 && nb[i] < extent {
-            return Err(Error::InvalidArgument(format!(
-                "{what}: nb[{i}] = {} overlaps the previous dimension ({extent} bytes)",
-                nb[i]
-            )));
+            return Err(Error::ShapeMismatch {
+                what: "ggml tensor",
+                got: format!("{what} nb[{i}] = {}", nb[i]),
+                want: format!("at least {extent} (the previous dimension's bytes: no overlap)"),
+            });
         }
         let last = crate::error::mul(d[i] - 1, nb[i], what)?;
         extent = extent.max(last.checked_add(extent).ok_or_else(|| Error::Overflow(format!("{what} extent")))?);
@@ -137,7 +153,7 @@ pub(crate) fn check_layout(typ: GgmlType, ne: [i64; 4], nb: [usize; 4], len: usi
             .ok_or_else(|| Error::Overflow(format!("{what} extent")))?;
     }
     if last > len {
-        return Err(Error::BufferLength { what: "ggml tensor data", got: len, need: last });
+        return Err(Error::ByteLength { what: "ggml tensor data", got: len, need: last });
     }
     Ok(d)
 }
@@ -179,7 +195,7 @@ mod tests {
         let t = Tensor { typ: GgmlType::Q4_0, ne, nb, data: &data };
         assert_eq!(t.check("w").unwrap(), [64, 3, 2, 1]);
         let short = Tensor { data: &data[..215], ..t };
-        assert!(matches!(short.check("w"), Err(Error::BufferLength { .. })));
+        assert!(matches!(short.check("w"), Err(Error::ByteLength { .. })));
         let odd = Tensor { ne: [48, 3, 2, 1], ..t };
         assert!(odd.check("w").is_err(), "48 is not whole Q4_0 blocks");
         let strided = Tensor { nb: [36, 36, 108, 216], ..t };

@@ -3,6 +3,7 @@
 //! bit-equality with the same kernel driven directly through its family.
 
 use super::*;
+use crate::error::{Error, FileError};
 use crate::packed::Clamp;
 use crate::par::Parallelism;
 use crate::registry;
@@ -468,6 +469,22 @@ fn container_reserved_bytes_must_be_zero() {
     head[40..44].fill(0);
     let crc = crc32fast::hash(&head);
     bad[40..44].copy_from_slice(&crc.to_le_bytes());
-    let err = load(&bad).unwrap_err().to_string();
-    assert!(err.contains("reserved"), "{err}");
+    let err = load(&bad).unwrap_err();
+    assert!(
+        matches!(&err, Error::File { what: "ggml container", reason: FileError::Header(why) } if why.contains("reserved")),
+        "{err}"
+    );
+    // A flipped header byte (of k) fails the container checksum.
+    let mut flipped = ser.clone();
+    flipped[20] ^= 1;
+    let err = load(&flipped).unwrap_err();
+    assert!(matches!(&err, Error::File { reason: FileError::Checksum { .. }, .. }), "{err}");
+    // Another magic, version, or a cut batch table.
+    let mut magic = ser.clone();
+    magic[0] ^= 1;
+    assert!(matches!(load(&magic), Err(Error::File { reason: FileError::Magic, .. })));
+    let mut version = ser.clone();
+    version[8] = 9;
+    assert!(matches!(load(&version), Err(Error::File { reason: FileError::Version { found: 9, supported: 1 }, .. })));
+    assert!(matches!(load(&ser[..64]), Err(Error::File { reason: FileError::Truncated { .. }, .. })));
 }

@@ -167,7 +167,7 @@ impl<'a> SharedBytes<'a> {
     /// team's threads, inside the operation they are passed to, use them
     /// (each thread its own `SharedBytes` of the same bytes).
     pub unsafe fn from_raw_parts(ptr: *mut u8, len: usize) -> Result<SharedBytes<'a>> {
-        let ptr = NonNull::new(ptr).ok_or_else(|| Error::InvalidArgument("shared buffer is NULL".into()))?;
+        let ptr = NonNull::new(ptr).ok_or(Error::Null { what: "shared buffer" })?;
         Ok(SharedBytes { ptr, len, _b: PhantomData })
     }
 
@@ -188,7 +188,7 @@ impl<'a> SharedBytes<'a> {
 
     fn range(&self, r: &Range<usize>) -> Result<()> {
         if r.start > r.end || r.end > self.len {
-            return Err(Error::BufferLength { what: "shared buffer", got: self.len, need: r.end });
+            return Err(Error::ByteLength { what: "shared buffer", got: self.len, need: r.end });
         }
         Ok(())
     }
@@ -301,11 +301,13 @@ pub(super) fn f32_rows(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static 
         return Err(Error::Overflow(format!("{what} extent")));
     };
     if d[3] != 1 || nb[0] != 4 || (d[1] > 1 && nb[1] < row) || (d[2] > 1 && nb[2] < batch) {
-        return Err(Error::InvalidArgument(format!(
-            "{what}: ne {ne:?} nb {nb:?} is not 3-D F32 with contiguous, non-overlapping rows"
-        )));
+        return Err(Error::ShapeMismatch {
+            what,
+            got: format!("ne {ne:?} nb {nb:?}"),
+            want: "3-D F32 with contiguous, non-overlapping rows".into(),
+        });
     }
-    crate::error::at_least(len, end, what)?;
+    crate::error::at_least_bytes(len, end, what)?;
     Ok([d[0], d[1], d[2]])
 }
 
@@ -362,9 +364,11 @@ impl ThreadedWeights {
     fn shape(typ: GgmlType, ne: [i64; 4]) -> Result<(usize, usize)> {
         let d = super::tensor::dims(ne, "weights")?;
         if d[2] != 1 || d[3] != 1 {
-            return Err(Error::InvalidArgument(format!(
-                "weights ne {ne:?} are not 2-D (ggml's KleidiAI buffer takes 2-D weights only)"
-            )));
+            return Err(Error::ShapeMismatch {
+                what: "weights ne (ggml's KleidiAI buffer takes 2-D weights only)",
+                got: format!("{ne:?}"),
+                want: "2-D".into(),
+            });
         }
         typ.row_bytes(d[0])?;
         Ok((d[0], d[1]))
@@ -430,7 +434,7 @@ impl ThreadedWeights {
             return Err(Error::Unsupported { kernel: "ggml KleidiAI buffer", why: "no kernel runs here".into() });
         }
         if out.as_ptr() as usize % 64 != 0 {
-            return Err(Error::InvalidArgument("repack destination must be 64-byte aligned".into()));
+            return Err(Error::Misaligned { what: "repack destination", align: 64 });
         }
         w.write_file(out)
     }
@@ -448,7 +452,8 @@ impl ThreadedWeights {
         let weights =
             if verify { PackedWeights::from_shared(bytes)? } else { PackedWeights::from_shared_unverified(bytes)? };
         if weights.kind() != kind {
-            return Err(Error::InvalidArgument(format!("packed {:?} weights are not ggml {typ:?}", weights.kind())));
+            let (expected, got) = (kind.name(), weights.kind().name());
+            return Err(Error::ElementType { what: "packed weights of the ggml buffer", expected, got });
         }
         let slots = weights.part_slots(&sme.features())?;
         if slots.is_empty() {
@@ -599,22 +604,23 @@ impl ThreadedWeights {
         }
         let checked = (|| {
             if ith >= nth {
-                return Err(Error::InvalidArgument(format!("thread {ith} of {nth}")));
+                return Err(Error::out_of_range("thread", ith, nth));
             }
             if src1.typ != GgmlType::F32 {
-                return Err(Error::InvalidArgument(format!("src1 of type {:?} (F32 needed)", src1.typ)));
+                return Err(Error::ElementType { what: "src1", expected: "F32", got: src1.typ.name() });
             }
             let a = f32_rows(src1.ne, src1.nb, src1.data.len(), "src1")?;
             let o = f32_rows(dst_ne, dst_nb, dst.len(), "dst")?;
             let (k, n, m) = (self.k, self.n, a[1]);
             if a[0] != k || o != [n, m, a[2]] {
-                return Err(Error::InvalidArgument(format!(
-                    "src1 ne {:?} and dst ne {dst_ne:?} do not fit weights of k = {k}, n = {n}",
-                    src1.ne
-                )));
+                return Err(Error::ShapeMismatch {
+                    what: "src1 and dst ne",
+                    got: format!("src1 {:?}, dst {dst_ne:?}", src1.ne),
+                    want: format!("src1 [{k}, m, b, 1] and dst [{n}, m, b, 1] for weights of k = {k}, n = {n}"),
+                });
             }
             let run = self.cached_plan(m, nth, multiplier);
-            crate::error::at_least(work.len(), run.work, "work buffer")?;
+            crate::error::at_least_bytes(work.len(), run.work, "work buffer")?;
             Ok((m, a[2], run))
         })();
         let (plan, mut result) = match checked {
@@ -813,10 +819,8 @@ impl ThreadedWeights {
         let off = part.region + kern.lhs_offset(rows.start);
         let end = if rows.end == m { part.region + part.lhs_size } else { part.region + kern.lhs_offset(rows.end) };
         if off > end || end > part.region + part.lhs_size {
-            return Err(Error::InvalidArgument(format!(
-                "LHS rows {rows:?} pack outside the {} bytes of {m} rows",
-                part.lhs_size
-            )));
+            let why = format!("pack outside the {} bytes of {m} rows", part.lhs_size);
+            return Err(Error::bad_value("LHS rows", format!("{rows:?}"), why));
         }
         // SAFETY: rows of different threads of one layout start at different
         // multiples of mr, so their packed bytes [offset(start), offset(end))
@@ -824,7 +828,7 @@ impl ThreadedWeights {
         // a hybrid run have disjoint regions; the team's barrier separates
         // this from every read (mul_mat).
         let out = unsafe { work.part_mut(off..end)? };
-        let src = src1.data.get(at..).ok_or_else(|| Error::InvalidArgument("src1 rows outside its data".into()))?;
+        let src = src1.data.get(at..).ok_or(Error::ByteLength { what: "src1 rows", got: src1.data.len(), need: at })?;
         kern.pack_rows(ok, rows.len(), src, src1.nb[1], out)
     }
 
@@ -846,7 +850,8 @@ impl ThreadedWeights {
         let slot = &self.slots[part.slot];
         let (lhs, lhs_stride) = if part.lhs_size == 0 {
             let src = src1.data.get(b * src1.nb[2]..);
-            (src.ok_or_else(|| Error::InvalidArgument("src1 batch outside its data".into()))?, src1.nb[1])
+            let need = b * src1.nb[2];
+            (src.ok_or(Error::ByteLength { what: "src1 batch", got: src1.data.len(), need })?, src1.nb[1])
         } else {
             // SAFETY: every thread packed its part before the barrier that
             // preceded this call, and no thread writes the work buffer until
@@ -890,19 +895,27 @@ impl ThreadedWeights {
         nth: usize,
     ) -> Result<()> {
         if ith >= nth {
-            return Err(Error::InvalidArgument(format!("thread {ith} of {nth}")));
+            return Err(Error::out_of_range("thread", ith, nth));
         }
         let k = self.k;
-        if row_stride % 4 != 0 || row_stride < 4 * k || (dst.ptr.as_ptr() as usize) % 4 != 0 {
-            return Err(Error::InvalidArgument(format!("dst rows {row_stride} bytes apart do not hold {k} f32")));
+        if (dst.ptr.as_ptr() as usize) % 4 != 0 {
+            return Err(Error::Misaligned { what: "dst", align: 4 });
+        }
+        if row_stride % 4 != 0 || row_stride < 4 * k {
+            return Err(Error::Stride {
+                what: "dst",
+                stride: row_stride,
+                why: format!("do not hold {k} f32 values each"),
+            });
         }
         let per = rows.len().div_ceil(nth);
         let mine = (per * ith).min(rows.len())..(per * ith + per).min(rows.len());
         for i in mine {
-            let r = usize::try_from(rows[i])
-                .ok()
-                .filter(|r| *r < self.n)
-                .ok_or_else(|| Error::InvalidArgument(format!("row index {} outside 0..{}", rows[i], self.n)))?;
+            let r = usize::try_from(rows[i]).ok().filter(|r| *r < self.n).ok_or(Error::OutOfRange {
+                what: "row index",
+                index: i64::from(rows[i]),
+                len: self.n,
+            })?;
             let at = i * row_stride;
             // SAFETY: row i is in this thread's share (ggml's split), so no
             // other thread writes it; bounds are checked by `part_mut`.

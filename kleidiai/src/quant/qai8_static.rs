@@ -30,14 +30,15 @@ impl Qai8Quant {
     /// and positive.
     pub(crate) fn check(&self) -> Result<()> {
         if !(-128..=127).contains(&self.lhs_zero_point) {
-            return Err(crate::Error::InvalidArgument(format!(
-                "lhs zero point {} is not an int8 value",
-                self.lhs_zero_point
-            )));
+            return Err(crate::Error::bad_value("lhs zero point", self.lhs_zero_point, "not an int8 value"));
         }
         for (what, s) in [("lhs", self.lhs_scale), ("dst", self.dst_scale)] {
             if !(s.is_finite() && s > 0.0) {
-                return Err(crate::Error::InvalidArgument(format!("{what} scale {s} must be finite and positive")));
+                return Err(crate::Error::bad_value(
+                    "scale",
+                    s,
+                    format!("the {what} scale must be finite and positive"),
+                ));
             }
         }
         Ok(())
@@ -65,13 +66,10 @@ impl Qai8Output {
     /// Checks the zero point is an int8 value and `min <= max`.
     pub(crate) fn check(&self) -> Result<()> {
         if !(-128..=127).contains(&self.zero_point) {
-            return Err(crate::Error::InvalidArgument(format!(
-                "output zero point {} is not an int8 value",
-                self.zero_point
-            )));
+            return Err(crate::Error::bad_value("output zero point", self.zero_point, "not an int8 value"));
         }
         if self.min > self.max {
-            return Err(crate::Error::InvalidArgument(format!("clamp range [{}, {}] is empty", self.min, self.max)));
+            return Err(crate::Error::bad_value("clamp range", format!("[{}, {}]", self.min, self.max), "empty"));
         }
         Ok(())
     }

@@ -23,7 +23,7 @@
 //! or tampered file is an error naming the problem, never an out-of-bounds
 //! read.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, FileError, Result};
 
 /// First bytes of every packed-weight file.
 pub const MAGIC: [u8; 8] = *b"KAIRSPW\0";
@@ -82,9 +82,13 @@ pub struct FileHeader {
     pub slots: Vec<SlotHeader>,
 }
 
-fn put_str(out: &mut [u8], s: &str, what: &str) -> Result<()> {
+fn put_str(out: &mut [u8], s: &str, what: &'static str) -> Result<()> {
     if s.len() >= out.len() || s.as_bytes().contains(&0) {
-        return Err(Error::InvalidArgument(format!("{what} `{s}` does not fit {} bytes", out.len() - 1)));
+        return Err(Error::bad_value(
+            what,
+            format!("`{s}`"),
+            format!("does not fit {} bytes (NUL-free)", out.len() - 1),
+        ));
     }
     out[..s.len()].copy_from_slice(s.as_bytes());
     Ok(())
@@ -102,8 +106,9 @@ fn get_str(b: &[u8], what: &str) -> Result<String> {
     Ok(s.to_string())
 }
 
+/// A malformed header.
 fn bad(why: String) -> Error {
-    Error::InvalidArgument(format!("packed-weight file rejected: {why}"))
+    Error::packed_file(FileError::Header(why))
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -123,7 +128,7 @@ impl FileHeader {
     /// filled in.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         if self.slots.is_empty() || self.slots.len() > MAX_SLOTS {
-            return Err(Error::InvalidArgument(format!("{} slots (1..={MAX_SLOTS})", self.slots.len())));
+            return Err(Error::bad_value("slots", self.slots.len(), format!("a file holds 1..={MAX_SLOTS}")));
         }
         let len = Self::header_len(self.slots.len());
         let mut h = vec![0u8; len];
@@ -172,14 +177,15 @@ impl FileHeader {
 
     fn parse_with(file: &[u8], verify_payloads: bool) -> Result<FileHeader> {
         if file.len() < HEADER_FIXED {
-            return Err(bad(format!("{} bytes is shorter than the {HEADER_FIXED}-byte header", file.len())));
+            let (need, have) = (HEADER_FIXED as u64, file.len() as u64);
+            return Err(Error::packed_file(FileError::Truncated { part: "fixed header".into(), need, have }));
         }
         if file[0..8] != MAGIC {
-            return Err(bad("wrong magic: not a kleidiai-rs packed-weight file".into()));
+            return Err(Error::packed_file(FileError::Magic));
         }
         let version = u32_at(file, 8);
         if version != FORMAT_VERSION {
-            return Err(bad(format!("format version {version}, this build reads {FORMAT_VERSION}")));
+            return Err(Error::packed_file(FileError::Version { found: version, supported: FORMAT_VERSION }));
         }
         let slots = u32_at(file, 56) as usize;
         if slots == 0 || slots > MAX_SLOTS {
@@ -190,13 +196,14 @@ impl FileHeader {
             return Err(bad(format!("header length {len}, {slots} slots need {}", Self::header_len(slots))));
         }
         if file.len() < len {
-            return Err(bad(format!("truncated: {} bytes, the header alone is {len}", file.len())));
+            let (need, have) = (len as u64, file.len() as u64);
+            return Err(Error::packed_file(FileError::Truncated { part: "header".into(), need, have }));
         }
         let mut h = file[..len].to_vec();
         let stored_crc = u32_at(&h, 60);
         h[60..64].fill(0);
         if crc32fast::hash(&h) != stored_crc {
-            return Err(bad("header checksum mismatch (corrupted or tampered)".into()));
+            return Err(Error::packed_file(FileError::Checksum { part: "header".into() }));
         }
         let mut out = FileHeader {
             kleidiai_version: get_str(&h[16..32], "KleidiAI version")?,
@@ -239,11 +246,12 @@ impl FileHeader {
             }
             let end = s.offset.checked_add(s.len).ok_or_else(|| bad(format!("slot {i} payload overflows")))?;
             if end > file.len() as u64 {
-                return Err(bad(format!("truncated: slot {i} ends at byte {end}, file has {}", file.len())));
+                let part = format!("slot {i} payload");
+                return Err(Error::packed_file(FileError::Truncated { part, need: end, have: file.len() as u64 }));
             }
             let payload = &file[s.offset as usize..end as usize];
             if verify_payloads && crc32fast::hash(payload) != s.crc32 {
-                return Err(bad(format!("slot {i} payload checksum mismatch (corrupted or tampered)")));
+                return Err(Error::packed_file(FileError::Checksum { part: format!("slot {i} payload") }));
             }
             prev_end = end;
             out.slots.push(s);
@@ -311,9 +319,38 @@ mod tests {
             f[60..64].fill(0);
             let crc = crc32fast::hash(&f[..FileHeader::header_len(1)]);
             f[60..64].copy_from_slice(&crc.to_le_bytes());
-            let err = FileHeader::parse(&f).unwrap_err().to_string();
-            assert!(err.contains("reserved"), "byte {reserved}: {err}");
+            let err = FileHeader::parse(&f).unwrap_err();
+            assert!(
+                matches!(&err, Error::File { reason: FileError::Header(why), .. } if why.contains("reserved")),
+                "byte {reserved}: {err}"
+            );
         }
+    }
+
+    #[test]
+    fn rejections_name_their_reason() {
+        let (_, file) = sample();
+        let reason = |f: &[u8]| match FileHeader::parse(f).unwrap_err() {
+            Error::File { what: "packed-weight file", reason } => reason,
+            other => panic!("not a file rejection: {other}"),
+        };
+        let mut f = file.clone();
+        f[0] = b'X';
+        assert_eq!(reason(&f), FileError::Magic);
+        let mut f = file.clone();
+        f[8] = 2;
+        assert_eq!(reason(&f), FileError::Version { found: 2, supported: FORMAT_VERSION });
+        let mut f = file.clone();
+        f[40] ^= 1;
+        assert_eq!(reason(&f), FileError::Checksum { part: "header".into() });
+        let mut f = file.clone();
+        *f.last_mut().unwrap() ^= 1;
+        assert_eq!(reason(&f), FileError::Checksum { part: "slot 0 payload".into() });
+        let have = file.len() as u64 - 1;
+        let need = have + 1;
+        assert_eq!(reason(&file[..file.len() - 1]), FileError::Truncated { part: "slot 0 payload".into(), need, have });
+        assert!(matches!(reason(&file[..10]), FileError::Truncated { need: 64, have: 10, .. }));
+        assert!(matches!(reason(&file[..100]), FileError::Truncated { have: 100, .. }));
     }
 
     #[test]

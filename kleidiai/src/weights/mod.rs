@@ -58,7 +58,7 @@ pub mod policy;
 
 use crate::buffer::AlignedBuf;
 use crate::cpu::Features;
-use crate::error::{Error, Result};
+use crate::error::{Error, FileError, Result};
 use crate::families::engine::Prepared;
 use crate::formats::{
     BlockInt4, BlockScales, FloatElement, FloatWeights, Int4AsymBlock, Int4Blocks, Int4Encoding, Int4PerChannel,
@@ -95,6 +95,14 @@ impl DType {
     }
     fn from_id(id: u32) -> Option<DType> {
         [DType::F32, DType::F16, DType::Bf16].into_iter().find(|d| d.id() == id)
+    }
+    /// The name errors print (as `Debug` does).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            DType::Bf16 => "Bf16",
+        }
     }
 }
 
@@ -207,6 +215,18 @@ impl WeightKind {
     }
     fn from_id(id: u32) -> Option<WeightKind> {
         Self::ALL.into_iter().find(|k| k.id() == id)
+    }
+    /// The name errors print (as `Debug` does).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            WeightKind::F32 => "F32",
+            WeightKind::F16 => "F16",
+            WeightKind::Bf16 => "Bf16",
+            WeightKind::Int8PerChannel => "Int8PerChannel",
+            WeightKind::Int4PerChannel => "Int4PerChannel",
+            WeightKind::Int4Block => "Int4Block",
+            WeightKind::Int4AsymBlock => "Int4AsymBlock",
+        }
     }
 }
 
@@ -347,7 +367,7 @@ impl WeightsRef<'_> {
             WeightsRef::F32(w) => Ok((w.to_f32_nxk()?, bias(w.bias, w.n))),
             WeightsRef::F16(w) => Ok((w.to_f32_nxk()?, bias(w.bias, w.n))),
             WeightsRef::Bf16(w) => Ok((w.to_f32_nxk()?, bias(w.bias, w.n))),
-            other => Err(Error::InvalidArgument(format!("{} are not dense floats", other.kind_name()))),
+            other => Err(Error::ElementType { what: "weights", expected: "dense float", got: other.kind_name() }),
         }
     }
     /// A private copy (Q8_0 requantised to int8 per channel).
@@ -617,12 +637,10 @@ fn reference(w: WeightsRef<'_>, m: usize, x: Activation<'_>, y: ActivationMut<'_
         (WeightsRef::Int4AsymBlock(w), A::F16(x), Y::F16(y)) => {
             fam::matmul_clamp_f16_qsi8d32p_qai4c32p::reference(m, x, &w, clamp, y)
         }
-        (w, x, y) => Err(Error::InvalidArgument(format!(
-            "no operation takes {} with {:?} activations and {:?} outputs",
-            w.kind_name(),
-            x.dtype(),
-            y.dtype()
-        ))),
+        (_, x, y) if x.dtype() != y.dtype() => {
+            Err(Error::ElementType { what: "outputs", expected: x.dtype().name(), got: y.dtype().name() })
+        }
+        (w, x, _) => Err(Error::NoOperation { weights: w.kind_name(), activation: x.dtype().name() }),
     }
 }
 
@@ -828,14 +846,15 @@ fn zero_weights(kind: WeightKind, n: usize, k: usize, bl: usize) -> Result<Owned
 /// a stored payload of `payload` bytes must match exactly: a kernel trusts
 /// the packed size its layout implies. Every packed RHS format is a run of
 /// `r`-row blocks of one size, so packing one block of zero rows gives it.
-fn packed_len(b: &dyn Backend, kind: WeightKind, layout: &PackedLayout, payload: u64) -> Result<usize> {
+fn packed_len(b: &dyn Backend, kind: WeightKind, layout: &PackedLayout, payload: u64, slot: usize) -> Result<usize> {
     let (r, k) = (layout.r.max(1), layout.k);
     let blocks = layout.rows.div_ceil(r);
     // Every packed format holds at least 4 bits per (padded) weight: a
     // shorter payload is wrong, and the bound keeps the probe below within
     // a small multiple of the payload.
     if (payload as u128) < (blocks as u128) * (r as u128) * (k as u128) / 2 {
-        return Err(Error::InvalidArgument(format!("payload of {payload} bytes is too short for {layout}")));
+        let why = format!("payload of {payload} bytes is too short for {layout}");
+        return Err(Error::packed_file(FileError::Layout { slot, why }));
     }
     let probe = zero_weights(kind, r, k, layout.bl)?;
     let block = b.pack(&probe.as_ref())?;
@@ -888,11 +907,7 @@ impl PackedWeights {
     pub fn pack(w: &WeightsRef<'_>, opts: &PackOptions) -> Result<PackedWeights> {
         w.validate()?;
         if !operation_exists(w.kind(), opts.activation) {
-            return Err(Error::InvalidArgument(format!(
-                "no operation takes {} with {:?} activations",
-                w.kind_name(),
-                opts.activation
-            )));
+            return Err(Error::NoOperation { weights: w.kind_name(), activation: opts.activation.name() });
         }
         if let WeightsRef::Int4AsymBlock(a) = w {
             // The asymmetric int4 kernels and their reference read whole
@@ -977,10 +992,8 @@ impl PackedWeights {
                     Some(name) => match resolve(name)? {
                         Some(v) if sme || !v.info().is_sme() => {
                             if v.rhs_layout(n, k, bl)? != layout {
-                                return Err(Error::InvalidArgument(format!(
-                                    "{name} does not read {}'s packed layout",
-                                    p.gemm
-                                )));
+                                let why = format!("does not read {}'s packed layout", p.gemm);
+                                return Err(Error::WrongFamily { kernel: name, why });
                             }
                             Some(v)
                         }
@@ -1033,7 +1046,16 @@ impl PackedWeights {
         let (p, rhs) = self.per_call_slot()?;
         Some(match (x, y) {
             (Activation::F32(x), ActivationMut::F32(y)) => p.reference(m, x, rhs, y, clamp, &mut work.per_call),
-            _ => Err(Error::InvalidArgument("weights kept as given take f32 activations".into())),
+            (Activation::F32(_), y) => Err(Error::ElementType {
+                what: "outputs of weights kept as given",
+                expected: "F32",
+                got: y.dtype().name(),
+            }),
+            (x, _) => Err(Error::ElementType {
+                what: "activations of weights kept as given",
+                expected: "F32",
+                got: x.dtype().name(),
+            }),
         })
     }
 
@@ -1166,12 +1188,9 @@ impl PackedWeights {
     fn check_call(&self, m: usize, x: &Activation<'_>, y: &ActivationMut<'_>) -> Result<()> {
         crate::error::nonzero(m, "m")?;
         if x.dtype() != self.activation || y.dtype() != self.activation {
-            return Err(Error::InvalidArgument(format!(
-                "weights were packed for {:?} activations, got {:?} in and {:?} out",
-                self.activation,
-                x.dtype(),
-                y.dtype()
-            )));
+            let (what, got) =
+                if x.dtype() != self.activation { ("activations", x.dtype()) } else { ("outputs", y.dtype()) };
+            return Err(Error::ElementType { what, expected: self.activation.name(), got: got.name() });
         }
         Ok(())
     }
@@ -1362,7 +1381,7 @@ impl PackedWeights {
     /// (or the reference copy).
     pub fn row(&self, row: usize, out: &mut [f32]) -> Result<()> {
         if row >= self.n {
-            return Err(Error::InvalidArgument(format!("row {row} of {}", self.n)));
+            return Err(Error::out_of_range("row", row, self.n));
         }
         crate::error::at_least(out.len(), self.k, "row output")?;
         if let Some(s) = self.slots.first() {
@@ -1454,16 +1473,16 @@ impl PackedWeights {
         let data = (*bytes).as_ref();
         let h = if verify { file::FileHeader::parse(data)? } else { file::FileHeader::parse_unverified(data)? };
         if h.kleidiai_version != crate::sys::KLEIDIAI_VERSION {
-            return Err(Error::InvalidArgument(format!(
-                "packed with KleidiAI {}, this build uses {}: layouts may differ, repack",
-                h.kleidiai_version,
-                crate::sys::KLEIDIAI_VERSION
-            )));
+            return Err(Error::packed_file(FileError::KleidiaiVersion {
+                file: h.kleidiai_version,
+                build: crate::sys::KLEIDIAI_VERSION,
+            }));
         }
-        let kind = WeightKind::from_id(h.weight_kind)
-            .ok_or_else(|| Error::InvalidArgument(format!("unknown weight kind id {}", h.weight_kind)))?;
+        let kind = WeightKind::from_id(h.weight_kind).ok_or_else(|| {
+            Error::packed_file(FileError::Header(format!("unknown weight kind id {}", h.weight_kind)))
+        })?;
         let activation = DType::from_id(h.output)
-            .ok_or_else(|| Error::InvalidArgument(format!("unknown activation type id {}", h.output)))?;
+            .ok_or_else(|| Error::packed_file(FileError::Header(format!("unknown activation type id {}", h.output))))?;
         let (n, k) = (usize::try_from(h.n), usize::try_from(h.k));
         let (Ok(n), Ok(k)) = (n, k) else { return Err(Error::Overflow("shape does not fit usize".into())) };
         let f = Features::current();
@@ -1472,10 +1491,7 @@ impl PackedWeights {
         // PackedWeights::to_bytes writes one slot per GEMM kernel.
         for (i, s) in h.slots.iter().enumerate() {
             if h.slots[..i].iter().any(|t| t.gemm_kernel == s.gemm_kernel) {
-                return Err(Error::InvalidArgument(format!(
-                    "packed-weight file rejected: two slots for {}",
-                    s.gemm_kernel
-                )));
+                return Err(Error::packed_file(FileError::Header(format!("two slots for {}", s.gemm_kernel))));
             }
         }
         for (i, s) in h.slots.iter().enumerate() {
@@ -1488,11 +1504,11 @@ impl PackedWeights {
                         Some(Box::new(p) as Box<dyn Backend>)
                     }
                     _ => {
-                        return Err(Error::InvalidArgument(format!(
-                            "packed-weight file rejected: slot {i} keeps {kind:?} weights as given for {}, which \
-                             does not pack them per call",
+                        let why = format!(
+                            "keeps {kind:?} weights as given for {}, which does not pack them per call",
                             s.gemm_kernel
-                        )));
+                        );
+                        return Err(Error::packed_file(FileError::Layout { slot: i, why }));
                     }
                 },
                 other => other,
@@ -1530,13 +1546,11 @@ impl PackedWeights {
             let len = if PerCall::is_format(want.format) {
                 per_call_len(&want, s.format.contains("bias"))?
             } else {
-                packed_len(&*gemm, kind, &want, s.len)?
+                packed_len(&*gemm, kind, &want, s.len, i)?
             };
             if len as u64 != s.len {
-                return Err(Error::InvalidArgument(format!(
-                    "packed-weight file rejected: slot {i} holds {} bytes, {want} packs to {len}",
-                    s.len
-                )));
+                let why = format!("holds {} bytes, {want} packs to {len}", s.len);
+                return Err(Error::packed_file(FileError::Layout { slot: i, why }));
             }
             let range = s.offset as usize..(s.offset + s.len) as usize;
             let rhs = if zero_copy {
@@ -1556,16 +1570,13 @@ impl PackedWeights {
                     }
                 });
                 let g = g.ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "slot {i}: GEMV kernel {} is not in this build or does not take these weights",
-                        s.gemv_kernel
-                    ))
+                    let why =
+                        format!("GEMV kernel {} is not in this build or does not take these weights", s.gemv_kernel);
+                    Error::packed_file(FileError::Layout { slot: i, why })
                 })?;
                 if g.rhs_layout(n, k, s.bl as usize)? != want {
-                    return Err(Error::InvalidArgument(format!(
-                        "slot {i}: GEMV kernel {} needs another layout",
-                        s.gemv_kernel
-                    )));
+                    let why = format!("GEMV kernel {} needs another layout", s.gemv_kernel);
+                    return Err(Error::packed_file(FileError::Layout { slot: i, why }));
                 }
                 Some(g)
             };

@@ -86,13 +86,11 @@ impl LhsPacker {
             LhsPacker::Direct => true,
         };
         if !ok {
-            return Err(Error::InvalidArgument(format!(
-                "{}: unsupported k {k}, bl {bl}, mr {}, kr {}, sr {}",
-                self.name(),
-                t.mr,
-                t.kr,
-                t.sr
-            )));
+            return Err(Error::bad_value(
+                "k, bl",
+                format!("{k}, {bl}"),
+                format!("the {} LHS packer does not take them with mr {}, kr {}, sr {}", self.name(), t.mr, t.kr, t.sr),
+            ));
         }
         Ok(())
     }
@@ -157,7 +155,7 @@ impl<'a> OutputBlock<'a> {
     /// A dense `rows x cols` block of a slice.
     pub fn from_slice(out: &'a mut [f32], rows: usize, cols: usize) -> Result<OutputBlock<'a>> {
         crate::error::at_least(out.len(), crate::error::mul(rows, cols, "output block")?, "output block")?;
-        let ptr = NonNull::new(out.as_mut_ptr()).ok_or_else(|| Error::InvalidArgument("null output".into()))?;
+        let ptr = NonNull::new(out.as_mut_ptr()).ok_or(Error::Null { what: "output" })?;
         Ok(OutputBlock { ptr, rows, cols, row_stride: cols * 4, _out: PhantomData })
     }
 
@@ -175,11 +173,13 @@ impl<'a> OutputBlock<'a> {
         cols: usize,
         row_stride: usize,
     ) -> Result<OutputBlock<'a>> {
-        let ptr = NonNull::new(ptr).ok_or_else(|| Error::InvalidArgument("null output".into()))?;
-        if row_stride % 4 != 0 || (rows > 1 && row_stride < cols * 4) || (ptr.as_ptr() as usize) % 4 != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "output rows {row_stride} bytes apart do not hold {cols} aligned f32 values"
-            )));
+        let ptr = NonNull::new(ptr).ok_or(Error::Null { what: "output" })?;
+        if (ptr.as_ptr() as usize) % 4 != 0 {
+            return Err(Error::Misaligned { what: "output", align: 4 });
+        }
+        if row_stride % 4 != 0 || (rows > 1 && row_stride < cols * 4) {
+            let why = format!("do not hold {cols} f32 values each (a multiple of 4, at least {})", cols * 4);
+            return Err(Error::Stride { what: "output", stride: row_stride, why });
         }
         Ok(OutputBlock { ptr, rows, cols, row_stride, _out: PhantomData })
     }
@@ -187,7 +187,8 @@ impl<'a> OutputBlock<'a> {
     /// The columns `cols` (relative to this block) of every row.
     pub fn columns(&mut self, cols: Range<usize>) -> Result<OutputBlock<'_>> {
         if cols.start > cols.end || cols.end > self.cols {
-            return Err(Error::InvalidArgument(format!("columns {cols:?} of a block of {}", self.cols)));
+            let why = format!("not within the block's {} columns", self.cols);
+            return Err(Error::bad_value("columns", format!("{cols:?}"), why));
         }
         // SAFETY: cols.start <= self.cols, so the offset stays in (or one past) row 0.
         let ptr = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(cols.start)) };
@@ -256,7 +257,7 @@ impl PackedWeights {
                 Some(_) => continue,
             }
             let layout = g.rhs_layout(n, k, bl)?;
-            let len = packed_len(&*g, kind, &layout, u64::MAX)?;
+            let len = packed_len(&*g, kind, &layout, u64::MAX, 0)?;
             lens.push(len);
             first_sme.get_or_insert(g.info().is_sme());
         }
@@ -281,7 +282,7 @@ impl PackedWeights {
         let header = self.file_header()?;
         let end = header.slots.iter().map(|s| s.offset + s.len).max().unwrap_or(0);
         let end = usize::try_from(end).map_err(|_| Error::Overflow("packed size".into()))?;
-        crate::error::at_least(out.len(), end, "packed-weight destination")?;
+        crate::error::at_least_bytes(out.len(), end, "packed-weight destination")?;
         let head = header.to_bytes()?;
         out[..end].fill(0);
         out[..head.len()].copy_from_slice(&head);
@@ -346,7 +347,7 @@ impl PartKernel {
                 _ => 0,
             };
             if lhs_bl != 0 && rhs.bl != 32 {
-                return Err(Error::InvalidArgument(format!("{}: weights in blocks of {}, not 32", info.name, rhs.bl)));
+                return Err(Error::bad_value("bl", rhs.bl, format!("{} takes weights in blocks of 32", info.name)));
             }
             packer.check(rhs.k, lhs_bl, &t)?;
             Ok(PartKernel {
@@ -397,10 +398,11 @@ impl PartKernel {
                 )
             };
             if packer_nr != t.nr {
-                return Err(Error::InvalidArgument(format!(
-                    "RHS packer block {packer_nr} is not the kernel's nr {}",
-                    t.nr
-                )));
+                return Err(Error::ShapeMismatch {
+                    what: "RHS packer block (the kernel's nr)",
+                    got: packer_nr.to_string(),
+                    want: t.nr.to_string(),
+                });
             }
             let layout = PackedLayout {
                 format: "bf16p2vlx2b",
@@ -441,16 +443,21 @@ impl PartKernel {
     ) -> Result<()> {
         let (n, k) = (self.n, self.k);
         if !core::ptr::eq(ok.kernel, self) || self.info.family != "matmul_clamp_fp32_bf16p_bf16p" {
-            return Err(Error::InvalidArgument("per-call F16 packing needs its own bf16 kernel's thread check".into()));
+            let why = "per-call F16 packing needs its own bf16 kernel's thread check";
+            return Err(Error::bad_value("thread check", "OnThread", why));
         }
         let rows = (n - 1).checked_mul(stride).and_then(|v| v.checked_add(2 * k));
-        crate::error::at_least(src.len(), rows.ok_or_else(|| Error::Overflow("F16 rows".into()))?, "F16 weights")?;
+        crate::error::at_least_bytes(
+            src.len(),
+            rows.ok_or_else(|| Error::Overflow("F16 rows".into()))?,
+            "F16 weights",
+        )?;
         if stride < 2 * k {
-            return Err(Error::InvalidArgument(format!("F16 rows {stride} bytes apart hold fewer than {k} values")));
+            return Err(Error::Stride { what: "F16 weights", stride, why: format!("hold fewer than {k} values") });
         }
         crate::error::at_least(kxn.len(), crate::error::mul(k, n, "k x n")?, "transposed weights")?;
         crate::error::at_least(bias.len(), n, "bias")?;
-        crate::error::at_least(out.len(), self.rhs_len, "packed weights")?;
+        crate::error::at_least_bytes(out.len(), self.rhs_len, "packed weights")?;
         // Rows converted 8 at a time (half's vector conversion, FP16 checked
         // once per row), then written to the k x n copy 8 columns at a time.
         use half::slice::HalfFloatSliceExt;
@@ -595,17 +602,30 @@ impl PartKernel {
         }
         let k = self.k;
         if !core::ptr::eq(ok.kernel, self) {
-            return Err(Error::InvalidArgument("thread check of another kernel".into()));
+            return Err(Error::bad_value(
+                "thread check",
+                "OnThread",
+                format!("made for another kernel than {}", self.info.name),
+            ));
         }
-        if h == 0 || stride % 4 != 0 || stride < k * 4 || (src.as_ptr() as usize) % 4 != 0 {
-            return Err(Error::InvalidArgument(format!("{h} LHS rows {stride} bytes apart: not {k} aligned f32 each")));
+        crate::error::nonzero(h, "LHS rows")?;
+        if (src.as_ptr() as usize) % 4 != 0 {
+            return Err(Error::Misaligned { what: "LHS rows", align: 4 });
+        }
+        if stride % 4 != 0 || stride < k * 4 {
+            return Err(Error::Stride { what: "LHS rows", stride, why: format!("do not hold {k} f32 values each") });
         }
         if !self.packer.takes_stride() && stride != k * 4 && h > 1 {
-            return Err(Error::InvalidArgument(format!("{} needs rows k floats apart", self.packer.name())));
+            let why = format!("but {} needs them k floats ({} bytes) apart", self.packer.name(), k * 4);
+            return Err(Error::Stride { what: "LHS rows", stride, why });
         }
         let rows_len = (h - 1).checked_mul(stride).and_then(|v| v.checked_add(k * 4));
-        crate::error::at_least(src.len(), rows_len.ok_or_else(|| Error::Overflow("LHS rows".into()))?, "LHS rows")?;
-        crate::error::at_least(out.len(), self.lhs_size(h), "packed LHS part")?;
+        crate::error::at_least_bytes(
+            src.len(),
+            rows_len.ok_or_else(|| Error::Overflow("LHS rows".into()))?,
+            "LHS rows",
+        )?;
+        crate::error::at_least_bytes(out.len(), self.lhs_size(h), "packed LHS part")?;
         #[cfg(target_arch = "aarch64")]
         // SAFETY: the CPU runs the packer's kernel at its vector length
         // (`ok`, for this kernel); `src` holds `h` rows of k f32 `stride`
@@ -633,19 +653,24 @@ impl PartKernel {
             return Err(Error::ZeroDimension { what: "m" });
         }
         if rhs_len != self.rhs_len {
-            return Err(Error::InvalidArgument(format!(
-                "{} bytes of packed weights, this kernel was resolved for {}",
-                rhs_len, self.rhs_len
-            )));
+            return Err(Error::ByteLength {
+                what: "packed weights of the resolved kernel",
+                got: rhs_len,
+                need: self.rhs_len,
+            });
         }
         if self.packer == LhsPacker::Direct {
             let len = (m - 1).checked_mul(lhs_stride).and_then(|v| v.checked_add(k * 4));
-            if lhs_stride % 4 != 0 || (m > 1 && lhs_stride < k * 4) || (lhs.0 as usize) % 4 != 0 {
-                return Err(Error::InvalidArgument(format!("LHS rows {lhs_stride} bytes apart")));
+            if (lhs.0 as usize) % 4 != 0 {
+                return Err(Error::Misaligned { what: "LHS", align: 4 });
             }
-            crate::error::at_least(lhs.1, len.ok_or_else(|| Error::Overflow("LHS".into()))?, "LHS")?;
+            if lhs_stride % 4 != 0 || (m > 1 && lhs_stride < k * 4) {
+                let why = format!("do not hold {k} f32 values each");
+                return Err(Error::Stride { what: "LHS rows", stride: lhs_stride, why });
+            }
+            crate::error::at_least_bytes(lhs.1, len.ok_or_else(|| Error::Overflow("LHS".into()))?, "LHS")?;
         } else {
-            crate::error::at_least(lhs.1, self.lhs_size(m), "packed LHS")?;
+            crate::error::at_least_bytes(lhs.1, self.lhs_size(m), "packed LHS")?;
         }
         Ok(())
     }
@@ -732,18 +757,23 @@ impl PartKernel {
     ) -> Result<()> {
         let n = self.n;
         if !core::ptr::eq(ok.kernel, self) {
-            return Err(Error::InvalidArgument("thread check of another kernel".into()));
+            return Err(Error::bad_value(
+                "thread check",
+                "OnThread",
+                format!("made for another kernel than {}", self.info.name),
+            ));
         }
         if cols.start >= cols.end || cols.end > n || cols.start % self.t.n_step.max(1) != 0 {
-            return Err(Error::InvalidArgument(format!("columns {cols:?} of {n} (steps of {})", self.t.n_step)));
+            let why = format!("not a non-empty range of the {n} columns starting at a multiple of {}", self.t.n_step);
+            return Err(Error::bad_value("columns", format!("{cols:?}"), why));
         }
-        if m == 0 || out.rows != m || out.cols != cols.len() {
-            return Err(Error::InvalidArgument(format!(
-                "output block {}x{} for {m} rows and {} columns",
-                out.rows,
-                out.cols,
-                cols.len()
-            )));
+        crate::error::nonzero(m, "m")?;
+        if out.rows != m || out.cols != cols.len() {
+            return Err(Error::ShapeMismatch {
+                what: "output block (rows x columns)",
+                got: format!("{}x{}", out.rows, out.cols),
+                want: format!("{m}x{}", cols.len()),
+            });
         }
         self.check_operands(m, (lhs.as_ptr(), lhs.len()), lhs_stride, rhs.len())?;
         #[cfg(target_arch = "aarch64")]

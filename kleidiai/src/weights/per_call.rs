@@ -241,11 +241,15 @@ impl Backend for PerCall {
             w.validate()?;
             let (n, k) = (w.n, w.k);
             if w.bias.is_some() != me.bias {
-                return Err(Error::InvalidArgument(format!(
-                    "{}: packed per call {} a bias",
-                    me.info().name,
-                    if me.bias { "with" } else { "without" }
-                )));
+                return Err(Error::bad_value(
+                    "bias",
+                    if w.bias.is_some() { "given" } else { "absent" },
+                    format!(
+                        "{} is packed per call {} a bias",
+                        me.info().name,
+                        if me.bias { "with" } else { "without" }
+                    ),
+                ));
             }
             let values = error::mul(error::mul(n, k, "weights")?, 2, "weights")?;
             let mut buf = AlignedBuf::zeroed(me.bias_bytes(n) + values);
@@ -302,7 +306,7 @@ impl Backend for PerCall {
     fn unpack_row(&self, rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = rhs.layout();
         if row >= l.rows {
-            return Err(Error::InvalidArgument(format!("row {row} of {}", l.rows)));
+            return Err(Error::out_of_range("row", row, l.rows));
         }
         error::at_least(out.len(), l.k, "row output")?;
         self.widen_row(rhs, row, &mut out[..l.k]);
