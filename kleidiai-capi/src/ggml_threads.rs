@@ -126,7 +126,7 @@ fn typ_of(t: i32) -> Result<GgmlType, Error> {
 
 /// `i` as an index below `len`.
 fn index(i: c_int, len: usize, what: &'static str) -> Result<usize, Error> {
-    usize::try_from(i).ok().filter(|i| *i < len).ok_or(Error::OutOfRange { what, index: i.into(), len })
+    usize::try_from(i).ok().filter(|i| *i < len).ok_or_else(|| Error::OutOfRange { what, index: i.into(), len })
 }
 
 /// Checks a destination descriptor's type is F32.
@@ -141,7 +141,7 @@ fn dst_f32(t: i32) -> Result<(), Error> {
 /// `h` is NULL or a handle from `kairs_ggml_open` not yet closed.
 unsafe fn handle<'a>(h: *const KairsGgmlWeights) -> Result<&'a ThreadedWeights, Error> {
     // SAFETY: the caller's guarantee; NULL is an error.
-    unsafe { h.as_ref() }.map(|w| &w.0).ok_or(Error::Null { what: "weights handle" })
+    unsafe { h.as_ref() }.map(|w| &w.0).ok_or_else(|| Error::Null { what: "weights handle" })
 }
 
 fn disjoint(a: (*const u8, usize), b: (*const u8, usize)) -> bool {
@@ -160,7 +160,7 @@ pub unsafe extern "C" fn kairs_ggml_sme_setting(setting: *mut c_int, warning: *m
     static WARNING: OnceLock<CString> = OnceLock::new();
     guard(|| {
         // SAFETY: the caller's guarantee; NULL is an error.
-        let out = unsafe { setting.as_mut() }.ok_or(Error::Null { what: "setting" })?;
+        let out = unsafe { setting.as_mut() }.ok_or_else(|| Error::Null { what: "setting" })?;
         let (s, w) = SmeSetting::from_env();
         *out = match s {
             SmeSetting::Auto => -1,
@@ -190,9 +190,9 @@ pub unsafe extern "C" fn kairs_ggml_sme_setting(setting: *mut c_int, warning: *m
 pub unsafe extern "C" fn kairs_ggml_packed_size(type_: i32, ne: *const i64, sme: c_int, size: *mut usize) -> c_int {
     guard(|| {
         // SAFETY: the caller's guarantee; NULL is an error.
-        let ne = unsafe { ne.cast::<[i64; 4]>().as_ref() }.ok_or(Error::Null { what: "ne" })?;
+        let ne = unsafe { ne.cast::<[i64; 4]>().as_ref() }.ok_or_else(|| Error::Null { what: "ne" })?;
         // SAFETY: as above.
-        let out = unsafe { size.as_mut() }.ok_or(Error::Null { what: "size" })?;
+        let out = unsafe { size.as_mut() }.ok_or_else(|| Error::Null { what: "size" })?;
         *out = ThreadedWeights::packed_size(typ_of(type_)?, *ne, sme_of(sme)?)?;
         Ok(())
     })
@@ -224,7 +224,7 @@ pub unsafe extern "C" fn kairs_ggml_repack(
             return Err(invalid("src0 data and dst overlap"));
         }
         // SAFETY: as above.
-        let w = unsafe { written.as_mut() }.ok_or(Error::Null { what: "written" })?;
+        let w = unsafe { written.as_mut() }.ok_or_else(|| Error::Null { what: "written" })?;
         let t = Tensor { typ: typ_of(d.type_)?, ne: d.ne, nb: d.nb, data };
         *w = ThreadedWeights::repack(&t, sme_of(sme)?, out)?;
         Ok(())
@@ -248,7 +248,7 @@ pub unsafe extern "C" fn kairs_ggml_open(
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller's guarantee; NULL is an error.
-        let o = unsafe { out.as_mut() }.ok_or(Error::Null { what: "out" })?;
+        let o = unsafe { out.as_mut() }.ok_or_else(|| Error::Null { what: "out" })?;
         *o = std::ptr::null_mut();
         if packed.is_null() {
             return Err(Error::Null { what: "packed weights" });
@@ -284,7 +284,7 @@ pub unsafe extern "C" fn kairs_ggml_close(w: *mut KairsGgmlWeights) {
 pub unsafe extern "C" fn kairs_ggml_work_size(w: *const KairsGgmlWeights, m: i64, size: *mut usize) -> c_int {
     guard(|| {
         // SAFETY: the caller's guarantees; NULL is an error.
-        let (w, out) = unsafe { (handle(w)?, size.as_mut().ok_or(Error::Null { what: "size" })?) };
+        let (w, out) = unsafe { (handle(w)?, size.as_mut().ok_or_else(|| Error::Null { what: "size" })?) };
         *out = w.work_size(positive(m, "m")?)?;
         Ok(())
     })
@@ -305,7 +305,7 @@ pub unsafe extern "C" fn kairs_ggml_kernel(
     static NAMES: OnceLock<Mutex<HashMap<&'static str, CString>>> = OnceLock::new();
     guard(|| {
         // SAFETY: the caller's guarantees; NULL is an error.
-        let (w, out) = unsafe { (handle(w)?, name.as_mut().ok_or(Error::Null { what: "name" })?) };
+        let (w, out) = unsafe { (handle(w)?, name.as_mut().ok_or_else(|| Error::Null { what: "name" })?) };
         let nth = positive(nth.into(), "nth")?;
         let ith = index(ith, nth, "ith")?;
         let k = w.kernel_for(positive(m, "m")?, ith, nth);
@@ -345,7 +345,28 @@ pub unsafe extern "C" fn kairs_ggml_mul_mat(
         // SAFETY: the caller's guarantees; NULL is an error.
         let (w, s1, d) = unsafe { (handle(w)?, desc(src1, "src1")?, desc(dst, "dst")?) };
         // SAFETY: as above.
-        let team = Team::new(unsafe { team.as_ref() }.ok_or(Error::Null { what: "team" })?)?;
+        let team = Team::new(unsafe { team.as_ref() }.ok_or_else(|| Error::Null { what: "team" })?)?;
+        let mult = usize::try_from(team.t.chunk_multiplier).unwrap_or(1).max(1);
+        // The steady state: this thread's last call on these weights again.
+        if let (true, Ok(t1)) = (d.type_ == GgmlType::F32 as i32, u32::try_from(s1.type_)) {
+            let (x, y, z) = (src1_data.cast::<u8>(), dst_data.cast::<u8>(), work.cast::<u8>());
+            // SAFETY: this function's contract (src1 readable, dst and work
+            // used only by the node's threads during the call) is
+            // mul_mat_again's; it runs only a call equal to one that passed
+            // every check below and mul_mat's.
+            let again = unsafe {
+                w.mul_mat_again(
+                    (t1, s1.ne, s1.nb, x, src1_size),
+                    (d.ne, d.nb, y, dst_size),
+                    (z, work_size),
+                    &team,
+                    mult,
+                )
+            };
+            if let Some(done) = again {
+                return done;
+            }
+        }
         // SAFETY: as above (read-only, shared by the node's threads).
         let x = unsafe { bytes(src1_data, src1_size, "src1 data") }?;
         let (dp, wp) = (dst_data.cast::<u8>(), work.cast::<u8>());
@@ -367,7 +388,6 @@ pub unsafe extern "C" fn kairs_ggml_mul_mat(
         };
         let src1 = Tensor { typ: typ_of(s1.type_)?, ne: s1.ne, nb: s1.nb, data: x };
         dst_f32(d.type_)?;
-        let mult = usize::try_from(team.t.chunk_multiplier).unwrap_or(1).max(1);
         w.mul_mat(&src1, d.ne, d.nb, &dst_b, &work_b, &team, mult)
     })
 }
@@ -430,7 +450,7 @@ pub unsafe extern "C" fn kairs_ggml_f16_kernel(sme: c_int, name: *mut *const c_c
     static NAME: OnceLock<CString> = OnceLock::new();
     guard(|| {
         // SAFETY: the caller's guarantee; NULL is an error.
-        let out = unsafe { name.as_mut() }.ok_or(Error::Null { what: "name" })?;
+        let out = unsafe { name.as_mut() }.ok_or_else(|| Error::Null { what: "name" })?;
         let k = F16PerCall::kernel(sme_of(sme)?).ok_or_else(|| Error::Unsupported {
             kernel: "ggml F16 per call",
             why: "no kernel of ggml's F16 table runs here (it needs SME2, and GGML_KLEIDIAI_SME not 0)".into(),
@@ -473,8 +493,9 @@ pub unsafe extern "C" fn kairs_ggml_f16_work_size(
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller's guarantees; NULL is an error.
-        let (a, b, out) =
-            unsafe { (desc(src0, "src0")?, desc(src1, "src1")?, size.as_mut().ok_or(Error::Null { what: "size" })?) };
+        let (a, b, out) = unsafe {
+            (desc(src0, "src0")?, desc(src1, "src1")?, size.as_mut().ok_or_else(|| Error::Null { what: "size" })?)
+        };
         *out = F16PerCall::work_size(a.ne, b.ne, sme_of(sme)?)?;
         Ok(())
     })
@@ -506,7 +527,7 @@ pub unsafe extern "C" fn kairs_ggml_f16_mul_mat(
         // SAFETY: the caller's guarantees; NULL is an error.
         let (s0, s1, d) = unsafe { (desc(src0, "src0")?, desc(src1, "src1")?, desc(dst, "dst")?) };
         // SAFETY: as above.
-        let team = Team::new(unsafe { team.as_ref() }.ok_or(Error::Null { what: "team" })?)?;
+        let team = Team::new(unsafe { team.as_ref() }.ok_or_else(|| Error::Null { what: "team" })?)?;
         // SAFETY: as above (read-only, shared by the node's threads).
         let (w, x) = unsafe { (bytes(src0_data, src0_size, "src0 data")?, bytes(src1_data, src1_size, "src1 data")?) };
         let (dp, wp) = (dst_data.cast::<u8>(), work.cast::<u8>());

@@ -225,6 +225,12 @@ fn parse_disable_list(s: &str) -> Result<u32, String> {
 
 static DISABLED: AtomicU32 = AtomicU32::new(0);
 
+/// The features switched off now ([`disable`]), as a mask: with the detected
+/// set, which never changes, it determines [`Features::current`].
+pub(crate) fn disabled_mask() -> u32 {
+    DISABLED.load(Ordering::Relaxed)
+}
+
 /// Switches tiers off for the rest of the process (a kill switch; there is
 /// no way to switch a tier back on that detection did not find). Dependents
 /// go too: disabling [`CpuFeature::Sme`] also disables SME2.

@@ -1155,7 +1155,7 @@ mod glue {
         let bytes = rhs.as_bytes();
         for (p, o) in out.iter_mut().enumerate().take(l.k) {
             let at = base + ((p / kr) * nr * kr + r * kr + p % kr) * eb;
-            let b = bytes.get(at..at + eb).ok_or(Error::ByteLength {
+            let b = bytes.get(at..at + eb).ok_or_else(|| Error::ByteLength {
                 what: "packed RHS",
                 got: bytes.len(),
                 need: at + eb,

@@ -181,13 +181,20 @@ fn pack(
         // ThreadedWeights::mul_mat); the barrier separates this from reads.
         let out = unsafe { work.part_mut(off..end)? };
         let at = b * src1.nb[2] + rows.start * src1.nb[1];
-        let src = src1.data.get(at..).ok_or(Error::ByteLength { what: "src1 rows", got: src1.data.len(), need: at })?;
+        let src = src1.data.get(at..).ok_or_else(|| Error::ByteLength {
+            what: "src1 rows",
+            got: src1.data.len(),
+            need: at,
+        })?;
         kern.pack_rows(ok, rows.len(), src, src1.nb[1], out)?;
     }
     if ith == 0 {
         let at = b / per * src0.nb[2];
-        let src =
-            src0.data.get(at..).ok_or(Error::ByteLength { what: "src0 batch", got: src0.data.len(), need: at })?;
+        let src = src0.data.get(at..).ok_or_else(|| Error::ByteLength {
+            what: "src0 batch",
+            got: src0.data.len(),
+            need: at,
+        })?;
         // SAFETY: only thread 0 writes the RHS, transposed-weights and bias
         // regions (disjoint from the LHS region and from each other), and
         // the barrier separates this from every read.

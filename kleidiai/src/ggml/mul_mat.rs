@@ -523,7 +523,7 @@ impl GgmlWeights {
     pub fn get_rows(&self, rows: &[i64], dst: &mut [f32]) -> Result<()> {
         crate::error::at_least(dst.len(), crate::error::mul(rows.len(), self.k, "get_rows")?, "get_rows output")?;
         for (i, &r) in rows.iter().enumerate() {
-            let r = usize::try_from(r).ok().filter(|r| *r < self.n).ok_or(Error::OutOfRange {
+            let r = usize::try_from(r).ok().filter(|r| *r < self.n).ok_or_else(|| Error::OutOfRange {
                 what: "row index",
                 index: r,
                 len: self.n,

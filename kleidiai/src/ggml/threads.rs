@@ -167,7 +167,7 @@ impl<'a> SharedBytes<'a> {
     /// team's threads, inside the operation they are passed to, use them
     /// (each thread its own `SharedBytes` of the same bytes).
     pub unsafe fn from_raw_parts(ptr: *mut u8, len: usize) -> Result<SharedBytes<'a>> {
-        let ptr = NonNull::new(ptr).ok_or(Error::Null { what: "shared buffer" })?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::Null { what: "shared buffer" })?;
         Ok(SharedBytes { ptr, len, _b: PhantomData })
     }
 
@@ -224,6 +224,9 @@ pub struct ThreadedWeights {
     weights: PackedWeights,
     slots: Vec<PartSlot>,
     sme_cap: usize,
+    /// The last `work_size` answer, `m << 32 | bytes` (0: none yet): ggml
+    /// asks it for every node of every graph it plans.
+    last_work: core::sync::atomic::AtomicU64,
 }
 
 /// One layout's share of a mul_mat: its threads and its packed LHS.
@@ -237,20 +240,40 @@ struct Part {
     region: usize,
 }
 
+/// A mul_mat call's operands as raw parts: src1 (ggml type id, ne, nb,
+/// data, bytes), dst (ne, nb, data, bytes), work (data, bytes).
+struct RawCall {
+    src1: (u32, [i64; 4], [usize; 4], *const u8, usize),
+    dst: ([i64; 4], [usize; 4], *mut u8, usize),
+    work: (*mut u8, usize),
+    multiplier: usize,
+}
+
 /// Everything a mul_mat call's checks depend on: two calls with equal keys
-/// pass the same checks.
-#[derive(Clone, Copy, PartialEq)]
-struct CallKey {
-    id: u64,
-    features: Features,
-    src1: (GgmlType, [i64; 4], [usize; 4], usize, usize),
-    dst: ([i64; 4], [usize; 4], usize, usize),
-    work: (usize, usize),
-    team: (usize, usize, usize),
+/// pass the same checks (the CPU features are the detected ones, which do
+/// not change, less the disabled ones).
+/// As one array of words, compared in one go (the steady state compares
+/// it on every call): weights id, disabled features, src1 (type, ne, nb,
+/// address, bytes), dst (ne, nb, address, bytes), work (address, bytes),
+/// team (ith, nth, chunk multiplier).
+#[derive(Clone, Copy)]
+struct CallKey([u64; 29]);
+
+impl PartialEq for CallKey {
+    fn eq(&self, other: &CallKey) -> bool {
+        // Branch-free and inline (no call to the C library's bcmp).
+        self.0.iter().zip(&other.0).fold(0, |d, (a, b)| d | (a ^ b)) == 0
+    }
+}
+
+impl CallKey {
+    fn id(&self) -> u64 {
+        self.0[0]
+    }
 }
 
 fn ith_of(k: &CallKey) -> usize {
-    k.team.0
+    k.0[26] as usize
 }
 
 /// A thread's last successful mul_mat call on one weight tensor, kept to
@@ -274,7 +297,7 @@ thread_local! {
 
 impl Replay {
     fn keep(self) {
-        REPLAYS.with(|r| r.borrow_mut()[(self.key.id % 64) as usize] = Some(self));
+        REPLAYS.with(|r| r.borrow_mut()[(self.key.id() % 64) as usize] = Some(self));
     }
 }
 
@@ -465,7 +488,16 @@ impl ThreadedWeights {
         let sme_cap = if slots[0].gemm.info.is_sme() { sme.cap() } else { 0 };
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(ThreadedWeights { id, typ, k: weights.k(), n: weights.n(), weights, slots, sme_cap })
+        Ok(ThreadedWeights {
+            id,
+            typ,
+            k: weights.k(),
+            n: weights.n(),
+            weights,
+            slots,
+            sme_cap,
+            last_work: core::sync::atomic::AtomicU64::new(0),
+        })
     }
 
     /// The weight type.
@@ -559,8 +591,17 @@ impl ThreadedWeights {
     /// layout held (F32 kernels reading the LHS directly need none); the
     /// same for every thread count.
     pub fn work_size(&self, m: usize) -> Result<usize> {
+        use core::sync::atomic::Ordering::Relaxed;
         crate::error::nonzero(m, "m")?;
-        Ok(self.cached_plan(m, 1, 1).work)
+        let last = self.last_work.load(Relaxed);
+        if (last >> 32) as usize == m {
+            return Ok((last & 0xffff_ffff) as usize);
+        }
+        let work = self.plan(m, 1, 1).work;
+        if let (Ok(m), Ok(w)) = (u32::try_from(m), u32::try_from(work)) {
+            self.last_work.store(u64::from(m) << 32 | u64::from(w), Relaxed);
+        }
+        Ok(work)
     }
 
     /// Thread `team.ith()`'s part of ggml `mul_mat`: `dst[b][i][j] = sum_k
@@ -586,20 +627,14 @@ impl ThreadedWeights {
         // The steady state: the same call as this thread's last one on these
         // weights (ggml repeats every node's call for every token) replays
         // it without repeating its checks.
-        let key = CallKey {
-            id: self.id,
-            features: Features::current(),
-            src1: (src1.typ, src1.ne, src1.nb, src1.data.as_ptr() as usize, src1.data.len()),
-            dst: (dst_ne, dst_nb, dst.ptr.as_ptr() as usize, dst.len),
-            work: (work.ptr.as_ptr() as usize, work.len),
-            team: (ith, nth, multiplier),
+        let call = RawCall {
+            src1: (src1.typ as u32, src1.ne, src1.nb, src1.data.as_ptr(), src1.data.len()),
+            dst: (dst_ne, dst_nb, dst.ptr.as_ptr(), dst.len),
+            work: (work.ptr.as_ptr(), work.len),
+            multiplier,
         };
-        // (Run in place: a kept call is not copied out of the thread's table.)
-        let replayed = REPLAYS.with(|r| match &r.borrow()[(key.id % 64) as usize] {
-            Some(e) if e.key == key => self.replay(e, src1, dst_nb, dst, work, team),
-            _ => None,
-        });
-        if let Some(done) = replayed {
+        let key = self.key(&call, ith, nth);
+        if let Some(done) = self.replay_if_kept(&key, &call, team) {
             return done;
         }
         let checked = (|| {
@@ -666,6 +701,82 @@ impl ThreadedWeights {
         result
     }
 
+    fn key(&self, call: &RawCall, ith: usize, nth: usize) -> CallKey {
+        let (t1, ne1, nb1, p1, l1) = call.src1;
+        let (ned, nbd, pd, ld) = call.dst;
+        let w = |v: usize| v as u64;
+        let i = |v: i64| v as u64;
+        // An empty work buffer has no address worth comparing (NULL or dangling).
+        let work_at = if call.work.1 == 0 { 0 } else { call.work.0 as usize };
+        CallKey([
+            self.id,
+            u64::from(crate::cpu::disabled_mask()),
+            u64::from(t1),
+            i(ne1[0]),
+            i(ne1[1]),
+            i(ne1[2]),
+            i(ne1[3]),
+            w(nb1[0]),
+            w(nb1[1]),
+            w(nb1[2]),
+            w(nb1[3]),
+            w(p1 as usize),
+            w(l1),
+            i(ned[0]),
+            i(ned[1]),
+            i(ned[2]),
+            i(ned[3]),
+            w(nbd[0]),
+            w(nbd[1]),
+            w(nbd[2]),
+            w(nbd[3]),
+            w(pd as usize),
+            w(ld),
+            w(work_at),
+            w(call.work.1),
+            0,
+            w(ith),
+            w(nth),
+            w(call.multiplier),
+        ])
+    }
+
+    /// Replays the thread's kept call when `key` equals its key (in place:
+    /// a kept call is not copied out of the thread's table).
+    fn replay_if_kept<T: ThreadTeam>(&self, key: &CallKey, call: &RawCall, team: &T) -> Option<Result<()>> {
+        REPLAYS.with(|r| match &r.borrow()[(key.id() % 64) as usize] {
+            Some(e) if e.key == *key => self.replay(e, call, team),
+            _ => None,
+        })
+    }
+
+    /// [`mul_mat`](Self::mul_mat)'s steady state for callers holding raw
+    /// pointers (the C ABI): when this thread's last successful `mul_mat`
+    /// on these weights had exactly these arguments, runs it again without
+    /// building slices or repeating checks and returns its result; None
+    /// otherwise (then call `mul_mat`, which checks everything). `src1` is
+    /// (ggml type id, ne, nb, data, bytes), `dst` (ne, nb, data, bytes),
+    /// `work` (data, bytes).
+    ///
+    /// # Safety
+    /// As for the slices `mul_mat` would be given: `src1` readable for its
+    /// bytes and not written during the call, `dst` and `work` valid for
+    /// reads and writes of their bytes and used only by the team's threads
+    /// during the call, every thread of the team calling.
+    #[allow(clippy::type_complexity)]
+    pub unsafe fn mul_mat_again<T: ThreadTeam>(
+        &self,
+        src1: (u32, [i64; 4], [usize; 4], *const u8, usize),
+        dst: ([i64; 4], [usize; 4], *mut u8, usize),
+        work: (*mut u8, usize),
+        team: &T,
+        multiplier: usize,
+    ) -> Option<Result<()>> {
+        let call = RawCall { src1, dst, work, multiplier };
+        let key = self.key(&call, team.ith(), team.nth());
+        self.replay_if_kept(&key, &call, team)
+    }
+
     /// The replay of this call, when it passed every check: what the next
     /// identical call needs, after the checks its chunks of this call did
     /// not cover (any chunk may be this thread's next time).
@@ -713,15 +824,7 @@ impl ThreadedWeights {
     /// reports it). Nothing is checked again: equal arguments pass the same
     /// checks, and the features are part of the key.
     #[allow(clippy::too_many_arguments)]
-    fn replay<T: ThreadTeam>(
-        &self,
-        r: &Replay,
-        src1: &Tensor<'_>,
-        dst_nb: [usize; 4],
-        dst: &SharedBytes<'_>,
-        work: &SharedBytes<'_>,
-        team: &T,
-    ) -> Option<Result<()>> {
+    fn replay<T: ThreadTeam>(&self, r: &Replay, call: &RawCall, team: &T) -> Option<Result<()>> {
         let (ith, nth) = (team.ith(), team.nth());
         let part = &r.run.parts[r.part];
         let slot = &self.slots[part.slot];
@@ -732,7 +835,8 @@ impl ThreadedWeights {
         let f32_scheme = self.typ == GgmlType::F32;
         let rhs = slot.rhs.as_bytes().as_ptr();
         let (n, m, cc) = (self.n, r.m, r.run.chunk_cols);
-        let (src, s1, s2) = (src1.data.as_ptr(), src1.nb[1], src1.nb[2]);
+        let (src, s1, s2) = (call.src1.3, call.src1.2[1], call.src1.2[2]);
+        let (dst, dst_nb, work) = (call.dst.2, call.dst.1, call.work.0);
         for b in 0..r.batches {
             if r.rows.1 > r.rows.0 {
                 // SAFETY: this call equals the kept one (key: pointers,
@@ -746,7 +850,7 @@ impl ThreadedWeights {
                         r.rows.1 - r.rows.0,
                         src.add(b * s2 + r.rows.0 * s1),
                         s1,
-                        work.ptr.as_ptr().add(r.pack_at),
+                        work.add(r.pack_at),
                     )
                 };
             }
@@ -759,7 +863,7 @@ impl ThreadedWeights {
                 (unsafe { src.add(b * s2) }, s1)
             } else {
                 // SAFETY: region + lhs_size lies inside work (checked by the kept call).
-                (unsafe { work.ptr.as_ptr().add(part.region) }.cast_const(), 0)
+                (unsafe { work.add(part.region) }.cast_const(), 0)
             };
             let mut next = if f32_scheme { team.chunk_add(cc) / cc } else { ith };
             while next < r.run.n_chunks {
@@ -782,7 +886,7 @@ impl ThreadedWeights {
                         lhs,
                         lhs_stride,
                         rhs,
-                        dst.ptr.as_ptr().add(b * dst_nb[2] + start * 4).cast(),
+                        dst.add(b * dst_nb[2] + start * 4).cast(),
                         dst_nb[1],
                     )
                 };
@@ -828,7 +932,11 @@ impl ThreadedWeights {
         // a hybrid run have disjoint regions; the team's barrier separates
         // this from every read (mul_mat).
         let out = unsafe { work.part_mut(off..end)? };
-        let src = src1.data.get(at..).ok_or(Error::ByteLength { what: "src1 rows", got: src1.data.len(), need: at })?;
+        let src = src1.data.get(at..).ok_or_else(|| Error::ByteLength {
+            what: "src1 rows",
+            got: src1.data.len(),
+            need: at,
+        })?;
         kern.pack_rows(ok, rows.len(), src, src1.nb[1], out)
     }
 
@@ -851,7 +959,7 @@ impl ThreadedWeights {
         let (lhs, lhs_stride) = if part.lhs_size == 0 {
             let src = src1.data.get(b * src1.nb[2]..);
             let need = b * src1.nb[2];
-            (src.ok_or(Error::ByteLength { what: "src1 batch", got: src1.data.len(), need })?, src1.nb[1])
+            (src.ok_or_else(|| Error::ByteLength { what: "src1 batch", got: src1.data.len(), need })?, src1.nb[1])
         } else {
             // SAFETY: every thread packed its part before the barrier that
             // preceded this call, and no thread writes the work buffer until
@@ -911,7 +1019,7 @@ impl ThreadedWeights {
         let per = rows.len().div_ceil(nth);
         let mine = (per * ith).min(rows.len())..(per * ith + per).min(rows.len());
         for i in mine {
-            let r = usize::try_from(rows[i]).ok().filter(|r| *r < self.n).ok_or(Error::OutOfRange {
+            let r = usize::try_from(rows[i]).ok().filter(|r| *r < self.n).ok_or_else(|| Error::OutOfRange {
                 what: "row index",
                 index: i64::from(rows[i]),
                 len: self.n,
@@ -1107,6 +1215,33 @@ mod tests {
                     r3.unwrap();
                 }
                 assert_ne!(outs[0], outs[1], "{typ:?}: new activations, new outputs");
+                // The raw lane (the C ABI's): the kept call again, by its parts.
+                let raw = |x: &[u8], dst: &mut [u8], work: &mut [u8], mult: usize| {
+                    let src = (GgmlType::F32 as u32, [k as i64, m as i64, 1, 1], src_nb, x.as_ptr(), x.len());
+                    let team = SingleThread::default();
+                    // SAFETY: slices of this test, used by this thread alone.
+                    unsafe {
+                        w.mul_mat_again(
+                            src,
+                            (dne, dnb, dst.as_mut_ptr(), dst.len()),
+                            (work.as_mut_ptr(), work.len()),
+                            &team,
+                            mult,
+                        )
+                    }
+                };
+                let kept = dst.clone();
+                dst.fill(0);
+                assert!(matches!(raw(&x, &mut dst, &mut work, 4), Some(Ok(()))), "{typ:?} m={m}: raw lane");
+                assert_eq!(dst, kept, "{typ:?} m={m}: raw lane bits");
+                let (wl, dl) = (work.len(), dst.len());
+                assert!(raw(&x, &mut dst[..dl - 4], &mut work, 4).is_none(), "{typ:?}: other dst, no replay");
+                assert!(raw(&x, &mut dst, &mut work[..wl / 2], 4).is_none() || wl == 0, "{typ:?}: other work");
+                assert!(raw(&x[..x.len() - 4], &mut dst, &mut work, 4).is_none(), "{typ:?}: other src1");
+                // The work size, asked again and for another m, from its cache.
+                assert_eq!(w.work_size(m).unwrap(), w.work_size(m).unwrap());
+                assert_eq!(w.work_size(m + 7).unwrap(), w.plan(m + 7, 1, 1).work);
+                assert_eq!(w.work_size(m).unwrap(), w.plan(m, 1, 1).work);
                 // An output one value short: another key, and refused.
                 let short = dst.len() - 4;
                 let (r, replayed) = call(&x, &mut dst[..short], &mut work);

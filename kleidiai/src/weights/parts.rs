@@ -155,7 +155,7 @@ impl<'a> OutputBlock<'a> {
     /// A dense `rows x cols` block of a slice.
     pub fn from_slice(out: &'a mut [f32], rows: usize, cols: usize) -> Result<OutputBlock<'a>> {
         crate::error::at_least(out.len(), crate::error::mul(rows, cols, "output block")?, "output block")?;
-        let ptr = NonNull::new(out.as_mut_ptr()).ok_or(Error::Null { what: "output" })?;
+        let ptr = NonNull::new(out.as_mut_ptr()).ok_or_else(|| Error::Null { what: "output" })?;
         Ok(OutputBlock { ptr, rows, cols, row_stride: cols * 4, _out: PhantomData })
     }
 
@@ -173,7 +173,7 @@ impl<'a> OutputBlock<'a> {
         cols: usize,
         row_stride: usize,
     ) -> Result<OutputBlock<'a>> {
-        let ptr = NonNull::new(ptr).ok_or(Error::Null { what: "output" })?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::Null { what: "output" })?;
         if (ptr.as_ptr() as usize) % 4 != 0 {
             return Err(Error::Misaligned { what: "output", align: 4 });
         }
