@@ -209,7 +209,8 @@ impl PackedWeights {
     /// per-thread calls, in slot order. Layouts whose kernel `f` cannot run
     /// are left out; a runnable kernel without a per-thread form is an error.
     pub(crate) fn part_slots(&self, f: &Features) -> Result<Vec<PartSlot>> {
-        let mut out = Vec::new();
+        // Held by a handle for its whole life: no spare capacity.
+        let mut out = Vec::with_capacity(self.slots.len());
         for s in &self.slots {
             if s.gemm.info().supported(f).is_err() {
                 continue;
@@ -300,6 +301,7 @@ impl PackedWeights {
         }
         let bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> = std::sync::Arc::new(out);
         let mut w = self;
+        w.slots.shrink_to_fit(); // kept for the handle's life
         for (r, s) in ranges.into_iter().zip(&mut w.slots) {
             let len = r.len();
             // Checks the range lies in what AsRef gives, 64-byte aligned.
