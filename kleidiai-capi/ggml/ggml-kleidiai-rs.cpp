@@ -3,9 +3,10 @@
 // Defines ggml_backend_cpu_kleidiai_buffer_type(), the entry point ggml-cpu
 // calls when built with GGML_USE_CPU_KLEIDIAI, on top of kleidiai-capi
 // (kleidiai_rs.h, "ggml's threads"): weights are repacked by kleidiai-rs
-// into the buffer, MUL_MAT (and GET_ROWS of repacked weights) run through
-// it on ggml's own threads, and every op it declines stays with ggml's CPU
-// code. Compiled into the ggml-cpu target by kleidiai-rs.cmake, with
+// into the buffer (only the packed bytes the kernels read; each tensor's
+// handle holds what they are), MUL_MAT (and GET_ROWS of repacked weights)
+// run through it on ggml's own threads, and every op it declines stays with
+// ggml's CPU code. Compiled into the ggml-cpu target by kleidiai-rs.cmake, with
 // llama.cpp's own KleidiAI code (GGML_CPU_KLEIDIAI) off.
 //
 // What it accepts mirrors ggml's own KleidiAI path (ggml-cpu/kleidiai):
@@ -258,7 +259,16 @@ ggml_status buffer_init_tensor(ggml_backend_buffer_t buffer, ggml_tensor * tenso
     return GGML_STATUS_SUCCESS;
 }
 
+// A handle needs its bytes unchanged: rewritten weights are ggml's own again.
+void close_handle(ggml_tensor * tensor) {
+    if (auto * traits = (weight_traits *) tensor->extra) {
+        kairs_ggml_close(traits->w);
+        traits->w = nullptr;
+    }
+}
+
 void buffer_memset_tensor(ggml_backend_buffer_t, ggml_tensor * tensor, uint8_t value, size_t offset, size_t size) {
+    close_handle(tensor);
     std::memset((char *) tensor->data + offset, value, size);
 }
 
@@ -268,12 +278,10 @@ void buffer_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor * tensor, const
     auto *           traits = (weight_traits *) tensor->extra;
     const kairs_desc d      = desc_of(tensor);
     const size_t     room   = ggml_backend_buft_get_alloc_size(buffer->buft, tensor);
-    size_t           written = 0;
-    kairs_ggml_close(traits->w);
-    traits->w = nullptr;
+    close_handle(tensor);  // it views tensor->data, rewritten here
+    // tensor->data receives the packed payloads only; the handle says what they are.
     if (packed_size(tensor) == 0 ||
-        kairs_ggml_repack(&d, data, size, g_sme, tensor->data, room, &written) != KAIRS_OK ||
-        kairs_ggml_open(tensor->data, written, d.type, g_sme, &traits->w) != KAIRS_OK) {
+        kairs_ggml_repack(&d, data, size, g_sme, tensor->data, room, &traits->w) != KAIRS_OK) {
         GGML_LOG_DEBUG("kleidiai-rs: %s kept for ggml's own code: %s\n", tensor->name, kairs_last_error());
         traits->w = nullptr;
         std::memcpy(tensor->data, data, size);
@@ -281,7 +289,12 @@ void buffer_set_tensor(ggml_backend_buffer_t buffer, ggml_tensor * tensor, const
 }
 
 void buffer_clear(ggml_backend_buffer_t buffer, uint8_t value) {
-    std::memset(((buffer_context *) buffer->context)->data, value, buffer->size);
+    auto * ctx = (buffer_context *) buffer->context;
+    for (auto & t : ctx->traits) {
+        kairs_ggml_close(t->w);
+        t->w = nullptr;
+    }
+    std::memset(ctx->data, value, buffer->size);
 }
 
 const ggml_backend_buffer_i buffer_iface = {

@@ -137,7 +137,9 @@
 #define KAIRS_FEAT_SME2P1 (1 << 10)
 
 // Repacked weights viewed in caller memory (`kairs_ggml_weights` in C,
-// opaque): the handle `kairs_ggml_open` returns.
+// opaque): the handle `kairs_ggml_repack` returns. It holds what the packed
+// bytes are (kernels, shape, layouts, offsets); the caller's memory holds
+// only the bytes the kernels read.
 typedef struct kairs_ggml_weights kairs_ggml_weights;
 
 // A ggml tensor's shape (`kairs_desc` in C): `ne[0]` values per row,
@@ -276,38 +278,38 @@ int kairs_get_rows(const void *packed,
 int kairs_ggml_sme_setting(int *setting, const char **warning);
 
 // Bytes `kairs_ggml_repack` writes for 2-D weights of ggml type `type` (Q4_0,
-// Q8_0 or F32) and sizes `ne[4]`, from the shape alone. An error means these
-// weights are not taken (type, shape, or no kernel on this CPU): leave them to
-// ggml's own code. `sme`: -1 automatic (SME when present, capped at 1 thread),
-// 0 no SME kernels, N at most N threads on SME kernels (GGML_KLEIDIAI_SME).
+// Q8_0 or F32) and sizes `ne[4]`, from the shape alone: the packed payloads
+// only (each layout starting 64-byte aligned), what the kernels read; what
+// they are stays in the handle. An error means these weights are not taken
+// (type, shape, or no kernel on this CPU): leave them to ggml's own code.
+// `sme`: -1 automatic (SME when present, capped at 1 thread), 0 no SME
+// kernels, N at most N threads on SME kernels (GGML_KLEIDIAI_SME).
 //
 // # Safety
 // `ne` points to 4 values, `size` is writable.
 int kairs_ggml_packed_size(int32_t type_, const int64_t *ne, int sme, size_t *size);
 
-// Repacks `src0` (contiguous rows) into `dst` (64-byte aligned, at least
-// `kairs_ggml_packed_size` bytes, not overlapping `data`); `*written` = bytes
-// written.
+// Repacks `src0` (contiguous rows of ggml type `src0->type`) into `dst` and
+// returns in `*out` the handle that views it, its kernels resolved for this
+// CPU (`*out` is NULL after an error). `dst` receives only the packed
+// payloads, the first `kairs_ggml_packed_size` bytes (bytes after them are not
+// touched); it must be 64-byte aligned, hold at least that size and not
+// overlap `data`, all checked (with the type, the shape and that a kernel
+// runs here) before anything is packed or written. The identity of the bytes comes from this
+// call, not from the bytes: the handle alone says what they are.
 //
 // # Safety
-// `src0` valid, `data` readable for `data_size` bytes, `dst` writable for
-// `dst_size` bytes, `written` writable.
+// `src0` valid, `data` readable for `data_size` bytes during the call, `out`
+// writable; `dst` readable and writable for `dst_size` bytes from this call
+// until `kairs_ggml_close` of the handle, and neither written nor freed by
+// anyone else in that time (after an error: only during the call).
 int kairs_ggml_repack(const struct kairs_desc *src0,
                       const void *data,
                       size_t data_size,
                       int sme,
                       void *dst,
                       size_t dst_size,
-                      size_t *written);
-
-// Opens a handle on `size` repacked bytes at `packed` (as `kairs_ggml_repack`
-// wrote them, for weights of ggml type `type`), resolving the kernels for this
-// CPU. The bytes must stay valid and unchanged until `kairs_ggml_close`.
-//
-// # Safety
-// `packed` readable for `size` bytes, unchanged until `kairs_ggml_close`;
-// `out` writable.
-int kairs_ggml_open(const void *packed, size_t size, int32_t type_, int sme, struct kairs_ggml_weights **out);
+                      struct kairs_ggml_weights **out);
 
 // Closes a handle (NULL is ignored).
 //

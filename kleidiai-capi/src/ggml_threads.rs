@@ -1,8 +1,9 @@
 //! The C ABI of [`kleidiai::ggml::ThreadedWeights`]: ggml's KleidiAI buffer
 //! driven by ggml's own threads (the shim in `ggml/` uses it): weights
-//! repacked once into ggml's buffer and viewed by a handle; each thread of a
-//! graph node calls `kairs_ggml_mul_mat` with its ith/nth and ggml's barrier
-//! and chunk counter, so no thread pool of kleidiai-rs runs inside ggml's.
+//! repacked once into ggml's buffer (the packed payloads only), viewed by the
+//! handle the repack returns; each thread of a graph node calls
+//! `kairs_ggml_mul_mat` with its ith/nth and ggml's barrier and chunk
+//! counter, so no thread pool of kleidiai-rs runs inside ggml's.
 //! Kernel choice, SME thread cap, hybrid SME + NEON runs, LHS row split and
 //! column chunks follow ggml's own KleidiAI path.
 
@@ -11,7 +12,7 @@ use kleidiai::Error;
 use kleidiai::ggml::{F16PerCall, GgmlType, SharedBytes, SmeSetting, Tensor, ThreadTeam, ThreadedWeights};
 use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int, c_void};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 /// ggml's threads of one graph node (`kairs_ggml_team` in C). Contract:
 /// every thread of the node calls with the same arguments and its own `ith`;
@@ -85,26 +86,37 @@ unsafe impl ThreadTeam for Team<'_> {
     }
 }
 
-/// Packed weights in caller memory, borrowed for the life of a handle.
-struct Borrowed {
-    ptr: *const u8,
+/// Caller memory a handle packs into, then views for its whole life
+/// (`kairs_ggml_repack` to `kairs_ggml_close`).
+struct CallerMemory {
+    ptr: *mut u8,
     len: usize,
 }
-// SAFETY: only read, and `kairs_ggml_open`'s contract keeps the bytes alive
-// and unchanged until `kairs_ggml_close`.
-unsafe impl Send for Borrowed {}
+// SAFETY: written only by `kairs_ggml_repack` (through `as_mut`, during the
+// call), then only read; `kairs_ggml_repack`'s contract keeps the bytes
+// valid, unchanged and used by nobody else until `kairs_ggml_close`.
+unsafe impl Send for CallerMemory {}
 // SAFETY: as above.
-unsafe impl Sync for Borrowed {}
-impl AsRef<[u8]> for Borrowed {
+unsafe impl Sync for CallerMemory {}
+impl AsRef<[u8]> for CallerMemory {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: non-null (checked in kairs_ggml_open), valid for `len`
-        // bytes while the handle lives (the open contract).
+        // SAFETY: non-null (checked in kairs_ggml_repack), valid for `len`
+        // bytes and not written while the handle lives (repack's contract).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+impl AsMut<[u8]> for CallerMemory {
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: non-null, writable for `len` bytes and used by nobody else
+        // (repack's contract); `&mut self` makes this borrow the only one.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
 
 /// Repacked weights viewed in caller memory (`kairs_ggml_weights` in C,
-/// opaque): the handle `kairs_ggml_open` returns.
+/// opaque): the handle `kairs_ggml_repack` returns. It holds what the packed
+/// bytes are (kernels, shape, layouts, offsets); the caller's memory holds
+/// only the bytes the kernels read.
 pub struct KairsGgmlWeights(ThreadedWeights);
 
 fn sme_of(sme: c_int) -> Result<SmeSetting, Error> {
@@ -138,7 +150,7 @@ fn dst_f32(t: i32) -> Result<(), Error> {
 }
 
 /// # Safety
-/// `h` is NULL or a handle from `kairs_ggml_open` not yet closed.
+/// `h` is NULL or a handle from `kairs_ggml_repack` not yet closed.
 unsafe fn handle<'a>(h: *const KairsGgmlWeights) -> Result<&'a ThreadedWeights, Error> {
     // SAFETY: the caller's guarantee; NULL is an error.
     unsafe { h.as_ref() }.map(|w| &w.0).ok_or_else(|| Error::Null { what: "weights handle" })
@@ -179,10 +191,12 @@ pub unsafe extern "C" fn kairs_ggml_sme_setting(setting: *mut c_int, warning: *m
 }
 
 /// Bytes `kairs_ggml_repack` writes for 2-D weights of ggml type `type` (Q4_0,
-/// Q8_0 or F32) and sizes `ne[4]`, from the shape alone. An error means these
-/// weights are not taken (type, shape, or no kernel on this CPU): leave them to
-/// ggml's own code. `sme`: -1 automatic (SME when present, capped at 1 thread),
-/// 0 no SME kernels, N at most N threads on SME kernels (GGML_KLEIDIAI_SME).
+/// Q8_0 or F32) and sizes `ne[4]`, from the shape alone: the packed payloads
+/// only (each layout starting 64-byte aligned), what the kernels read; what
+/// they are stays in the handle. An error means these weights are not taken
+/// (type, shape, or no kernel on this CPU): leave them to ggml's own code.
+/// `sme`: -1 automatic (SME when present, capped at 1 thread), 0 no SME
+/// kernels, N at most N threads on SME kernels (GGML_KLEIDIAI_SME).
 ///
 /// # Safety
 /// `ne` points to 4 values, `size` is writable.
@@ -198,13 +212,20 @@ pub unsafe extern "C" fn kairs_ggml_packed_size(type_: i32, ne: *const i64, sme:
     })
 }
 
-/// Repacks `src0` (contiguous rows) into `dst` (64-byte aligned, at least
-/// `kairs_ggml_packed_size` bytes, not overlapping `data`); `*written` = bytes
-/// written.
+/// Repacks `src0` (contiguous rows of ggml type `src0->type`) into `dst` and
+/// returns in `*out` the handle that views it, its kernels resolved for this
+/// CPU (`*out` is NULL after an error). `dst` receives only the packed
+/// payloads, the first `kairs_ggml_packed_size` bytes (bytes after them are not
+/// touched); it must be 64-byte aligned, hold at least that size and not
+/// overlap `data`, all checked (with the type, the shape and that a kernel
+/// runs here) before anything is packed or written. The identity of the bytes comes from this
+/// call, not from the bytes: the handle alone says what they are.
 ///
 /// # Safety
-/// `src0` valid, `data` readable for `data_size` bytes, `dst` writable for
-/// `dst_size` bytes, `written` writable.
+/// `src0` valid, `data` readable for `data_size` bytes during the call, `out`
+/// writable; `dst` readable and writable for `dst_size` bytes from this call
+/// until `kairs_ggml_close` of the handle, and neither written nor freed by
+/// anyone else in that time (after an error: only during the call).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kairs_ggml_repack(
     src0: *const KairsDesc,
@@ -213,51 +234,26 @@ pub unsafe extern "C" fn kairs_ggml_repack(
     sme: c_int,
     dst: *mut c_void,
     dst_size: usize,
-    written: *mut usize,
-) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's guarantees; NULL is an error.
-        let (d, data) = unsafe { (desc(src0, "src0")?, bytes(data, data_size, "src0 data")?) };
-        // SAFETY: as above.
-        let out = unsafe { crate::bytes_mut(dst, dst_size, "dst") }?;
-        if !disjoint((data.as_ptr(), data.len()), (out.as_ptr(), out.len())) {
-            return Err(invalid("src0 data and dst overlap"));
-        }
-        // SAFETY: as above.
-        let w = unsafe { written.as_mut() }.ok_or_else(|| Error::Null { what: "written" })?;
-        let t = Tensor { typ: typ_of(d.type_)?, ne: d.ne, nb: d.nb, data };
-        *w = ThreadedWeights::repack(&t, sme_of(sme)?, out)?;
-        Ok(())
-    })
-}
-
-/// Opens a handle on `size` repacked bytes at `packed` (as `kairs_ggml_repack`
-/// wrote them, for weights of ggml type `type`), resolving the kernels for this
-/// CPU. The bytes must stay valid and unchanged until `kairs_ggml_close`.
-///
-/// # Safety
-/// `packed` readable for `size` bytes, unchanged until `kairs_ggml_close`;
-/// `out` writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn kairs_ggml_open(
-    packed: *const c_void,
-    size: usize,
-    type_: i32,
-    sme: c_int,
     out: *mut *mut KairsGgmlWeights,
 ) -> c_int {
     guard(|| {
         // SAFETY: the caller's guarantee; NULL is an error.
         let o = unsafe { out.as_mut() }.ok_or_else(|| Error::Null { what: "out" })?;
         *o = std::ptr::null_mut();
-        if packed.is_null() {
-            return Err(Error::Null { what: "packed weights" });
+        // SAFETY: the caller's guarantees; NULL is an error.
+        let (d, data) = unsafe { (desc(src0, "src0")?, bytes(data, data_size, "src0 data")?) };
+        if dst.is_null() {
+            return Err(Error::Null { what: "dst" });
         }
-        if size == 0 {
-            return Err(invalid("packed weights are empty"));
+        if dst_size == 0 {
+            return Err(Error::ZeroDimension { what: "dst_size" });
         }
-        let b: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(Borrowed { ptr: packed.cast(), len: size });
-        let w = ThreadedWeights::open(b, typ_of(type_)?, sme_of(sme)?, false)?;
+        if !disjoint((data.as_ptr(), data.len()), (dst.cast_const().cast(), dst_size)) {
+            return Err(invalid("src0 data and dst overlap"));
+        }
+        let t = Tensor { typ: typ_of(d.type_)?, ne: d.ne, nb: d.nb, data };
+        let mem = CallerMemory { ptr: dst.cast(), len: dst_size };
+        let w = ThreadedWeights::repack(&t, sme_of(sme)?, mem)?;
         *o = Box::into_raw(Box::new(KairsGgmlWeights(w)));
         Ok(())
     })
@@ -270,7 +266,7 @@ pub unsafe extern "C" fn kairs_ggml_open(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kairs_ggml_close(w: *mut KairsGgmlWeights) {
     if !w.is_null() {
-        // SAFETY: made by Box::into_raw in kairs_ggml_open, closed once (contract).
+        // SAFETY: made by Box::into_raw in kairs_ggml_repack, closed once (contract).
         drop(unsafe { Box::from_raw(w) });
     }
 }
@@ -553,4 +549,183 @@ pub unsafe extern "C" fn kairs_ggml_f16_mul_mat(
         let src1 = Tensor { typ: typ_of(s1.type_)?, ne: s1.ne, nb: s1.nb, data: x };
         F16PerCall::mul_mat(&src0, &src1, d.ne, d.nb, &dst_b, &work_b, &team, sme_of(sme)?)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        KAIRS_ERR_ALIGNMENT, KAIRS_ERR_BUFFER, KAIRS_ERR_INVALID, KAIRS_OK, KAIRS_TYPE_F32, KAIRS_TYPE_Q4_0,
+        KAIRS_TYPE_Q8_0,
+    };
+    use kleidiai::AlignedBuf;
+    use kleidiai::ggml::{SingleThread, q4_0_as_bytes, q8_0_as_bytes, quantize_q4_0, quantize_q8_0};
+
+    fn last_error() -> String {
+        // SAFETY: kairs_last_error returns a valid C string.
+        unsafe { std::ffi::CStr::from_ptr(crate::kairs_last_error()) }.to_string_lossy().into_owned()
+    }
+
+    unsafe extern "C" fn no_barrier(_: *mut c_void) {}
+    unsafe extern "C" fn set(ctx: *mut c_void, v: c_int) {
+        // SAFETY: ctx is the test's counter (team below).
+        unsafe { *ctx.cast::<c_int>() = v };
+    }
+    unsafe extern "C" fn add(ctx: *mut c_void, d: c_int) -> c_int {
+        // SAFETY: as above.
+        let c = unsafe { &mut *ctx.cast::<c_int>() };
+        let v = *c;
+        *c += d;
+        v
+    }
+
+    fn desc_of(type_: i32, ne: [i64; 4]) -> KairsDesc {
+        let nb = Tensor::contiguous_strides(typ_of(type_).unwrap(), ne).unwrap();
+        KairsDesc { type_, ne, nb }
+    }
+
+    /// `kairs_ggml_mul_mat` on one thread: the dst values.
+    fn mul_mat(w: *const KairsGgmlWeights, x: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let (d1, dd) =
+            (desc_of(KAIRS_TYPE_F32, [k as i64, m as i64, 1, 1]), desc_of(KAIRS_TYPE_F32, [n as i64, m as i64, 1, 1]));
+        let mut size = 0;
+        // SAFETY: an open handle, a writable size.
+        assert_eq!(unsafe { kairs_ggml_work_size(w, m as i64, &mut size) }, KAIRS_OK);
+        let mut work = vec![0u8; size.max(1)];
+        let mut y = vec![0f32; m * n];
+        let mut counter: c_int = 0;
+        let team = KairsGgmlTeam {
+            ith: 0,
+            nth: 1,
+            chunk_multiplier: 4,
+            barrier: Some(no_barrier),
+            chunk_set: Some(set),
+            chunk_add: Some(add),
+            ctx: (&raw mut counter).cast(),
+        };
+        // SAFETY: every buffer valid for its size; a team of one thread.
+        let rc = unsafe {
+            kairs_ggml_mul_mat(
+                w,
+                &d1,
+                x.as_ptr().cast(),
+                4 * x.len(),
+                &dd,
+                y.as_mut_ptr().cast(),
+                4 * y.len(),
+                work.as_mut_ptr().cast(),
+                work.len(),
+                &team,
+            )
+        };
+        assert_eq!(rc, KAIRS_OK, "{}", last_error());
+        y
+    }
+
+    #[test]
+    fn repack_returns_a_handle_on_the_payloads_and_refuses_bad_memory() {
+        let (n, k, m) = (72usize, 64usize, 3usize);
+        let vals: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 29) as f32 - 14.0) / 7.0).collect();
+        for type_ in [KAIRS_TYPE_Q4_0, KAIRS_TYPE_Q8_0, KAIRS_TYPE_F32] {
+            let typ = typ_of(type_).unwrap();
+            let data: Vec<u8> = match typ {
+                GgmlType::Q4_0 => q4_0_as_bytes(&quantize_q4_0(&vals, k).unwrap()).to_vec(),
+                GgmlType::Q8_0 => q8_0_as_bytes(&quantize_q8_0(&vals, k).unwrap()).to_vec(),
+                _ => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            };
+            let d = desc_of(type_, [k as i64, n as i64, 1, 1]);
+            let mut size = 0usize;
+            // SAFETY: 4 sizes, a writable size.
+            let rc = unsafe { kairs_ggml_packed_size(type_, d.ne.as_ptr(), -1, &mut size) };
+            let repack = |dst: *mut u8, dst_size: usize, out: &mut *mut KairsGgmlWeights| {
+                // SAFETY: the weights readable for their size; dst valid for
+                // dst_size bytes until the handle is closed (each test below
+                // closes it before its buffer goes).
+                unsafe { kairs_ggml_repack(&d, data.as_ptr().cast(), data.len(), -1, dst.cast(), dst_size, out) }
+            };
+            let mut w: *mut KairsGgmlWeights = std::ptr::dangling_mut();
+            if rc != KAIRS_OK {
+                // No kernel here (not aarch64, or none for this type): refused, no handle.
+                let mut buf = AlignedBuf::zeroed(1 << 16);
+                assert_ne!(repack(buf.as_mut_ptr(), buf.len(), &mut w), KAIRS_OK);
+                assert!(w.is_null());
+                continue;
+            }
+            let mut buf = AlignedBuf::from_bytes(&vec![0xA5; size + 128]);
+            let untouched = |b: &AlignedBuf| b.as_slice().iter().all(|v| *v == 0xA5);
+            // NULL out, NULL dst, one byte short, misaligned, overlapping the weights.
+            // SAFETY: as in `repack`, out NULL.
+            let rc = unsafe {
+                kairs_ggml_repack(
+                    &d,
+                    data.as_ptr().cast(),
+                    data.len(),
+                    -1,
+                    buf.as_mut_ptr().cast(),
+                    size,
+                    std::ptr::null_mut(),
+                )
+            };
+            assert_eq!(rc, KAIRS_ERR_INVALID);
+            assert_eq!(repack(std::ptr::null_mut(), size, &mut w), KAIRS_ERR_INVALID);
+            assert!(w.is_null());
+            w = std::ptr::dangling_mut();
+            assert_eq!(repack(buf.as_mut_ptr(), size - 1, &mut w), KAIRS_ERR_BUFFER);
+            assert!(w.is_null());
+            // SAFETY: 1 byte into a buffer of size + 128 bytes.
+            assert_eq!(repack(unsafe { buf.as_mut_ptr().add(1) }, size, &mut w), KAIRS_ERR_ALIGNMENT);
+            assert!(untouched(&buf), "refused calls write nothing");
+            let mut both = data.clone();
+            both.resize(data.len() + size, 0);
+            // SAFETY: dst inside `both`, which holds the weights too (refused: overlap).
+            let rc = unsafe {
+                kairs_ggml_repack(
+                    &d,
+                    both.as_ptr().cast(),
+                    data.len(),
+                    -1,
+                    both.as_mut_ptr().add(16).cast(),
+                    size,
+                    &mut w,
+                )
+            };
+            assert_eq!(rc, KAIRS_ERR_INVALID);
+            assert!(w.is_null());
+            // Exactly the payloads, then the handle computes.
+            assert_eq!(repack(buf.as_mut_ptr(), size + 128, &mut w), KAIRS_OK, "{}", last_error());
+            assert!(!w.is_null());
+            assert!(buf.as_slice()[size..].iter().all(|v| *v == 0xA5), "bytes after the payloads untouched");
+            let got = mul_mat(w, &x, m, k, n);
+            // The Rust handle of the same weights, on one thread: the same bits.
+            let t = Tensor { typ, ne: d.ne, nb: d.nb, data: &data };
+            let rw = ThreadedWeights::repack(&t, SmeSetting::Auto, AlignedBuf::zeroed(size)).unwrap();
+            // SAFETY: an open handle.
+            assert_eq!(rw.layouts(), unsafe { handle(w) }.unwrap().layouts());
+            let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let src1 = Tensor {
+                typ: GgmlType::F32,
+                ne: [k as i64, m as i64, 1, 1],
+                nb: [4, 4 * k, 4 * k * m, 4 * k * m],
+                data: &xb,
+            };
+            let mut want = vec![0u8; 4 * m * n];
+            let mut work = vec![0u8; rw.work_size(m).unwrap()];
+            let dnb = [4, 4 * n, 4 * n * m, 4 * n * m];
+            rw.mul_mat(
+                &src1,
+                [n as i64, m as i64, 1, 1],
+                dnb,
+                &SharedBytes::from_slice(&mut want),
+                &SharedBytes::from_slice(&mut work),
+                &SingleThread::default(),
+                4,
+            )
+            .unwrap();
+            let got: Vec<u8> = got.iter().flat_map(|v| v.to_le_bytes()).collect();
+            assert_eq!(got, want, "{typ:?}: the bits of ThreadedWeights::repack");
+            // SAFETY: the handle from repack, closed once, before `buf` goes.
+            unsafe { kairs_ggml_close(w) };
+        }
+    }
 }

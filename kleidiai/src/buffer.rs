@@ -78,6 +78,12 @@ impl AsRef<[u8]> for AlignedBuf {
     }
 }
 
+impl AsMut<[u8]> for AlignedBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
 impl fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "AlignedBuf({} bytes)", self.len)

@@ -32,7 +32,6 @@ use crate::weights::{PackedWeights, WeightKind, WeightsRef};
 use core::marker::PhantomData;
 use core::ops::Range;
 use core::ptr::NonNull;
-use std::sync::Arc;
 
 /// `GGML_KLEIDIAI_SME` as ggml reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -398,21 +397,49 @@ impl ThreadedWeights {
     }
 
     /// Bytes [`repack`](Self::repack) writes for weights of type `typ` and
-    /// shape `ne`, from the shape alone. An error says the weights cannot be
+    /// shape `ne`, from the shape alone: the packed payloads the kernels
+    /// read, each layout starting 64-byte aligned, and nothing else (what
+    /// they are stays in the handle). An error says the weights cannot be
     /// taken here (type, shape, or no kernel for this CPU): leave them to
     /// ggml's own code.
     pub fn packed_size(typ: GgmlType, ne: [i64; 4], sme: SmeSetting) -> Result<usize> {
         let (kind, bl) = Self::ggml_kind(typ)?;
         let (k, n) = Self::shape(typ, ne)?;
-        PackedWeights::packed_file_len(kind, n, k, bl, kernel_table(typ), &sme.features())
+        PackedWeights::packed_payload_len(kind, n, k, bl, kernel_table(typ), &sme.features())
     }
 
-    /// Repacks `src0` (contiguous rows) into `out` (64-byte aligned, at least
-    /// [`packed_size`](Self::packed_size) bytes); returns the bytes written.
-    pub fn repack(src0: &Tensor<'_>, sme: SmeSetting, out: &mut [u8]) -> Result<usize> {
-        Self::ggml_kind(src0.typ)?;
+    /// Repacks `src0` (contiguous rows) into `out` and returns the handle
+    /// viewing it, with its kernels resolved for this CPU: `out` holds only
+    /// the packed payloads (the first [`packed_size`](Self::packed_size)
+    /// bytes, each layout 64-byte aligned; bytes after them are not
+    /// touched), the handle what they are (kernels, shape, layouts,
+    /// offsets). The identity of the bytes comes from this call: nothing in
+    /// them is parsed.
+    ///
+    /// `out` must start 64-byte aligned and hold at least `packed_size`
+    /// bytes; both are checked (with the type, the shape and that a kernel
+    /// runs here) before anything is packed or written. The handle owns `out` and from then on only
+    /// reads it: `out`'s `AsRef` must give the bytes its `AsMut` gave, and
+    /// they must stay unchanged for as long as the handle lives (true of any
+    /// owned buffer such as [`AlignedBuf`](crate::AlignedBuf); for memory
+    /// reached through raw pointers, as the C ABI's, it is the caller's
+    /// contract). Other bytes there give wrong results, never a read outside
+    /// them: every view is bounds-checked.
+    pub fn repack<B>(src0: &Tensor<'_>, sme: SmeSetting, mut out: B) -> Result<ThreadedWeights>
+    where
+        B: AsRef<[u8]> + AsMut<[u8]> + Send + Sync + 'static,
+    {
+        let (kind, _) = Self::ggml_kind(src0.typ)?;
         let (k, n) = Self::shape(src0.typ, src0.ne)?;
         src0.check("src0")?;
+        let size = Self::packed_size(src0.typ, src0.ne, sme)?;
+        {
+            let dst = out.as_mut();
+            if dst.as_ptr() as usize % 64 != 0 {
+                return Err(Error::Misaligned { what: "repack destination", align: 64 });
+            }
+            crate::error::at_least_bytes(dst.len(), size, "repack destination")?;
+        }
         let row = src0.typ.row_bytes(k)?;
         let gathered: Vec<u8>;
         let bytes = if src0.nb[1] == row {
@@ -456,29 +483,17 @@ impl ThreadedWeights {
         if w.layouts().is_empty() {
             return Err(Error::Unsupported { kernel: "ggml KleidiAI buffer", why: "no kernel runs here".into() });
         }
-        if out.as_ptr() as usize % 64 != 0 {
-            return Err(Error::Misaligned { what: "repack destination", align: 64 });
+        if w.layouts().is_empty() {
+            return Err(Error::Unsupported { kernel: "ggml KleidiAI buffer", why: "no kernel runs here".into() });
         }
-        w.write_file(out)
-    }
-
-    /// Views weights [`repack`](Self::repack) wrote (the bytes stay where
-    /// they are), resolving their kernels for this CPU. `verify` also checks
-    /// the payload checksums (skip it right after `repack` wrote them).
-    pub fn open(
-        bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
-        typ: GgmlType,
-        sme: SmeSetting,
-        verify: bool,
-    ) -> Result<ThreadedWeights> {
-        let (kind, _) = Self::ggml_kind(typ)?;
-        let weights =
-            if verify { PackedWeights::from_shared(bytes)? } else { PackedWeights::from_shared_unverified(bytes)? };
-        if weights.kind() != kind {
-            let (expected, got) = (kind.name(), weights.kind().name());
+        if w.kind() != kind {
+            let (expected, got) = (kind.name(), w.kind().name());
             return Err(Error::ElementType { what: "packed weights of the ggml buffer", expected, got });
         }
-        let slots = weights.part_slots(&sme.features())?;
+        // The payloads move into `out` (checked again there: a kernel that
+        // declined these weights may have changed the layouts packed).
+        let weights = w.into_caller_memory(out)?;
+        let slots = weights.part_slots(&f)?;
         if slots.is_empty() {
             return Err(Error::Unsupported {
                 kernel: "ggml KleidiAI buffer",
@@ -490,7 +505,7 @@ impl ThreadedWeights {
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(ThreadedWeights {
             id,
-            typ,
+            typ: src0.typ,
             k: weights.k(),
             n: weights.n(),
             weights,
@@ -1178,9 +1193,7 @@ mod tests {
                 println!("replay {typ:?}: no kernel of ggml's table on this CPU (nothing to replay)");
                 continue;
             };
-            let mut buf = crate::AlignedBuf::zeroed(size);
-            ThreadedWeights::repack(&src0, SmeSetting::Auto, buf.as_mut_slice()).unwrap();
-            let w = ThreadedWeights::open(Arc::new(buf), typ, SmeSetting::Auto, true).unwrap();
+            let w = ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap();
             for m in [1, 3] {
                 let mut x = vec![0u8; 4 * k * m];
                 let mut dst = vec![0u8; 4 * m * n];
@@ -1269,14 +1282,24 @@ mod tests {
             // Taken exactly where ggml's path has a kernel for this CPU.
             assert_eq!(size.is_ok(), !ggml.layouts().is_empty(), "{typ:?}: {size:?} vs {:?}", ggml.layouts());
             let Ok(size) = size else { continue };
-            let mut buf = crate::AlignedBuf::zeroed(size);
-            let written = ThreadedWeights::repack(&src0, SmeSetting::Auto, buf.as_mut_slice()).unwrap();
-            assert_eq!(written, size, "{typ:?}: packed_size is exact");
-            let bytes: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(buf);
-            let w = ThreadedWeights::open(bytes.clone(), typ, SmeSetting::Auto, true).unwrap();
+            let w = ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap();
+            // Only the payloads: ggml's layouts, back to back, 64-byte aligned.
+            let lens = ggml.slot_bytes();
+            assert_eq!(size, lens.iter().fold(0, |end, l| align64(end) + l), "{typ:?}: payloads only");
+            assert_eq!(w.slots.len(), lens.len());
+            let mut at = 0;
+            for (s, len) in w.slots.iter().zip(&lens) {
+                assert_eq!(s.rhs.as_bytes().len(), *len);
+                assert_eq!(s.rhs.as_bytes().as_ptr() as usize % 64, 0, "{typ:?}: layouts 64-byte aligned");
+                assert!(s.rhs.is_shared(), "{typ:?}: the handle views the caller's memory");
+                at = align64(at) + len;
+            }
+            assert_eq!(at, size);
             let layouts: Vec<_> = ggml.layouts();
             assert_eq!(w.layouts(), layouts, "{typ:?}: the layouts of GgmlWeights::repack");
-            let neon = ThreadedWeights::open(bytes, typ, SmeSetting::Off, false).ok();
+            let neon = ThreadedWeights::packed_size(typ, ne, SmeSetting::Off)
+                .ok()
+                .map(|size| ThreadedWeights::repack(&src0, SmeSetting::Off, crate::AlignedBuf::zeroed(size)).unwrap());
             for m in [1, 5, 130] {
                 let x: Vec<u8> = rng.vec_f32(m * k).iter().flat_map(|v| v.to_le_bytes()).collect();
                 // One thread: GgmlWeights::mul_mat's bits (same first layout).
@@ -1318,6 +1341,84 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Memory `off` bytes into an aligned buffer (misaligned when `off % 64
+    /// != 0`) that shows its bytes to the test when dropped.
+    struct Spy {
+        buf: crate::AlignedBuf,
+        off: usize,
+        seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    }
+    impl AsRef<[u8]> for Spy {
+        fn as_ref(&self) -> &[u8] {
+            &self.buf.as_slice()[self.off..]
+        }
+    }
+    impl AsMut<[u8]> for Spy {
+        fn as_mut(&mut self) -> &mut [u8] {
+            &mut self.buf.as_mut_slice()[self.off..]
+        }
+    }
+    impl Drop for Spy {
+        fn drop(&mut self) {
+            *self.seen.lock().unwrap() = self.as_ref().to_vec();
+        }
+    }
+
+    #[test]
+    fn repack_refuses_wrong_sizes_and_alignment_before_writing() {
+        let mut rng = Rng::new(33);
+        for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
+            let (n, k) = (72, 64);
+            let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
+            let ne = [k as i64, n as i64, 1, 1];
+            let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &wb };
+            let Ok(size) = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto) else {
+                // No kernel here: repack says so whatever the memory.
+                let r = ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(1 << 20));
+                assert!(matches!(r, Err(Error::Unsupported { .. })), "{typ:?}: {r:?}");
+                continue;
+            };
+            let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let spy = |len: usize, off: usize| Spy {
+                buf: crate::AlignedBuf::from_bytes(&vec![0xA5; len + off]),
+                off,
+                seen: seen.clone(),
+            };
+            let untouched = |from: usize| seen.lock().unwrap()[from..].iter().all(|v| *v == 0xA5);
+            // One byte short.
+            let r = ThreadedWeights::repack(&src0, SmeSetting::Auto, spy(size - 1, 0));
+            assert!(matches!(r, Err(Error::ByteLength { .. })), "{typ:?}: {r:?}");
+            assert!(untouched(0), "{typ:?}: nothing written");
+            // Misaligned, room enough.
+            for off in [1, 4, 32] {
+                let r = ThreadedWeights::repack(&src0, SmeSetting::Auto, spy(size, off));
+                assert!(matches!(r, Err(Error::Misaligned { .. })), "{typ:?} +{off}: {r:?}");
+                assert!(untouched(0), "{typ:?} +{off}: nothing written");
+            }
+            assert!(ThreadedWeights::repack(&src0, SmeSetting::Auto, Vec::<u8>::new()).is_err());
+            // Weights of another type or shape, or a truncated tensor.
+            let short = Tensor { data: &wb[..wb.len() - 1], ..src0 };
+            let three_d = Tensor { ne: [k as i64, n as i64 / 2, 2, 1], ..src0 };
+            let f16 = Tensor { typ: GgmlType::F16, ..src0 };
+            for bad in [short, three_d, f16] {
+                assert!(ThreadedWeights::repack(&bad, SmeSetting::Auto, spy(size, 0)).is_err(), "{typ:?}");
+                assert!(untouched(0), "{typ:?}: nothing written");
+            }
+            // Room beyond the payloads is left as it was; the same bits either way.
+            let big = ThreadedWeights::repack(&src0, SmeSetting::Auto, spy(size + 200, 0)).unwrap();
+            let exact = ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap();
+            assert_eq!(big.layouts(), exact.layouts());
+            for (a, b) in big.slots.iter().zip(&exact.slots) {
+                assert_eq!(a.rhs.as_bytes(), b.rhs.as_bytes(), "{typ:?}: same payloads");
+            }
+            let x: Vec<u8> = rng.vec_f32(3 * k).iter().flat_map(|v| v.to_le_bytes()).collect();
+            assert!(bit_identical(&run(&big, &x, 3, 2), &run(&exact, &x, 3, 2)), "{typ:?}");
+            drop(big);
+            assert!(untouched(size), "{typ:?}: bytes after the payloads written");
+            assert!(!untouched(0));
         }
     }
 

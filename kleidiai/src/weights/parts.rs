@@ -210,7 +210,8 @@ impl PackedWeights {
     /// per-thread calls, in slot order. Layouts whose kernel `f` cannot run
     /// are left out; a runnable kernel without a per-thread form is an error.
     pub(crate) fn part_slots(&self, f: &Features) -> Result<Vec<PartSlot>> {
-        let mut out = Vec::new();
+        // Held by a handle for its whole life: no spare capacity.
+        let mut out = Vec::with_capacity(self.slots.len());
         for s in &self.slots {
             if s.gemm.info().supported(f).is_err() {
                 continue;
@@ -228,11 +229,12 @@ impl PackedWeights {
         Ok(out)
     }
 
-    /// The bytes [`to_bytes`](Self::to_bytes) writes for weights packed by
-    /// [`pack_kernels`](Self::pack_kernels) with these arguments, from the
-    /// shape alone (no weights needed): the header plus every layout's
-    /// payload, each 64-byte aligned. `bl` is the weights' block length.
-    pub(crate) fn packed_file_len(
+    /// The bytes of the payloads [`pack_for_parts`](Self::pack_for_parts)
+    /// packs with these arguments, laid out by
+    /// [`into_caller_memory`](Self::into_caller_memory) (each layout 64-byte
+    /// aligned after the one before, no header), from the shape alone (no
+    /// weights needed). `bl` is the weights' block length.
+    pub(crate) fn packed_payload_len(
         kind: WeightKind,
         n: usize,
         k: usize,
@@ -267,30 +269,46 @@ impl PackedWeights {
                 why: "no kernel of the table runs with these CPU features".into(),
             });
         }
-        let mut total = super::file::FileHeader::header_len(lens.len());
-        for len in lens {
-            total = total.div_ceil(64) * 64;
-            total = total.checked_add(len).ok_or_else(|| Error::Overflow("packed size".into()))?;
-        }
-        Ok(total)
+        Ok(payload_ranges(lens)?.1)
     }
 
-    /// Writes the packed-weight file ([`to_bytes`](Self::to_bytes)) into
-    /// `out`; returns its length.
-    /// (No copy of the whole file is made on the way.)
-    pub(crate) fn write_file(&self, out: &mut [u8]) -> Result<usize> {
-        let header = self.file_header()?;
-        let end = header.slots.iter().map(|s| s.offset + s.len).max().unwrap_or(0);
-        let end = usize::try_from(end).map_err(|_| Error::Overflow("packed size".into()))?;
-        crate::error::at_least_bytes(out.len(), end, "packed-weight destination")?;
-        let head = header.to_bytes()?;
-        out[..end].fill(0);
-        out[..head.len()].copy_from_slice(&head);
-        for (h, s) in header.slots.iter().zip(&self.slots) {
-            let at = h.offset as usize;
-            out[at..at + s.rhs.as_bytes().len()].copy_from_slice(s.rhs.as_bytes());
+    /// Moves the packed payloads into `out` (each layout 64-byte aligned,
+    /// back to back: [`packed_payload_len`](Self::packed_payload_len)
+    /// bytes, gaps zeroed, nothing else written) and returns the same weights
+    /// viewing them there: no header, the layouts and kernels stay in the
+    /// returned value. `out` must start 64-byte aligned and hold the
+    /// payloads; everything is checked before a byte is written.
+    ///
+    /// From then on `out` is only read, through `AsRef`, which must give the
+    /// bytes `AsMut` gave (bounds are checked on every view, so other bytes
+    /// give wrong results, never an access outside them).
+    pub(crate) fn into_caller_memory<B>(self, mut out: B) -> Result<PackedWeights>
+    where
+        B: AsRef<[u8]> + AsMut<[u8]> + Send + Sync + 'static,
+    {
+        let (ranges, total) = payload_ranges(self.slots.iter().map(|s| s.rhs.as_bytes().len()))?;
+        {
+            let dst = out.as_mut();
+            if dst.as_ptr() as usize % 64 != 0 {
+                return Err(Error::Misaligned { what: "packed-weight destination", align: 64 });
+            }
+            crate::error::at_least_bytes(dst.len(), total, "packed-weight destination")?;
+            let mut at = 0;
+            for (r, s) in ranges.iter().zip(&self.slots) {
+                dst[at..r.start].fill(0);
+                dst[r.clone()].copy_from_slice(s.rhs.as_bytes());
+                at = r.end;
+            }
         }
-        Ok(end)
+        let bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> = std::sync::Arc::new(out);
+        let mut w = self;
+        w.slots.shrink_to_fit(); // kept for the handle's life
+        for (r, s) in ranges.into_iter().zip(&mut w.slots) {
+            let len = r.len();
+            // Checks the range lies in what AsRef gives, 64-byte aligned.
+            s.rhs = crate::packed::PackedRhs::shared(*s.rhs.layout(), bytes.clone(), r, len)?;
+        }
+        Ok(w)
     }
 
     /// [`pack_with`](Self::pack_with) for f32 activations (ggml's weights)
@@ -319,6 +337,19 @@ impl PackedWeights {
         };
         Self::pack_with(w, &pairings, &opts)
     }
+}
+
+/// Where payloads of `lens` bytes go when laid out back to back, each
+/// starting 64-byte aligned (the first at 0), and the bytes they span.
+fn payload_ranges(lens: impl IntoIterator<Item = usize>) -> Result<(Vec<Range<usize>>, usize)> {
+    let mut ranges = Vec::new();
+    let mut end = 0usize;
+    for len in lens {
+        let start = end.div_ceil(64).checked_mul(64);
+        end = start.and_then(|s| s.checked_add(len)).ok_or_else(|| Error::Overflow("packed size".into()))?;
+        ranges.push(end - len..end);
+    }
+    Ok((ranges, end))
 }
 
 impl PartKernel {
