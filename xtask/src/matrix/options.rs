@@ -1,5 +1,7 @@
 //! `xtask test`'s options and the CPU models of the matrix.
 
+use crate::util;
+
 pub const USAGE: &str = "usage: cargo run -p xtask --release -- test [options]
   --models a,b,...   only these qemu CPU models (default: the whole matrix)
   --no-compare       skip the cold-build comparison against upstream's CMake (best of 3 interleaved)
@@ -77,11 +79,11 @@ pub(super) fn parse(args: &[String]) -> Result<Options, String> {
         fuzz: true,
         llama: true,
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
+    let mut p = lexopt::Parser::from_args(args);
+    while let Some(a) = util::next_arg(&mut p, USAGE)? {
         match a.as_str() {
             "--models" => {
-                let list = it.next().ok_or("--models needs a value")?;
+                let list = util::value(&mut p, || "--models needs a value".into())?;
                 o.models = Vec::new();
                 for name in list.split(';').flat_map(|s| s.split(' ')).filter(|s| !s.is_empty()) {
                     let m = MODELS.iter().find(|m| m.cpu == name).ok_or_else(|| {
@@ -99,6 +101,7 @@ pub(super) fn parse(args: &[String]) -> Result<Options, String> {
             "--no-downstream" => o.downstream = false,
             "--no-fuzz" => o.fuzz = false,
             "--no-llama" => o.llama = false,
+            "--help" | "-h" => return Err(USAGE.into()),
             other => return Err(format!("unknown option `{other}`\n{USAGE}")),
         }
     }
