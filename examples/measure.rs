@@ -532,11 +532,13 @@ fn cost(args: &[String]) -> Result<(), String> {
     let act = if kind == "f16h" { kleidiai::weights::DType::F16 } else { kleidiai::weights::DType::F32 };
     let mut opts = PackOptions { activation: act, ..PackOptions::default() };
     let mut names = Vec::new();
-    for a in &args[2..] {
-        match a.as_str() {
-            "--separate-gemv" => opts.separate_gemv = true,
-            "--keep-as-given" => opts.keep_as_given = true,
-            other => names.push(other.to_string()),
+    let mut p = lexopt::Parser::from_args(&args[2..]);
+    while let Some(a) = p.next().map_err(|e| e.to_string())? {
+        match a {
+            lexopt::Arg::Long("separate-gemv") => opts.separate_gemv = true,
+            lexopt::Arg::Long("keep-as-given") => opts.keep_as_given = true,
+            lexopt::Arg::Value(v) => names.push(v.into_string().map_err(|_| "kernel names are UTF-8")?),
+            other => return Err(other.unexpected().to_string()),
         }
     }
     let args = [&args[..2], &names[..]].concat();

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{Rng, json_str, record};
+use common::{Rng, json, record};
 use half::{bf16, f16};
 use kleidiai::formats::{
     BlockInt4, BlockScales, FloatWeights, Int4AsymBlock, Int4Blocks, Int4Encoding, Int4PerChannel, Int8PerChannel,
@@ -158,14 +158,22 @@ fn record_case(
     layouts: &[String],
 ) {
     let ratio = held as f64 / input as f64;
-    let layouts: Vec<String> = layouts.iter().map(|l| json_str(l)).collect();
-    record(format!(
-        r#"{{"kind":"memory","api":{},"weights":{},"n":{n},"k":{k},"input":{input},"held":{held},"ratio":{ratio:.4},"limit_ratio":{:.4},"copies":{copies},"max_copies":{max_copies},"layouts":[{}]}}"#,
-        json_str(api),
-        json_str(weights),
-        limit / input as f64,
-        layouts.join(",")
-    ));
+    // Four decimals, as the report prints them.
+    let round4 = |x: f64| (x * 1e4).round() / 1e4;
+    record(json!({
+        "kind": "memory",
+        "api": api,
+        "weights": weights,
+        "n": n,
+        "k": k,
+        "input": input,
+        "held": held,
+        "ratio": round4(ratio),
+        "limit_ratio": round4(limit / input as f64),
+        "copies": copies,
+        "max_copies": max_copies,
+        "layouts": layouts,
+    }));
     assert!(
         held as f64 <= limit,
         "{api} {weights} {n}x{k}: holds {held} bytes, {ratio:.3}x the {input} input bytes (goal {:.3}x)",

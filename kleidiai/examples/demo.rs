@@ -29,18 +29,19 @@ struct Args {
 }
 
 fn args() -> Result<Args, String> {
+    use lexopt::Arg::{Long, Short};
     let mut a = Args { size: 1024, threads: 0, rows: 4 };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| -> Result<usize, String> {
-            it.next().and_then(|v| v.parse().ok()).ok_or(format!("{name} needs a number"))
-        };
-        match flag.as_str() {
-            "--size" => a.size = value("--size")?,
-            "--threads" => a.threads = value("--threads")?,
-            "--rows" => a.rows = value("--rows")?.max(1),
-            "-h" | "--help" => return Err("usage: demo [--size N] [--threads T] [--rows R]".into()),
-            other => return Err(format!("unknown argument `{other}` (try --help)")),
+    let value = |p: &mut lexopt::Parser, name: &str| -> Result<usize, String> {
+        p.value().ok().and_then(|v| v.to_str()?.parse().ok()).ok_or(format!("{name} needs a number"))
+    };
+    let mut p = lexopt::Parser::from_env();
+    while let Some(flag) = p.next().map_err(|e| format!("{e} (try --help)"))? {
+        match flag {
+            Long("size") => a.size = value(&mut p, "--size")?,
+            Long("threads") => a.threads = value(&mut p, "--threads")?,
+            Long("rows") => a.rows = value(&mut p, "--rows")?.max(1),
+            Short('h') | Long("help") => return Err("usage: demo [--size N] [--threads T] [--rows R]".into()),
+            other => return Err(format!("{} (try --help)", other.unexpected())),
         }
     }
     if a.size == 0 || a.size % 32 != 0 {

@@ -20,16 +20,21 @@ use std::time::Instant;
 fn main() {
     let mut size = 4096;
     let mut threads = 0;
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let v = it.next().and_then(|v| v.parse::<usize>().ok());
+    let usage = || -> ! {
+        eprintln!("usage: llm_layer [--size N (multiple of 32)] [--threads T]");
+        std::process::exit(2);
+    };
+    let mut p = lexopt::Parser::from_env();
+    while let Some(a) = p.next().unwrap_or_else(|_| usage()) {
+        let a = match a {
+            lexopt::Arg::Long(l) => l.to_string(),
+            _ => usage(),
+        };
+        let v = p.value().ok().and_then(|v| v.to_str()?.parse::<usize>().ok());
         match (a.as_str(), v) {
-            ("--size", Some(v)) if v > 0 && v % 32 == 0 => size = v,
-            ("--threads", Some(v)) => threads = v,
-            _ => {
-                eprintln!("usage: llm_layer [--size N (multiple of 32)] [--threads T]");
-                std::process::exit(2);
-            }
+            ("size", Some(v)) if v > 0 && v % 32 == 0 => size = v,
+            ("threads", Some(v)) => threads = v,
+            _ => usage(),
         }
     }
     let par = if threads == 1 { Parallelism::Sequential } else { Parallelism::Rayon(threads) };

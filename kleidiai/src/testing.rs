@@ -122,22 +122,10 @@ pub(crate) fn bit_identical(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
-fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Appends a JSON line to `KLEIDIAI_TEST_REPORT` (when set) and prints it.
-pub(crate) fn record(line: String) {
+/// Appends a JSON record, on one line, to `KLEIDIAI_TEST_REPORT` (when set)
+/// and prints it.
+pub(crate) fn record(v: serde_json::Value) {
+    let line = v.to_string();
     println!("{line}");
     if let Some(path) = std::env::var_os("KLEIDIAI_TEST_REPORT") {
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open report");
@@ -164,21 +152,26 @@ pub(crate) fn record_kernel(info: &KernelInfo, outcome: &Outcome) {
         Outcome::Skip(r) => ("skip", r.clone(), 0, 0.0),
         Outcome::Fail { cases, reason } => ("fail", reason.clone(), *cases, f64::NAN),
     };
-    let err = if err.is_finite() { format!("{err:e}") } else { "null".into() };
+    // NaN (a failure) is written as null.
+    let err = if err.is_finite() { Some(err) } else { None };
     // Hex: a u64 does not survive JSON readers that use f64.
     let hash = match (outcome, take_output_hash()) {
-        (Outcome::Pass { .. }, Some(h)) => format!("\"{h:016x}\""),
-        _ => "null".into(),
+        (Outcome::Pass { .. }, Some(h)) => Some(format!("{h:016x}")),
+        _ => None,
     };
-    record(format!(
-        r#"{{"kind":"kernel","kernel":{},"family":{},"tier":{},"status":"{status}","reason":{},"cases":{cases},"max_abs_err":{err},"deterministic":{},"output_hash":{hash},"thread":{}}}"#,
-        json_str(info.name),
-        json_str(info.family),
-        json_str(info.tier().name()),
-        json_str(&reason),
-        matches!(outcome, Outcome::Pass { .. }),
-        json_str(&thread),
-    ));
+    record(serde_json::json!({
+        "kind": "kernel",
+        "kernel": info.name,
+        "family": info.family,
+        "tier": info.tier().name(),
+        "status": status,
+        "reason": reason,
+        "cases": cases,
+        "max_abs_err": err,
+        "deterministic": matches!(outcome, Outcome::Pass { .. }),
+        "output_hash": hash,
+        "thread": thread,
+    }));
 }
 
 /// Runs `check` for every kernel of `family` the CPU supports (skipping the

@@ -2,11 +2,14 @@
 //! a deterministic random source, and small reference helpers.
 #![allow(dead_code)]
 
+pub use serde_json::{Value, json};
 use std::io::Write;
 
-/// Appends one JSON line to the file named by `KLEIDIAI_TEST_REPORT` (set by
-/// `xtask test`); prints it too, so a plain `cargo test -- --nocapture` shows it.
-pub fn record(line: String) {
+/// Appends one JSON record, on one line, to the file named by
+/// `KLEIDIAI_TEST_REPORT` (set by `xtask test`); prints it too, so a plain
+/// `cargo test -- --nocapture` shows it.
+pub fn record(v: Value) {
+    let line = v.to_string();
     println!("{line}");
     if let Some(path) = std::env::var_os("KLEIDIAI_TEST_REPORT") {
         let mut f =
@@ -16,62 +19,37 @@ pub fn record(line: String) {
     }
 }
 
-/// `s` as a JSON string literal.
-pub fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// The libtest test this runs in (libtest names each test's thread after it).
-fn current_test() -> String {
-    json_str(std::thread::current().name().unwrap_or("main"))
+pub fn current_test() -> String {
+    std::thread::current().name().unwrap_or("main").to_string()
 }
 
 /// Records that `test` exercised a kernel of `tier` and checked its result.
 pub fn tier_ran(tier: &str, test: &str) {
-    record(format!(
-        r#"{{"kind":"tier","tier":{},"test":{},"thread":{}}}"#,
-        json_str(tier),
-        json_str(test),
-        current_test()
-    ));
+    record(json!({"kind": "tier", "tier": tier, "test": test, "thread": current_test()}));
 }
 
 /// Records that `test` could not run its kernel on this CPU, and why. A
 /// libtest test that records a skip and runs nothing counts as skipped.
 pub fn skipped(test: &str, reason: &str) {
-    record(format!(
-        r#"{{"kind":"skip","test":{},"reason":{},"thread":{}}}"#,
-        json_str(test),
-        json_str(reason),
-        current_test()
-    ));
+    record(json!({"kind": "skip", "test": test, "reason": reason, "thread": current_test()}));
 }
 
 /// Records the highest tier the selection report uses (or "reference").
 pub fn selection(highest: &str, report: &str) {
-    record(format!(r#"{{"kind":"selection","highest_tier":{},"report":{}}}"#, json_str(highest), json_str(report)));
+    record(json!({"kind": "selection", "highest_tier": highest, "report": report}));
 }
 
 /// Records the features this process detected (once per test binary is enough).
 pub fn features_seen() {
     let f = kleidiai::cpu::Features::detected();
-    let names: Vec<String> = f.iter().map(|x| json_str(x.name())).collect();
-    record(format!(
-        r#"{{"kind":"features","features":[{}],"sve_bytes":{},"sme_bytes":{}}}"#,
-        names.join(","),
-        f.sve_vector_bytes().unwrap_or(0),
-        f.sme_vector_bytes().unwrap_or(0)
-    ));
+    let names: Vec<&str> = f.iter().map(|x| x.name()).collect();
+    record(json!({
+        "kind": "features",
+        "features": names,
+        "sve_bytes": f.sve_vector_bytes().unwrap_or(0),
+        "sme_bytes": f.sme_vector_bytes().unwrap_or(0),
+    }));
 }
 
 /// xorshift64*: deterministic, no dependency, good enough for test data.

@@ -4,7 +4,7 @@
 //! `{"kind":"proptest",...}` in `KLEIDIAI_TEST_REPORT`, which `xtask test`
 //! sums over the host and every CPU model).
 
-use crate::common::{json_str, record};
+use crate::common::{current_test, json, record};
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use std::cell::Cell;
@@ -123,8 +123,8 @@ where
     let ran = ran.load(Ordering::Relaxed);
     let (valid, invalid) = CALLS.with(Cell::get);
     let known: Vec<String> = KNOWN.with(|k| k.borrow().iter().map(|(id, n)| format!("{id}={n}")).collect());
-    let known_json: Vec<String> =
-        KNOWN.with(|k| k.borrow().iter().map(|(id, n)| format!("{}:{n}", json_str(id))).collect());
+    let known_json: serde_json::Map<String, serde_json::Value> =
+        KNOWN.with(|k| k.borrow().iter().map(|(id, n)| (id.to_string(), json!(n))).collect());
     // The one line per property a log scraper needs, then the JSON record
     // `xtask test` sums over the CPU models.
     // Written past libtest's output capture, so it shows in every run.
@@ -133,13 +133,17 @@ where
         "PROPTEST-CASES test={name} cases={ran} valid={valid} invalid={invalid} known_issues=[{}]",
         known.join(",")
     );
-    record(format!(
-        r#"{{"kind":"proptest","test":{},"cases":{ran},"valid":{valid},"invalid":{invalid},"known_issues":{{{}}},"seed":{seed},"passed":{},"thread":{}}}"#,
-        json_str(name),
-        known_json.join(","),
-        result.is_ok(),
-        json_str(std::thread::current().name().unwrap_or("main")),
-    ));
+    record(json!({
+        "kind": "proptest",
+        "test": name,
+        "cases": ran,
+        "valid": valid,
+        "invalid": invalid,
+        "known_issues": known_json,
+        "seed": seed,
+        "passed": result.is_ok(),
+        "thread": current_test(),
+    }));
     if let Err(e) = result {
         panic!("{name}: {e}\n(replay with KLEIDIAI_PROPTEST_SEED={seed})");
     }

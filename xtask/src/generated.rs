@@ -132,11 +132,7 @@ fn first_difference(a: &str, b: &str) -> String {
 
 /// `xtask bindings [--check]`.
 pub fn bindings(args: &[String]) -> Result<bool, String> {
-    let check = match args {
-        [] => false,
-        [a] if a == "--check" => true,
-        _ => return Err(USAGE.into()),
-    };
+    let check = crate::util::check_flag(args, USAGE)?;
     let kai = kleidiai_root()?;
     let path = sys_dir().join("src/bindings.rs");
     let t = std::time::Instant::now();
@@ -385,14 +381,12 @@ fn header_path() -> PathBuf {
 /// `xtask header [--check]`.
 pub fn header(args: &[String]) -> Result<bool, String> {
     let text = expected_header()?;
-    match args {
-        [] => {
-            let path = header_path();
-            std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
-            println!("wrote {} ({} lines)", path.display(), text.lines().count());
-        }
-        [a] if a == "--check" => println!("{}", check_header(&text)?),
-        _ => return Err(USAGE.into()),
+    if crate::util::check_flag(args, USAGE)? {
+        println!("{}", check_header(&text)?);
+    } else {
+        let path = header_path();
+        std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("wrote {} ({} lines)", path.display(), text.lines().count());
     }
     Ok(true)
 }

@@ -19,7 +19,7 @@
 //!    token (qemu, exact), the packed weights' bytes and the resident memory
 //!    of the loaded model, build times. Writes target/llama.json.
 
-use crate::util::{Env, load_env, phase, root};
+use crate::util::{self, Env, load_env, phase, root};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -138,9 +138,9 @@ fn pick(list: &str, known: &[&'static str], sep: char, what: &str) -> Result<Vec
 fn parse(args: &[String]) -> Result<Config, String> {
     let mut c = Config::full();
     let mut measure = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().cloned().ok_or(format!("{a} needs a value\n{USAGE}"));
+    let mut p = lexopt::Parser::from_args(args);
+    while let Some(a) = util::next_arg(&mut p, USAGE)? {
+        let mut value = || util::value(&mut p, || format!("{a} needs a value\n{USAGE}"));
         match a.as_str() {
             "--subset" => {
                 let b = c.build;

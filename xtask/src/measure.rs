@@ -69,9 +69,9 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         kernels: false,
         kernel_cpus: ["max", "neoverse-n2", "neoverse-v1"].map(String::from).to_vec(),
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |what: &str| it.next().cloned().ok_or(format!("{a} needs {what}\n{USAGE}"));
+    let mut p = lexopt::Parser::from_args(args);
+    while let Some(a) = util::next_arg(&mut p, USAGE)? {
+        let mut value = |what: &str| util::value(&mut p, || format!("{a} needs {what}\n{USAGE}"));
         match a.as_str() {
             "--cpu" => o.cpu = value("a CPU model")?,
             "--scaling-cpu" => o.scaling_cpu = value("a CPU model")?,

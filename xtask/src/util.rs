@@ -1,5 +1,6 @@
 //! Small helpers: paths, commands, timing.
 
+use lexopt::Arg;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
@@ -99,4 +100,33 @@ pub fn children_cpu_seconds() -> f64 {
         (Some(u), Some(s)) => (u + s) / 100.0,
         _ => 0.0,
     }
+}
+
+/// The next argument of `p` as it was given (`--name`, `-c` or a plain
+/// value); `--name=value` gives `--name`, its value then comes from [`value`].
+/// A parse error is followed by `usage`.
+pub fn next_arg(p: &mut lexopt::Parser, usage: &str) -> Result<Option<String>, String> {
+    Ok(p.next().map_err(|e| format!("{e}\n{usage}"))?.map(|arg| match arg {
+        Arg::Long(l) => format!("--{l}"),
+        Arg::Short(c) => format!("-{c}"),
+        Arg::Value(v) => v.to_string_lossy().into_owned(),
+    }))
+}
+
+/// The value of the option just read, as a string; `missing()` when there is none.
+pub fn value(p: &mut lexopt::Parser, missing: impl FnOnce() -> String) -> Result<String, String> {
+    p.value().ok().and_then(|v| v.into_string().ok()).ok_or_else(missing)
+}
+
+/// `[--check]`: the one flag of `xtask bindings` and `xtask header`.
+pub fn check_flag(args: &[String], usage: &str) -> Result<bool, String> {
+    let mut p = lexopt::Parser::from_args(args);
+    let mut check = false;
+    while let Some(a) = next_arg(&mut p, usage)? {
+        match a.as_str() {
+            "--check" if !check => check = true,
+            _ => return Err(usage.into()),
+        }
+    }
+    Ok(check)
 }

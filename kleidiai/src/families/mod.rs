@@ -126,12 +126,9 @@ mod tests {
     /// check each one passed its conformance test on some CPU model.
     #[test]
     fn record_manifest() {
-        let names: Vec<String> = kleidiai_sys::UKERNELS
-            .iter()
-            .filter(|k| k.op != kleidiai_sys::Op::Pack)
-            .map(|k| format!("\"{}\"", k.name))
-            .collect();
-        crate::testing::record(format!(r#"{{"kind":"manifest","kernels":[{}]}}"#, names.join(",")));
+        let names: Vec<&str> =
+            kleidiai_sys::UKERNELS.iter().filter(|k| k.op != kleidiai_sys::Op::Pack).map(|k| k.name).collect();
+        crate::testing::record(serde_json::json!({"kind": "manifest", "kernels": names}));
     }
 
     #[test]
