@@ -618,8 +618,8 @@ mod tests {
             }
             assert_eq!(st, KAIRS_OK);
         }
-        // 64-byte aligned destination.
-        let mut buf = vec![0u8; size + 64];
+        // 64-byte aligned destination (with room after it for trailing bytes).
+        let mut buf = vec![0u8; size + 64 + 4096];
         let at = buf.as_ptr().align_offset(64);
         let packed = &mut buf[at..at + size];
         let pp = packed.as_mut_ptr().cast::<c_void>();
@@ -656,5 +656,21 @@ mod tests {
         // SAFETY: kairs_last_error returns a NUL-terminated string of this thread.
         let msg = unsafe { std::ffi::CStr::from_ptr(kairs_last_error()) }.to_string_lossy().into_owned();
         assert!(msg.contains("truncated"), "{msg}");
+        // Bytes after the container's end (issue 15): refused by the checked
+        // and the unchecked views alike, the count named.
+        let q = &buf[at..at + size + 4096];
+        for extra in [1usize, 64, 4096] {
+            let mut work = 0usize;
+            // SAFETY: `q` holds `size + 4096` bytes (zeros after the container).
+            unsafe {
+                assert_eq!(kairs_verify(q.as_ptr().cast(), size + extra), KAIRS_ERR_FILE_TRAILING, "{extra}");
+                assert_eq!(kairs_work_size(q.as_ptr().cast(), size + extra, 1, &mut work), KAIRS_ERR_FILE_TRAILING);
+            }
+            // SAFETY: as above.
+            let msg = unsafe { std::ffi::CStr::from_ptr(kairs_last_error()) }.to_string_lossy().into_owned();
+            assert!(msg.contains(&format!("{extra} bytes after the declared end")), "{msg}");
+        }
+        // SAFETY: as above (the exact size).
+        assert_eq!(unsafe { kairs_verify(q.as_ptr().cast(), size) }, KAIRS_OK);
     }
 }

@@ -307,7 +307,9 @@ impl GgmlWeights {
     /// container and every batch's header, layouts and bounds are checked,
     /// and the payload checksums too when `verify` (skip them only for bytes
     /// verified before). `bytes` must keep each payload 64-byte aligned
-    /// (the start of the buffer 64-byte aligned). `verify: false` is
+    /// (the start of the buffer 64-byte aligned) and hold exactly what
+    /// [`to_bytes`](Self::to_bytes) wrote: a byte more is
+    /// [`FileError::TrailingBytes`](crate::FileError::TrailingBytes). `verify: false` is
     /// [`from_shared_unverified`](Self::from_shared_unverified); the
     /// loaders, [`from_bytes`](Self::from_bytes) included, have the names
     /// of [`PackedWeights`]'.
@@ -343,6 +345,8 @@ impl GgmlWeights {
             return Err(Error::ggml_container(FileError::Checksum { part: "container header".into() }));
         }
         let mut batches = Vec::with_capacity(count);
+        // Where the last batch ends: the writer stops there.
+        let mut last_end = table as u64;
         for i in 0..count {
             let at = CONTAINER_FIXED + 16 * i;
             let (off, len) = (u64_at(at), u64_at(at + 8));
@@ -354,6 +358,7 @@ impl GgmlWeights {
             if off < table as u64 || off % 64 != 0 {
                 return Err(bad(format!("batch {i} offset {off} is misaligned or overlaps the header")));
             }
+            last_end = last_end.max(end);
             let view: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> =
                 std::sync::Arc::new(SubBytes { parent: bytes.clone(), range: off as usize..end as usize });
             let w =
@@ -363,6 +368,9 @@ impl GgmlWeights {
                 return Err(Error::ggml_container(FileError::Layout { slot: i, why }));
             }
             batches.push(w);
+        }
+        if data.len() as u64 > last_end {
+            return Err(Error::ggml_container(FileError::TrailingBytes { extra: data.len() as u64 - last_end }));
         }
         Ok(GgmlWeights { typ, k, n, batches, hybrid: u32_at(36) & 1 == 1 })
     }
