@@ -328,6 +328,7 @@ pub unsafe extern "C" fn kairs_repack_size(
     guard(|| {
         // SAFETY: caller guarantees (null checked inside).
         let (d, data) = unsafe { (desc(src0, "src0")?, bytes(data, data_size, "src0 data")?) };
+        // SAFETY: the caller guarantees `size` writable (NULL is an error).
         let out = unsafe { out_size(size) }?;
         *out = repack_tensor(d, data)?.to_bytes()?.len();
         Ok(())
@@ -396,6 +397,7 @@ pub unsafe extern "C" fn kairs_kernel_name(
         // SAFETY: forwarded caller guarantee; the view dies in this call.
         let w = unsafe { view(packed, packed_size, false) }?;
         let m = positive(m, "m")?;
+        // SAFETY: the caller guarantees `name` writable; NULL is an error.
         let out = unsafe { name.as_mut() }.ok_or(Error::Null { what: "name" })?;
         let s = CString::new(w.kernel_for(m).unwrap_or("reference")).expect("kernel names have no NUL");
         *out = KERNEL_NAME.with(|k| {
@@ -417,6 +419,7 @@ pub unsafe extern "C" fn kairs_work_size(packed: *const c_void, packed_size: usi
         // SAFETY: forwarded caller guarantee; the view dies in this call.
         let w = unsafe { view(packed, packed_size, false) }?;
         let m = positive(m, "m")?;
+        // SAFETY: the caller guarantees `size` writable; NULL is an error.
         let out = unsafe { size.as_mut() }.ok_or(Error::Null { what: "size" })?;
         *out = w.work_size(m)?;
         Ok(())
@@ -446,7 +449,9 @@ pub unsafe extern "C" fn kairs_mul_mat(
     guard(|| {
         // SAFETY: forwarded caller guarantees; the view dies in this call.
         let w = unsafe { view(packed, packed_size, false) }?;
+        // SAFETY: the caller guarantees valid descriptors; NULL is an error.
         let (s1, d) = unsafe { (desc(src1, "src1")?, desc(dst, "dst")?) };
+        // SAFETY: the caller guarantees `src1_size` readable bytes at `src1_data`.
         let x = unsafe { bytes(src1_data, src1_size, "src1 data") }?;
         // SAFETY: the caller guarantees this pointer valid for the size given (see the function's `# Safety`); NULL is checked inside.
         let y = unsafe { bytes_mut(dst_data, dst_size, "dst data") }?;
