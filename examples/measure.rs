@@ -182,7 +182,7 @@ mod raw {
                 .ok_or("no packed slot for the kernel")?;
             let mut rhs = AlignedBuf::zeroed(slot.len as usize);
             rhs.as_mut_slice().copy_from_slice(&file[slot.offset as usize..(slot.offset + slot.len) as usize]);
-            // SAFETY (every getter call below): kernel_for chose this kernel
+            // SAFETY: (every getter call below) kernel_for chose this kernel
             // because the CPU has all its features, so its getters (which
             // execute SME instructions for SME kernels) may run.
             let (call, mr, kr, sr) = unsafe {

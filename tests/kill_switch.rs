@@ -220,17 +220,137 @@ fn env_kill_switch() {
     assert!(out.status.success(), "child failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("KILL-SWITCH-CHILD ok"), "the child did not run its checks");
     assert!(stdout.contains("1 passed"), "the child ran no test");
-    // An unknown word is refused loudly: every tier off, and the error named.
+    // An unknown word beside known ones: the known ones still apply (the
+    // child's checks pass), the unknown one is warned about (env_warnings).
     let (mut bad, _) = child_command().unwrap();
     let out = bad
         .args(["--exact", "env_child", "--nocapture"])
-        .env(cpu::DISABLE_ENV, "sme2,warp-drive")
+        .env(cpu::DISABLE_ENV, format!("{CHILD_DISABLE},warp-drive"))
         .env("KLEIDIAI_KILL_SWITCH_CHILD", "1")
         .env_remove("KLEIDIAI_TEST_REPORT")
         .output()
         .expect("start the child");
-    // With every tier off the child's checks pass on the reference.
-    assert!(out.status.success(), "child with a bad list failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child with an unknown word failed: {stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("KILL-SWITCH-CHILD ok"), "the child did not run its checks");
+    assert_eq!(stderr.matches("`warp-drive`").count(), 1, "one warning naming the word: {stderr}");
+}
+
+/// The environment variables' readings in a child (each is read once per
+/// process): printed for [`env_warnings`], each read several times.
+#[test]
+fn env_warning_child() {
+    if std::env::var("KLEIDIAI_ENV_WARNING_CHILD").is_err() {
+        return;
+    }
+    let f = Features::current();
+    assert_eq!(Features::current(), f);
+    let cap = kleidiai::par::sme_thread_cap();
+    assert_eq!(kleidiai::par::sme_thread_cap(), cap);
+    let (n, k) = (16usize, 64usize);
+    let wf = common::Rng::new(74).vec_f32(n * k);
+    let bytes = ggml::q4_0_as_bytes(&ggml::quantize_q4_0(&wf, k).unwrap()).to_vec();
+    let ne = [k as i64, n as i64, 1, 1];
+    let typ = GgmlType::Q4_0;
+    let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &bytes };
+    let with_env: Vec<_> = (0..2).map(|_| GgmlWeights::repack(&src0).map(|w| w.layouts())).collect();
+    println!("ENV-CHILD features: {f}");
+    println!("ENV-CHILD sme cap: {cap}");
+    println!("ENV-CHILD ggml: {:?}", with_env[0]);
+    if std::env::var_os(ggml::SME_ENV).is_some() && ggml::sme_setting().is_err() {
+        // The fallback of an unreadable value is "unset": the same layouts.
+        // SAFETY: this child runs this one test on one thread (--exact,
+        // --test-threads 1); nothing else reads the environment meanwhile.
+        unsafe { std::env::remove_var(ggml::SME_ENV) };
+        let unset = GgmlWeights::repack(&src0).map(|w| w.layouts());
+        assert_eq!(with_env[0], unset, "an unreadable {} is not the automatic setting", ggml::SME_ENV);
+        println!("ENV-CHILD ggml as unset: {:?}", unset);
+    }
+}
+
+/// Issue 15: an unreadable `KLEIDIAI_DISABLE`, `KLEIDIAI_SME_THREADS` or
+/// `GGML_KLEIDIAI_SME` prints one warning on stderr naming the value and
+/// what was done; good values print nothing.
+#[test]
+fn env_warnings() {
+    let (_, how) = match child_command() {
+        Ok(c) => c,
+        Err(why) => {
+            println!("SKIP env_warnings: {why}");
+            common::skipped("kill_switch::env_warnings", &why);
+            return;
+        }
+    };
+    let run = |vars: &[(&str, &str)]| {
+        let (mut cmd, _) = child_command().unwrap();
+        cmd.args(["--exact", "env_warning_child", "--nocapture", "--test-threads", "1"])
+            .env("KLEIDIAI_ENV_WARNING_CHILD", "1")
+            .env_remove("KLEIDIAI_TEST_REPORT")
+            .env_remove(cpu::DISABLE_ENV)
+            .env_remove(kleidiai::par::SME_THREADS_ENV)
+            .env_remove(ggml::SME_ENV)
+            .env_remove("GGML_TOTAL_THREADS");
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("start the child");
+        let (stdout, stderr) =
+            (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+        assert!(out.status.success(), "child ({how}) with {vars:?} failed:\n{stdout}\n{stderr}");
+        assert!(stdout.contains("ENV-CHILD ggml: "), "the child ({how}) did not run its readings:\n{stdout}");
+        let line = |key: &str| {
+            // The first line may follow libtest's `test env_warning_child ... `.
+            let tag = format!("ENV-CHILD {key}: ");
+            stdout.lines().find_map(|l| l.split_once(&tag).map(|(_, v)| v.to_string())).unwrap_or_default()
+        };
+        let warnings: Vec<String> = stderr.lines().filter(|l| l.starts_with("kleidiai: ")).map(String::from).collect();
+        println!(
+            "child with {vars:?}: features {}, cap {}, ggml {}; warnings {warnings:?}",
+            line("features"),
+            line("sme cap"),
+            line("ggml")
+        );
+        (line("features"), line("sme cap"), line("ggml"), line("ggml as unset"), warnings)
+    };
+    // Nothing set: the reference readings.
+    let (features, _, ggml_auto, _, warnings) = run(&[]);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    // Good values: no warning.
+    let (_, cap, _, _, warnings) =
+        run(&[(cpu::DISABLE_ENV, "sve2p1"), (kleidiai::par::SME_THREADS_ENV, "3"), (ggml::SME_ENV, "0")]);
+    assert!(warnings.is_empty(), "good values warned: {warnings:?}");
+    assert_eq!(cap, "3");
+    // KLEIDIAI_DISABLE: the unknown words named with the accepted names,
+    // the known ones applied, never everything off.
+    let (f, _, _, _, warnings) = run(&[(cpu::DISABLE_ENV, "sme2,warp-drive")]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let w = &warnings[0];
+    assert!(w.contains("KLEIDIAI_DISABLE='sme2,warp-drive'") && w.contains("`warp-drive`"), "{w}");
+    assert!(w.contains("accepted: neon, ") && w.contains("sme2, sme2p1, all)"), "{w}");
+    let want = Features::detected().without(&[CpuFeature::Sme2]).to_string();
+    assert_eq!(f, want, "only sme2 off");
+    let (f, _, _, _, warnings) = run(&[(cpu::DISABLE_ENV, "bogus")]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("`bogus`") && warnings[0].contains("switching off: nothing"), "{warnings:?}");
+    assert_eq!(f, features, "bogus alone switches nothing off");
+    // KLEIDIAI_SME_THREADS: the automatic cap.
+    for bad in ["abc", "0"] {
+        let (_, cap, _, _, warnings) = run(&[(kleidiai::par::SME_THREADS_ENV, bad)]);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains(&format!("KLEIDIAI_SME_THREADS='{bad}'")), "{warnings:?}");
+        assert!(warnings[0].contains("automatic"), "{warnings:?}");
+        assert_eq!(cap, "1", "{bad}: the automatic cap");
+    }
+    // GGML_KLEIDIAI_SME: as ggml, automatic (the layouts of the unset case).
+    let (_, _, ggml_bad, unset, warnings) = run(&[(ggml::SME_ENV, "yes")]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("GGML_KLEIDIAI_SME='yes'") && warnings[0].contains("automatic"), "{warnings:?}");
+    assert_eq!(ggml_bad, ggml_auto, "GGML_KLEIDIAI_SME=yes repacks as unset");
+    assert_eq!(unset, ggml_auto);
+    // All three at once: three warnings, one each.
+    let (_, _, _, _, warnings) =
+        run(&[(cpu::DISABLE_ENV, "nope"), (kleidiai::par::SME_THREADS_ENV, "x"), (ggml::SME_ENV, "-1")]);
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
 }
 
 /// `cpu::disable` while other threads multiply: each result is the old

@@ -1,6 +1,7 @@
 //! Writes the seed inputs of both fuzz targets into `fuzz/corpus/<target>/`
 //! (`cargo run --release --example seeds`, in `fuzz/`), then prints the
-//! tags the validation seeds cover. Minimise afterwards with
+//! tags the validation seeds cover; `-- packed_file` (or `-- validation`)
+//! writes one target's seeds only. Minimise afterwards with
 //! `cargo +nightly fuzz cmin -O <target>`.
 
 use std::path::Path;
@@ -20,12 +21,22 @@ fn main() {
             return;
         }
     }
+    // `seeds <target>`: only that target's seeds (the validation seeds take
+    // a while to find).
+    let only = match &args[..] {
+        [_, target] => Some(target.as_str()),
+        _ => None,
+    };
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
-    let sets = [
-        ("packed_file", kleidiai_fuzz::seeds::packed_file()),
-        ("validation", kleidiai_fuzz::seeds::validation(200_000, 2)),
+    let sets: [(&str, fn() -> Vec<(String, Vec<u8>)>); 2] = [
+        ("packed_file", kleidiai_fuzz::seeds::packed_file),
+        ("validation", || kleidiai_fuzz::seeds::validation(200_000, 2)),
     ];
     for (target, seeds) in sets {
+        if only.is_some_and(|t| t != target) {
+            continue;
+        }
+        let seeds = seeds();
         let dir = root.join(target);
         std::fs::create_dir_all(&dir).expect("create the corpus directory");
         for (name, bytes) in &seeds {

@@ -61,8 +61,9 @@ fn container(typ: u32, k: u64, n: u64, files: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-/// Seeds of `packed_file`: valid files and containers (the first byte is
-/// the target's mode: 1 also loads a copy with recomputed checksums).
+/// Seeds of `packed_file`: valid files and containers, and the same with
+/// bytes after their end (the first byte is the target's mode: 1 also loads
+/// a copy with recomputed checksums).
 pub fn packed_file() -> Vec<(String, Vec<u8>)> {
     const I8MM: &str = "kai_matmul_clamp_f32_qai8dxp4x8_qsi4cxp4x8_8x4x32_neon_i8mm";
     const DOT: &str = "kai_matmul_clamp_f32_qai8dxp1x8_qsi4cxp4x8_1x4x32_neon_dotprod";
@@ -99,6 +100,17 @@ pub fn packed_file() -> Vec<(String, Vec<u8>)> {
     out.push(("ggml_q4_0".into(), [&[1u8][..], &container(2, 64, 8, &[one.clone()])].concat()));
     out.push(("ggml_f16_batches".into(), [&[1u8][..], &container(1, 5, 3, &[half.clone(), half.clone()])].concat()));
     out.push(("ggml_q8_0".into(), [&[0u8][..], &container(8, 128, 16, &[two])].concat()));
+    // Bytes after the declared end (issue 15): refused by every loader with
+    // `FileError::TrailingBytes`, whether after a file, after a container,
+    // or inside a container after a batch's file (the batch declared longer).
+    for extra in [1usize, 64, 4096] {
+        let tail: Vec<u8> = (0..extra).map(|j| (j * 13) as u8).collect();
+        out.push((format!("file_trailing_{extra}"), [&[1u8][..], &one, &tail].concat()));
+        let ggml = container(2, 64, 8, &[one.clone()]);
+        out.push((format!("ggml_trailing_{extra}"), [&[1u8][..], &ggml, &tail].concat()));
+    }
+    let long_batch = [&one[..], &[0u8; 64][..]].concat();
+    out.push(("ggml_batch_trailing".into(), [&[1u8][..], &container(2, 64, 8, &[long_batch])].concat()));
     out
 }
 

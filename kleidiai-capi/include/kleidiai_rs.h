@@ -218,7 +218,10 @@ int kairs_repack(const struct kairs_desc *src0,
                  size_t dst_size,
                  int hybrid);
 
-// Full check of repacked weights, payload checksums included.
+// Full check of repacked weights, payload checksums included. Here and in
+// every call taking `packed`, `packed_size` is the size
+// [`kairs_repack_size`] reported: more bytes are refused
+// (`KAIRS_ERR_FILE_TRAILING`), fewer too (`KAIRS_ERR_FILE_TRUNCATED`).
 //
 // # Safety
 // `packed` points to `packed_size` readable bytes.

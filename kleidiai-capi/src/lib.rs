@@ -334,6 +334,7 @@ pub unsafe extern "C" fn kairs_repack_size(
     guard(|| {
         // SAFETY: caller guarantees (null checked inside).
         let (d, data) = unsafe { (desc(src0, "src0")?, bytes(data, data_size, "src0 data")?) };
+        // SAFETY: the caller guarantees `size` writable (NULL is an error).
         let out = unsafe { out_size(size) }?;
         *out = repack_tensor(d, data)?.to_bytes()?.len();
         Ok(())
@@ -375,7 +376,10 @@ pub unsafe extern "C" fn kairs_repack(
     })
 }
 
-/// Full check of repacked weights, payload checksums included.
+/// Full check of repacked weights, payload checksums included. Here and in
+/// every call taking `packed`, `packed_size` is the size
+/// [`kairs_repack_size`] reported: more bytes are refused
+/// (`KAIRS_ERR_FILE_TRAILING`), fewer too (`KAIRS_ERR_FILE_TRUNCATED`).
 ///
 /// # Safety
 /// `packed` points to `packed_size` readable bytes.
@@ -402,6 +406,7 @@ pub unsafe extern "C" fn kairs_kernel_name(
         // SAFETY: forwarded caller guarantee; the view dies in this call.
         let w = unsafe { view(packed, packed_size, false) }?;
         let m = positive(m, "m")?;
+        // SAFETY: the caller guarantees `name` writable; NULL is an error.
         let out = unsafe { name.as_mut() }.ok_or_else(|| Error::Null { what: "name" })?;
         let s = CString::new(w.kernel_for(m).unwrap_or("reference")).expect("kernel names have no NUL");
         *out = KERNEL_NAME.with(|k| {
@@ -423,6 +428,7 @@ pub unsafe extern "C" fn kairs_work_size(packed: *const c_void, packed_size: usi
         // SAFETY: forwarded caller guarantee; the view dies in this call.
         let w = unsafe { view(packed, packed_size, false) }?;
         let m = positive(m, "m")?;
+        // SAFETY: the caller guarantees `size` writable; NULL is an error.
         let out = unsafe { size.as_mut() }.ok_or_else(|| Error::Null { what: "size" })?;
         *out = w.work_size(m)?;
         Ok(())
@@ -452,7 +458,9 @@ pub unsafe extern "C" fn kairs_mul_mat(
     guard(|| {
         // SAFETY: forwarded caller guarantees; the view dies in this call.
         let w = unsafe { view(packed, packed_size, false) }?;
+        // SAFETY: the caller guarantees valid descriptors; NULL is an error.
         let (s1, d) = unsafe { (desc(src1, "src1")?, desc(dst, "dst")?) };
+        // SAFETY: the caller guarantees `src1_size` readable bytes at `src1_data`.
         let x = unsafe { bytes(src1_data, src1_size, "src1 data") }?;
         // SAFETY: the caller guarantees this pointer valid for the size given (see the function's `# Safety`); NULL is checked inside.
         let y = unsafe { bytes_mut(dst_data, dst_size, "dst data") }?;
@@ -624,8 +632,8 @@ mod tests {
             }
             assert_eq!(st, KAIRS_OK);
         }
-        // 64-byte aligned destination.
-        let mut buf = vec![0u8; size + 64];
+        // 64-byte aligned destination (with room after it for trailing bytes).
+        let mut buf = vec![0u8; size + 64 + 4096];
         let at = buf.as_ptr().align_offset(64);
         let packed = &mut buf[at..at + size];
         let pp = packed.as_mut_ptr().cast::<c_void>();
@@ -662,5 +670,21 @@ mod tests {
         // SAFETY: kairs_last_error returns a NUL-terminated string of this thread.
         let msg = unsafe { std::ffi::CStr::from_ptr(kairs_last_error()) }.to_string_lossy().into_owned();
         assert!(msg.contains("truncated"), "{msg}");
+        // Bytes after the container's end (issue 15): refused by the checked
+        // and the unchecked views alike, the count named.
+        let q = &buf[at..at + size + 4096];
+        for extra in [1usize, 64, 4096] {
+            let mut work = 0usize;
+            // SAFETY: `q` holds `size + 4096` bytes (zeros after the container).
+            unsafe {
+                assert_eq!(kairs_verify(q.as_ptr().cast(), size + extra), KAIRS_ERR_FILE_TRAILING, "{extra}");
+                assert_eq!(kairs_work_size(q.as_ptr().cast(), size + extra, 1, &mut work), KAIRS_ERR_FILE_TRAILING);
+            }
+            // SAFETY: as above.
+            let msg = unsafe { std::ffi::CStr::from_ptr(kairs_last_error()) }.to_string_lossy().into_owned();
+            assert!(msg.contains(&format!("{extra} bytes after the declared end")), "{msg}");
+        }
+        // SAFETY: as above (the exact size).
+        assert_eq!(unsafe { kairs_verify(q.as_ptr().cast(), size) }, KAIRS_OK);
     }
 }

@@ -148,12 +148,15 @@ pub fn ukernel(name: &str) -> Option<&'static Ukernel> {
 
 // The committed bindings (`cargo run -p xtask -- bindings` writes them), or,
 // with the `bindgen` feature, the ones the build script just generated.
+// bindgen's generated code (`Default` impls zeroing a struct) has no
+// `// SAFETY:` comments, so the workspace's `undocumented_unsafe_blocks`
+// (a restriction lint, outside `clippy::all`) is allowed here only.
 #[cfg(all(kai_bindings, not(kai_generated_bindings)))]
-#[allow(missing_docs, clippy::all, rustdoc::all, unsafe_op_in_unsafe_fn)]
+#[allow(missing_docs, clippy::all, clippy::undocumented_unsafe_blocks, rustdoc::all, unsafe_op_in_unsafe_fn)]
 mod bindings;
 #[cfg(all(kai_bindings, kai_generated_bindings))]
 mod bindings {
-    #![allow(missing_docs, clippy::all, rustdoc::all, unsafe_op_in_unsafe_fn)]
+    #![allow(missing_docs, clippy::all, clippy::undocumented_unsafe_blocks, rustdoc::all, unsafe_op_in_unsafe_fn)]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
 #[cfg(kai_bindings)]

@@ -32,7 +32,7 @@ fn main() {
         _ => println!("override {}: unset", cpu::DISABLE_ENV),
     }
     if let Some(e) = cpu::disable_env_error() {
-        println!("  (not understood: {e}; every tier is off)");
+        println!("  (not fully understood: {e})");
     }
     println!("features in use: {current}");
     println!(

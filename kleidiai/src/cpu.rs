@@ -3,7 +3,9 @@
 //! Detection runs once per process ([`Features::detected`]); what the crate
 //! uses is [`Features::current`]: the detected set minus whatever was turned
 //! off through `KLEIDIAI_DISABLE` or [`disable`]. Overrides can only remove
-//! tiers, never add one, and anything unknown counts as absent.
+//! tiers, never add one, and anything unknown counts as absent. A word of
+//! `KLEIDIAI_DISABLE` naming no tier is ignored with a warning on stderr
+//! (see [`DISABLE_ENV`]).
 //!
 //! ```
 //! use kleidiai::cpu::{CpuFeature, Features};
@@ -24,6 +26,13 @@ pub use kleidiai_sys::CpuFeature;
 /// Environment variable naming tiers to switch off, comma-separated: any of
 /// `neon dotprod i8mm fp16 bf16 sve sve2 sve2p1 sme sme2 sme2p1`, or `all`
 /// (every kernel off: only the portable reference path runs).
+///
+/// Read once per process, with detection. A word that names no tier (or a
+/// value that is not UTF-8) prints one warning to stderr naming the unknown
+/// words, the accepted names and the tiers switched off; the known words
+/// still apply and the unknown ones are ignored (`KLEIDIAI_DISABLE=sme2,sme3`
+/// switches SME2 off and warns about `sme3`). [`disable_env_error`] returns
+/// the same text.
 pub const DISABLE_ENV: &str = "KLEIDIAI_DISABLE";
 
 const fn bit(f: CpuFeature) -> u32 {
@@ -52,13 +61,14 @@ impl Features {
         static DETECTED: OnceLock<Features> = OnceLock::new();
         *DETECTED.get_or_init(|| {
             let raw = detect::detect();
-            let env = std::env::var(DISABLE_ENV).unwrap_or_default();
-            match parse_disable_list(&env) {
-                Ok(mask) => raw.without_mask(mask),
-                // An override we cannot read is treated as "everything off":
-                // the safe choice for a kill switch.
-                Err(_) => Features::none(),
+            let (mask, warning) = disable_env();
+            // Once per process (this runs once): words naming no tier are
+            // said, never silently dropped nor taken as "everything off".
+            if let Some(w) = warning {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "{w}");
             }
+            raw.without_mask(mask)
         })
     }
 
@@ -206,9 +216,11 @@ fn close_under_dependents(mut mask: u32) -> u32 {
     mask
 }
 
-/// Parses a `KLEIDIAI_DISABLE` value into a feature mask.
-fn parse_disable_list(s: &str) -> Result<u32, String> {
+/// Parses a `KLEIDIAI_DISABLE` value: the mask of the words naming a tier
+/// (or `all`), and the words naming none.
+fn parse_disable_list(s: &str) -> (u32, Vec<String>) {
     let mut mask = 0;
+    let mut unknown = Vec::new();
     for word in s.split([',', ' ']).map(str::trim).filter(|w| !w.is_empty()) {
         let word = word.to_ascii_lowercase();
         if word == "all" {
@@ -217,10 +229,32 @@ fn parse_disable_list(s: &str) -> Result<u32, String> {
         }
         match CpuFeature::ALL.iter().find(|f| f.name() == word) {
             Some(f) => mask |= bit(*f),
-            None => return Err(format!("unknown feature `{word}` in {DISABLE_ENV}")),
+            None => unknown.push(word),
         }
     }
-    Ok(mask)
+    (mask, unknown)
+}
+
+/// `KLEIDIAI_DISABLE` from the environment (not UTF-8: read lossily, so the
+/// damaged word is reported): the mask to remove, and the warning when a
+/// word names no tier.
+fn disable_env() -> (u32, Option<String>) {
+    let Some(raw) = std::env::var_os(DISABLE_ENV) else { return (0, None) };
+    let value = raw.to_string_lossy();
+    let (mask, unknown) = parse_disable_list(&value);
+    if unknown.is_empty() {
+        return (mask, None);
+    }
+    let words: Vec<String> = unknown.iter().map(|w| format!("`{w}`")).collect();
+    let known: Vec<&str> = CpuFeature::ALL.iter().map(|f| f.name()).chain(["all"]).collect();
+    let off: Vec<&str> = CpuFeature::ALL.iter().filter(|f| mask & bit(**f) != 0).map(|f| f.name()).collect();
+    let off = if off.is_empty() { "nothing".to_string() } else { off.join(",") };
+    let warning = format!(
+        "kleidiai: {DISABLE_ENV}='{value}': ignoring {} (no such tier; accepted: {}); switching off: {off}",
+        words.join(", "),
+        known.join(", "),
+    );
+    (mask, Some(warning))
 }
 
 static DISABLED: AtomicU32 = AtomicU32::new(0);
@@ -245,10 +279,12 @@ pub fn disable(fs: &[CpuFeature]) {
     DISABLED.fetch_or(mask, Ordering::Relaxed);
 }
 
-/// Why the environment override was not understood, if it was not (then
-/// every tier is off). `None` when `KLEIDIAI_DISABLE` is unset or valid.
+/// The warning about `KLEIDIAI_DISABLE` (printed once to stderr when
+/// detection reads it): the words that name no tier, ignored, the accepted
+/// names and what was switched off. `None` when the variable is unset or
+/// every word is understood.
 pub fn disable_env_error() -> Option<String> {
-    parse_disable_list(&std::env::var(DISABLE_ENV).unwrap_or_default()).err()
+    disable_env().1
 }
 
 macro_rules! plain_token {
@@ -472,10 +508,13 @@ mod tests {
 
     #[test]
     fn disable_list_parsing() {
-        assert_eq!(parse_disable_list("").unwrap(), 0);
-        assert_eq!(parse_disable_list("sme2, sve").unwrap(), bit(Sme2) | bit(Sve));
-        assert_eq!(parse_disable_list("ALL").unwrap(), bit(Neon));
-        assert!(parse_disable_list("sme3").is_err());
+        let none: Vec<String> = Vec::new();
+        assert_eq!(parse_disable_list(""), (0, none.clone()));
+        assert_eq!(parse_disable_list("sme2, sve"), (bit(Sme2) | bit(Sve), none.clone()));
+        assert_eq!(parse_disable_list("ALL"), (bit(Neon), none));
+        // Unknown words are returned (for the warning); the known ones apply.
+        assert_eq!(parse_disable_list("sme3"), (0, vec!["sme3".to_string()]));
+        assert_eq!(parse_disable_list("sme2,Warp-Drive"), (bit(Sme2), vec!["warp-drive".to_string()]));
     }
 
     #[test]

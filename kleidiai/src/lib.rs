@@ -46,6 +46,15 @@
 //! - `KLEIDIAI_DISABLE=sme2,sme,...` (or [`cpu::disable`]) switches tiers off.
 //! - `KLEIDIAI_SME_THREADS=N` (or [`par::set_sme_thread_cap`]) lets N threads run
 //!   SME kernels at once (default 1: SME units are shared per cluster).
+//! - `GGML_KLEIDIAI_SME` (ggml's variable, [`ggml`]): `0` no SME kernels, `N`
+//!   at most N threads on them.
+//!
+//! Each is read once per process. A value that cannot be read prints one
+//! warning to stderr naming it and what was done instead: unknown words of
+//! `KLEIDIAI_DISABLE` are ignored (the known ones apply, see
+//! [`cpu::DISABLE_ENV`]); a bad `KLEIDIAI_SME_THREADS` or `GGML_KLEIDIAI_SME`
+//! means the automatic setting (see [`par::SME_THREADS_ENV`]; ggml does the
+//! same with its variable).
 #![deny(missing_docs)]
 // `ok_or_else(|| Error::..)` even for variants without a heap part: an
 // eager `Error` is built and dropped on every successful call (its drop

@@ -42,8 +42,33 @@ impl Parallelism {
 pub const INLINE_WORK: usize = 1 << 18;
 
 /// Environment variable capping the threads that run SME kernels at once
-/// (SME units are shared by the cores of a cluster).
+/// (SME units are shared by the cores of a cluster): a positive integer.
+///
+/// Read once per process. Unset or empty: the automatic cap (1). Anything
+/// else that is not a positive integer (`abc`, `0`, `-2`, not UTF-8) prints
+/// one warning to stderr naming the value, and the automatic cap is used
+/// (to keep SME kernels off, use `KLEIDIAI_DISABLE=sme`).
 pub const SME_THREADS_ENV: &str = "KLEIDIAI_SME_THREADS";
+
+/// The cap `KLEIDIAI_SME_THREADS` asks for (`value` is the variable), with
+/// the warning for a value that is not a positive integer.
+fn sme_cap_from_env(value: Option<&std::ffi::OsStr>) -> (usize, Option<String>) {
+    const AUTO: usize = 1;
+    let Some(raw) = value else { return (AUTO, None) };
+    let v = raw.to_string_lossy();
+    if v.trim().is_empty() {
+        return (AUTO, None);
+    }
+    match v.trim().parse::<usize>() {
+        Ok(n) if n > 0 => (n, None),
+        _ => (
+            AUTO,
+            Some(format!(
+                "kleidiai: {SME_THREADS_ENV}='{v}' is not a positive integer; using the automatic SME worker cap                  ({AUTO})"
+            )),
+        ),
+    }
+}
 
 static SME_CAP: AtomicUsize = AtomicUsize::new(0);
 
@@ -55,11 +80,13 @@ pub fn sme_thread_cap() -> usize {
     static FROM_ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     match SME_CAP.load(Ordering::Relaxed) {
         0 => *FROM_ENV.get_or_init(|| {
-            std::env::var(SME_THREADS_ENV)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .filter(|n| *n > 0)
-                .unwrap_or(1)
+            let (cap, warning) = sme_cap_from_env(std::env::var_os(SME_THREADS_ENV).as_deref());
+            // Once per process (this runs once).
+            if let Some(w) = warning {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "{w}");
+            }
+            cap
         }),
         n => n,
     }
@@ -231,6 +258,20 @@ pub(crate) fn workers_for(threads: usize, work: usize, sme: bool, sme_cap: usize
 #[allow(deprecated)] // the hidden helpers are tested until they leave the API
 mod tests {
     use super::*;
+
+    #[test]
+    fn sme_threads_values() {
+        let v = |s: &str| sme_cap_from_env(Some(std::ffi::OsStr::new(s)));
+        assert_eq!(sme_cap_from_env(None), (1, None));
+        assert_eq!(v(""), (1, None));
+        assert_eq!(v(" 4 "), (4, None));
+        for bad in ["abc", "0", "-2", "3x"] {
+            let (cap, w) = v(bad);
+            let w = w.unwrap_or_else(|| panic!("{bad}: no warning"));
+            assert_eq!(cap, 1, "{bad}");
+            assert!(w.contains(&format!("KLEIDIAI_SME_THREADS='{bad}'")) && w.contains("automatic"), "{w}");
+        }
+    }
 
     fn check_split(len: usize, align: usize, parts: usize) {
         let r = split_aligned(len, align, parts);

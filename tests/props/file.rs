@@ -157,9 +157,10 @@ fn headers_round_trip_and_corruption_is_refused() {
         }
         harness::count(ms.is_empty());
         if let Ok(p) = FileHeader::parse(&bad) {
-            // Only bytes no field covers changed (padding between or after
-            // payloads, or bytes appended).
+            // Only bytes no field covers changed (padding between payloads);
+            // bytes appended are refused (the file ends at its last payload).
             ensure!(p == h, "a corrupted file parsed as another header: {p:?}");
+            ensure!(bad.len() == file.len(), "{} bytes after the end accepted", bad.len() as i64 - file.len() as i64);
             for s in &h.slots {
                 let r = s.offset as usize..(s.offset + s.len) as usize;
                 ensure!(bad[r.clone()] == file[r], "a corrupted payload passed its checksum");

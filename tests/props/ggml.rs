@@ -357,7 +357,17 @@ fn repack_mul_mat_get_rows() {
                 _ => bad.extend(std::iter::repeat_n(0u8, 1 + at % 64)),
             }
             harness::invalid();
-            if let Ok(v) = GgmlWeights::from_shared(shared(&bad), true) {
+            let loaded = GgmlWeights::from_shared(shared(&bad), true);
+            if bad.len() > bytes.len() {
+                // Appended bytes: refused, counted (issue 15).
+                let extra = (bad.len() - bytes.len()) as u64;
+                let want = kleidiai::FileError::TrailingBytes { extra };
+                ensure!(
+                    matches!(&loaded, Err(kleidiai::Error::File { reason, .. }) if *reason == want),
+                    "{extra} appended bytes: {loaded:?}"
+                );
+            }
+            if let Ok(v) = loaded {
                 ensure!(v.shape() == w.shape() && v.layouts() == w.layouts(), "a damaged file loaded as other weights");
             }
         }

@@ -343,7 +343,7 @@ mod imp {
                     let kp = row_bytes / 2;
                     let mut padded = if kp == k { Vec::new() } else { vec![0f32; kp] };
                     for r in rows {
-                        // SAFETY (slice): row r < m lies inside `lhs` (length
+                        // SAFETY: (slice) row r < m lies inside `lhs` (length
                         // checked above).
                         let row = unsafe { core::slice::from_raw_parts(src.0.add(r * lhs_stride), k) };
                         let (p, kk) = if padded.is_empty() {

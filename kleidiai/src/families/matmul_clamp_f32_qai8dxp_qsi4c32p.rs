@@ -226,7 +226,7 @@ mod imp {
             sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
         let (vp, sp) = (values.as_ptr(), scales.as_ptr().cast::<core::ffi::c_void>());
         let mut buf;
-        // SAFETY (every arm): `values` holds the whole matrix in `order` with
+        // SAFETY: (every arm) `values` holds the whole matrix in `order` with
         // rows `rhs_stride` bytes apart (qsu4_s1s0), `scales` n rows of k / bl
         // bf16 (`scale_stride` bytes), `bias` n floats or null; k % bl == 0,
         // bl % 32 == 0, bl % kr == 0, kr % sr == 0, nr % 4 == 0 (checked

@@ -224,7 +224,7 @@ mod imp {
                 sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: w.encoding.rhs_zero_point() };
             let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
             let mut buf;
-            // SAFETY (all three arms): w.validate() checked `data` holds the
+            // SAFETY: (all three arms) w.validate() checked `data` holds the
             // n x k (or k x n) nibbles, `scales` and `bias` n values; the
             // buffer has the size the packer's own query returns for
             // (n, k, nr, kr, sr); kr % sr == 0, num_groups 1, extra_bytes 0

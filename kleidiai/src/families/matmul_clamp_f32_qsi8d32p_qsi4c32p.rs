@@ -264,7 +264,7 @@ mod imp {
         let src: Cow<'_, [u8]> = w.qsu4c32s16s0()?;
         let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
         let mut buf;
-        // SAFETY (every arm): `src` holds n rows of k / bl blocks of
+        // SAFETY: (every arm) `src` holds n rows of k / bl blocks of
         // (2 + bl / 2) bytes, the layout the packers read (qsu4c32s16s0);
         // k % bl == 0, bl % 32 == 0, k % kr == 0, k even, bl <= 256 for the
         // SME packers, kr / sr as each packer assumes (checked above); bias

@@ -325,8 +325,8 @@ mod imp {
 
         fn check_tiles(&self, t: &Tiles, f: &Features) -> Result<()> {
             // The packers' own block sizes must be the kernel's.
-            // SAFETY: a getter of an SME packer; the caller checked the CPU.
             let packer_nr = match self.rhs {
+                // SAFETY: a getter of an SME packer; the caller checked the CPU.
                 Rhs::Qsi8cxp2vlx4sb => unsafe { sys::kai_get_n_step_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme() },
                 _ => t.nr,
             };

@@ -731,7 +731,7 @@ mod imp {
                     let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: zp };
                     buf = AlignedBuf::zeroed(size);
                     let dst = buf.as_mut_ptr().cast();
-                    // SAFETY (all three arms): w.validate() checked `data`
+                    // SAFETY: (all three arms) w.validate() checked `data`
                     // holds the n x k (or k x n) nibbles and `scales`/`bias`
                     // n values; `buf` has the size the packer's own query
                     // returns for (n, k, nr, kr, sr); kr % sr == 0, k_internal

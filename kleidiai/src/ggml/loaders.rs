@@ -60,6 +60,20 @@ mod tests {
             assert_eq!((w.typ(), w.shape(), w.layouts()), (packed.typ(), packed.shape(), packed.layouts()));
             assert_eq!(w.to_bytes().unwrap(), ser);
         }
+        // Issue 15: bytes after the last batch are refused by every loader,
+        // with their count.
+        for extra in [1usize, 64, 4096] {
+            let mut long = ser.clone();
+            long.resize(ser.len() + extra, 0);
+            let want = crate::Error::File {
+                what: "ggml container",
+                reason: crate::FileError::TrailingBytes { extra: extra as u64 },
+            };
+            let shared = Arc::new(AlignedBuf::from_bytes(&long));
+            assert_eq!(GgmlWeights::from_bytes(&long).unwrap_err(), want, "from_bytes, {extra} appended");
+            assert_eq!(GgmlWeights::from_shared(shared.clone(), true).unwrap_err(), want, "from_shared, {extra}");
+            assert_eq!(GgmlWeights::from_shared_unverified(shared).unwrap_err(), want, "unverified, {extra}");
+        }
         // A payload byte flipped: only the unverified view takes it.
         let mut bad = ser.clone();
         let last = bad.len() - 1;

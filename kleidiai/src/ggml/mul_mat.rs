@@ -25,6 +25,8 @@
 //!
 //! `GGML_KLEIDIAI_SME`: unset, use SME when the CPU has it; `0`, never; `N`,
 //! at most N threads run SME kernels at once (the crate's SME worker cap).
+//! Anything else: one warning on stderr naming the value (once per
+//! process), then as unset (ggml's own handling of its variable).
 
 use super::tensor::{GgmlType, Tensor, TensorMut};
 use crate::cpu::{CpuFeature, Features};
@@ -115,10 +117,12 @@ pub fn kernel_table(typ: GgmlType) -> &'static [(&'static str, Option<&'static s
 
 /// Reads `GGML_KLEIDIAI_SME`: None when unset (use SME if present),
 /// Some(0) to switch SME off, Some(n) to cap SME threads at n. A value that
-/// is not a non-negative integer is an error (ggml logs and ignores it; a
-/// library should say so).
+/// is not a non-negative integer (or not UTF-8) is an error here; ggml's
+/// path ([`GgmlWeights::repack`]) does what ggml does with it instead: one
+/// warning on stderr naming the value, then the automatic setting.
 pub fn sme_setting() -> Result<Option<usize>> {
-    parse_sme_setting(std::env::var(SME_ENV).ok().as_deref())
+    let value = std::env::var_os(SME_ENV).map(|v| v.to_string_lossy().into_owned());
+    parse_sme_setting(value.as_deref())
 }
 
 /// [`sme_setting`] for a given value of the variable.
@@ -136,9 +140,25 @@ pub fn parse_sme_setting(value: Option<&str>) -> Result<Option<usize>> {
 /// The features ggml's selection may use now: the crate's current
 /// features, without SME when `GGML_KLEIDIAI_SME=0`; with a cap applied
 /// (process-wide, as in ggml) when `GGML_KLEIDIAI_SME=N`.
+///
+/// An unreadable `GGML_KLEIDIAI_SME` is ggml's case: warned about once per
+/// process (on stderr, naming the value), then treated as unset.
 fn ggml_features() -> Result<Features> {
     let f = Features::current();
-    Ok(match sme_setting()? {
+    let setting = sme_setting().unwrap_or_else(|_| {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            use std::io::Write as _;
+            let v = std::env::var_os(SME_ENV).unwrap_or_default();
+            let _ = writeln!(
+                std::io::stderr(),
+                "kleidiai: invalid {SME_ENV}='{}' (not a non-negative integer); using the automatic SME setting",
+                v.to_string_lossy()
+            );
+        });
+        None
+    });
+    Ok(match setting {
         Some(0) => f.without(&[CpuFeature::Sme]),
         Some(n) => {
             crate::par::set_sme_thread_cap(n);
@@ -307,7 +327,9 @@ impl GgmlWeights {
     /// container and every batch's header, layouts and bounds are checked,
     /// and the payload checksums too when `verify` (skip them only for bytes
     /// verified before). `bytes` must keep each payload 64-byte aligned
-    /// (the start of the buffer 64-byte aligned). `verify: false` is
+    /// (the start of the buffer 64-byte aligned) and hold exactly what
+    /// [`to_bytes`](Self::to_bytes) wrote: a byte more is
+    /// [`FileError::TrailingBytes`](crate::FileError::TrailingBytes). `verify: false` is
     /// [`from_shared_unverified`](Self::from_shared_unverified); the
     /// loaders, [`from_bytes`](Self::from_bytes) included, have the names
     /// of [`PackedWeights`]'.
@@ -343,6 +365,8 @@ impl GgmlWeights {
             return Err(Error::ggml_container(FileError::Checksum { part: "container header".into() }));
         }
         let mut batches = Vec::with_capacity(count);
+        // Where the last batch ends: the writer stops there.
+        let mut last_end = table as u64;
         for i in 0..count {
             let at = CONTAINER_FIXED + 16 * i;
             let (off, len) = (u64_at(at), u64_at(at + 8));
@@ -354,6 +378,7 @@ impl GgmlWeights {
             if off < table as u64 || off % 64 != 0 {
                 return Err(bad(format!("batch {i} offset {off} is misaligned or overlaps the header")));
             }
+            last_end = last_end.max(end);
             let view: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> =
                 std::sync::Arc::new(SubBytes { parent: bytes.clone(), range: off as usize..end as usize });
             let w =
@@ -363,6 +388,9 @@ impl GgmlWeights {
                 return Err(Error::ggml_container(FileError::Layout { slot: i, why }));
             }
             batches.push(w);
+        }
+        if data.len() as u64 > last_end {
+            return Err(Error::ggml_container(FileError::TrailingBytes { extra: data.len() as u64 - last_end }));
         }
         Ok(GgmlWeights { typ, k, n, batches, hybrid: u32_at(36) & 1 == 1 })
     }

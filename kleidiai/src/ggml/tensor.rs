@@ -208,4 +208,30 @@ mod tests {
         assert!(huge.check("w").is_err());
         assert!(GgmlType::from_id(3).is_err());
     }
+
+    /// Issue 15 ("messages in the right unit"): a short ggml tensor is
+    /// counted in bytes, through the public paths too.
+    #[test]
+    fn a_short_tensor_is_reported_in_bytes() {
+        let typ = GgmlType::Q4_0;
+        let ne = [64, 3, 1, 1];
+        let nb = Tensor::contiguous_strides(typ, ne).unwrap();
+        let data = vec![0u8; 3 * 36 - 1];
+        let short = Tensor { typ, ne, nb, data: &data };
+        let want = Error::ByteLength { what: "ggml tensor data", got: 107, need: 108 };
+        assert_eq!(short.check("src0").unwrap_err(), want);
+        for err in [
+            crate::ggml::GgmlWeights::repack(&short).unwrap_err(),
+            crate::ggml::ThreadedWeights::repack(
+                &short,
+                crate::ggml::SmeSetting::Auto,
+                crate::AlignedBuf::zeroed(4096),
+            )
+            .unwrap_err(),
+        ] {
+            let msg = err.to_string();
+            assert!(msg.contains("holds 107 bytes") && msg.contains("needs 108"), "{msg}");
+            assert!(!msg.contains("elements"), "{msg}");
+        }
+    }
 }

@@ -21,7 +21,9 @@
 //! ```
 //! All integers little-endian. Every field is validated on load: a truncated
 //! or tampered file is an error naming the problem, never an out-of-bounds
-//! read.
+//! read. The file ends where the last payload ends (the writer pads only
+//! between payloads, to their 64-byte alignment): a byte more is
+//! [`FileError::TrailingBytes`].
 
 use crate::error::{Error, FileError, Result};
 
@@ -161,7 +163,8 @@ impl FileHeader {
     }
 
     /// Parses and validates a whole file (header, slot table, payload
-    /// bounds and checksums). Returns the header; payload `i` is
+    /// bounds and checksums; the file ends exactly where the last payload
+    /// does). Returns the header; payload `i` is
     /// `file[slots[i].offset..][..slots[i].len]`.
     pub fn parse(file: &[u8]) -> Result<FileHeader> {
         Self::parse_with(file, true)
@@ -255,6 +258,11 @@ impl FileHeader {
             }
             prev_end = end;
             out.slots.push(s);
+        }
+        // The writer stops at the last payload's end (slots are in file
+        // order, checked above): anything after it is not this file's.
+        if file.len() as u64 > prev_end {
+            return Err(Error::packed_file(FileError::TrailingBytes { extra: file.len() as u64 - prev_end }));
         }
         Ok(out)
     }
@@ -351,6 +359,28 @@ mod tests {
         assert_eq!(reason(&file[..file.len() - 1]), FileError::Truncated { part: "slot 0 payload".into(), need, have });
         assert!(matches!(reason(&file[..10]), FileError::Truncated { need: 64, have: 10, .. }));
         assert!(matches!(reason(&file[..100]), FileError::Truncated { have: 100, .. }));
+    }
+
+    #[test]
+    fn trailing_bytes_are_rejected() {
+        let (h, file) = sample();
+        assert_eq!(FileHeader::parse(&file).unwrap(), h);
+        for extra in [1usize, 64, 4096] {
+            for fill in [0u8, 0xa5] {
+                let mut f = file.clone();
+                f.resize(file.len() + extra, fill);
+                for r in [FileHeader::parse(&f), FileHeader::parse_unverified(&f)] {
+                    assert_eq!(
+                        r.unwrap_err(),
+                        Error::File {
+                            what: "packed-weight file",
+                            reason: FileError::TrailingBytes { extra: extra as u64 }
+                        },
+                        "{extra} bytes of {fill:#x} appended"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

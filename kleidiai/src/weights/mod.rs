@@ -1450,7 +1450,9 @@ impl PackedWeights {
         Ok(header)
     }
 
-    /// Loads a packed-weight file, copying the payloads.
+    /// Loads a packed-weight file, copying the payloads. `bytes` is the
+    /// whole file and nothing more: bytes after the last payload are
+    /// [`FileError::TrailingBytes`] (as in every loader).
     pub fn from_bytes(bytes: &[u8]) -> Result<PackedWeights> {
         Self::load(Arc::new(bytes.to_vec()), false, true)
     }

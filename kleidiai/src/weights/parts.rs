@@ -915,7 +915,7 @@ mod ffi {
     /// # Safety
     /// The CPU has the kernel's features (its getters may execute SME).
     pub(super) unsafe fn resolve(info: &KernelInfo) -> Result<(Fns, Tiles)> {
-        // SAFETY (getter calls inside the macro): the caller's guarantee.
+        // SAFETY: (getter calls inside the macro) the caller's guarantee.
         Ok(unsafe {
             match info.family {
                 "matmul_clamp_f32_qsi8d32p_qsi4c32p" => resolve_in!(matmul_clamp_f32_qsi8d32p_qsi4c32p, info, |i| {

@@ -380,6 +380,40 @@ fn load_from_a_memory_mapped_file_without_copying() {
     assert!(bit_identical(&a, &b));
 }
 
+/// Issue 15: bytes after the last payload used to load without complaint.
+/// Every loader now refuses them, naming how many; the exact file loads.
+#[test]
+fn every_loader_refuses_trailing_bytes() {
+    let mut rng = Rng::new(16);
+    let (n, k) = (19, 64);
+    let data = rng.vec_f32(n * k);
+    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
+    let packed = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
+    let Ok(bytes) = packed.to_bytes() else { return }; // no kernel here: nothing to save
+    type Loader = fn(&[u8]) -> Result<PackedWeights>;
+    let loaders: [(&str, Loader); 3] = [
+        ("from_bytes", PackedWeights::from_bytes),
+        ("from_shared", |b| PackedWeights::from_shared(Arc::new(crate::buffer::AlignedBuf::from_bytes(b)))),
+        ("from_shared_unverified", |b| {
+            PackedWeights::from_shared_unverified(Arc::new(crate::buffer::AlignedBuf::from_bytes(b)))
+        }),
+    ];
+    for (name, load) in loaders {
+        assert_eq!(load(&bytes).unwrap().to_bytes().unwrap(), bytes, "{name}: the exact file");
+        for extra in [1usize, 64, 4096] {
+            let mut f = bytes.clone();
+            f.resize(bytes.len() + extra, 0);
+            let err = load(&f).unwrap_err();
+            assert_eq!(
+                err,
+                Error::File { what: "packed-weight file", reason: FileError::TrailingBytes { extra: extra as u64 } },
+                "{name}: {extra} bytes appended"
+            );
+            assert!(err.to_string().contains(&format!("{extra} bytes after the declared end")), "{name}: {err}");
+        }
+    }
+}
+
 #[test]
 fn a_file_packed_for_another_vector_length_is_rejected_with_the_reason() {
     let mut rng = Rng::new(15);
