@@ -87,12 +87,43 @@ impl Packaged {
     }
 }
 
+/// Removes what cargo unpacked from an earlier `cargo package` of our two
+/// crates: `kleidiai` is verified against the packaged `kleidiai-sys` through
+/// a temporary registry whose unpacked sources cargo keeps in
+/// `$CARGO_HOME/registry/src/-<hash of the registry's path>/` and reuses
+/// when the version is the same, so a checkout at the same path would build
+/// the previous run's sources. Only those directories (named `-...`, never a
+/// real registry's) and only our crates' entries in them are removed.
+fn forget_stale_extractions() {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let Some(home) = home else { return };
+    for kind in ["src", "cache"] {
+        let Ok(regs) = std::fs::read_dir(home.join("registry").join(kind)) else { continue };
+        for reg in regs.flatten() {
+            if !reg.file_name().to_string_lossy().starts_with('-') {
+                continue;
+            }
+            let Ok(entries) = std::fs::read_dir(reg.path()) else { continue };
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("kleidiai-sys-") || name.starts_with("kleidiai-0.") {
+                    let p = e.path();
+                    let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+                }
+            }
+        }
+    }
+}
+
 /// `cargo package` of both crates (cargo verifies by building each from its
 /// `.crate`, `kleidiai` against the packaged `kleidiai-sys`), unpacked under
 /// `target/downstream/crates`, and `tests/downstream` copied to `project_dir`.
 pub fn package(env: &Env, project_dir: &Path) -> Result<Packaged, String> {
     let mut lines = Vec::new();
     let work = root().join("target/downstream");
+    forget_stale_extractions();
     let mut pkg = cargo();
     pkg.args(["package", "-q", "--allow-dirty", "-p", "kleidiai-sys", "-p", "kleidiai"]);
     let secs = run_status(env.apply(&mut pkg))?;
