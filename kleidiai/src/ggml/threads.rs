@@ -1145,6 +1145,13 @@ mod tests {
         }
     }
 
+    /// 2-D weights of `n` rows of `k` values in ggml's layout of `typ`,
+    /// and their `ne`.
+    fn weights_tensor(typ: GgmlType, n: usize, k: usize, wb: &[u8]) -> (Tensor<'_>, [i64; 4]) {
+        let ne = [k as i64, n as i64, 1, 1];
+        (Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: wb }, ne)
+    }
+
     /// `mul_mat` on `nth` std threads; the dst bytes.
     fn run(w: &ThreadedWeights, x: &[u8], m: usize, nth: usize) -> Vec<f32> {
         let (k, n) = w.dims();
@@ -1187,8 +1194,7 @@ mod tests {
         for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
             let (n, k) = (72, 64);
             let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
-            let ne = [k as i64, n as i64, 1, 1];
-            let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &wb };
+            let (src0, ne) = weights_tensor(typ, n, k, &wb);
             let Ok(size) = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto) else {
                 println!("replay {typ:?}: no kernel of ggml's table on this CPU (nothing to replay)");
                 continue;
@@ -1275,8 +1281,7 @@ mod tests {
         for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
             let (n, k) = (136, 64);
             let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
-            let ne = [k as i64, n as i64, 1, 1];
-            let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &wb };
+            let (src0, ne) = weights_tensor(typ, n, k, &wb);
             let ggml = GgmlWeights::repack(&src0).unwrap();
             let size = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto);
             // Taken exactly where ggml's path has a kernel for this CPU.
@@ -1373,8 +1378,7 @@ mod tests {
         for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
             let (n, k) = (72, 64);
             let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
-            let ne = [k as i64, n as i64, 1, 1];
-            let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &wb };
+            let (src0, ne) = weights_tensor(typ, n, k, &wb);
             let Ok(size) = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto) else {
                 // No kernel here: repack says so whatever the memory.
                 let r = ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(1 << 20));
@@ -1419,6 +1423,32 @@ mod tests {
             drop(big);
             assert!(untouched(size), "{typ:?}: bytes after the payloads written");
             assert!(!untouched(0));
+        }
+    }
+
+    /// The per-thread memory of F16 kernel resolutions answers exactly what
+    /// resolving again answers, for other shapes and other features too.
+    #[test]
+    fn f16_kernel_resolution_is_remembered_exactly() {
+        let name = kernel_table(GgmlType::F16)[0].0;
+        let all = Features::current();
+        let no_sme = all.without(&[CpuFeature::Sme]);
+        for (n, k) in [(72, 64), (64, 72), (72, 64), (8, 8), (72 + 8, 64)] {
+            for f in [all, no_sme, all] {
+                let a = PartKernel::for_f16_per_call(name, n, k, &f);
+                let b = PartKernel::for_f16_per_call(name, n, k, &f);
+                match (a, b) {
+                    (Ok(a), Ok(b)) => {
+                        assert_eq!((a.info.name, a.rhs_len(), a.t.nr), (b.info.name, b.rhs_len(), b.t.nr));
+                        assert!(f.has(CpuFeature::Sme2), "resolved without SME2");
+                    }
+                    (Err(a), Err(b)) => {
+                        assert_eq!(a, b);
+                        assert!(!f.has(CpuFeature::Sme2), "{a}");
+                    }
+                    (a, b) => panic!("n={n} k={k}: {a:?} then {b:?}"),
+                }
+            }
         }
     }
 

@@ -405,7 +405,27 @@ impl PartKernel {
     /// `n x k` weights packed per call, with ggml's LHS packer for it
     /// (`kai_lhs_pack_bf16p2vlx2_f32_sme`, the same packed format as the
     /// `_sme2` one the crate's family pairs with it).
+    ///
+    /// Remembered per thread for the last few `(name, n, k, features)`:
+    /// ggml asks for it on every F16 call (work size, then every thread's
+    /// part), and the answer depends on nothing else (the thread's vector
+    /// length is checked again by `on_this_thread`).
     pub(crate) fn for_f16_per_call(name: &str, n: usize, k: usize, f: &Features) -> Result<PartKernel> {
+        type Entry = Option<((usize, usize, usize, usize, Features), PartKernel)>;
+        thread_local! {
+            static KEPT: core::cell::RefCell<[Entry; 8]> = const { core::cell::RefCell::new([None; 8]) };
+        }
+        let key = (name.as_ptr() as usize, name.len(), n, k, *f);
+        let slot = n.wrapping_mul(31).wrapping_add(k) % 8;
+        if let Some(kern) = KEPT.with(|c| c.borrow()[slot].filter(|(k0, _)| *k0 == key).map(|(_, kern)| kern)) {
+            return Ok(kern);
+        }
+        let kern = Self::resolve_f16_per_call(name, n, k, f)?;
+        KEPT.with(|c| c.borrow_mut()[slot] = Some((key, kern)));
+        Ok(kern)
+    }
+
+    fn resolve_f16_per_call(name: &str, n: usize, k: usize, f: &Features) -> Result<PartKernel> {
         crate::error::nonzero(n, "n")?;
         crate::error::nonzero(k, "k")?;
         let info = backend_for(WeightKind::F16, DType::F32, name)
