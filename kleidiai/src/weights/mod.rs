@@ -50,6 +50,7 @@
 //! time.
 
 mod backend;
+mod f16_kxn;
 pub mod file;
 mod front;
 pub(crate) mod parts;

@@ -509,46 +509,7 @@ impl PartKernel {
         crate::error::at_least(kxn.len(), crate::error::mul(k, n, "k x n")?, "transposed weights")?;
         crate::error::at_least(bias.len(), n, "bias")?;
         crate::error::at_least_bytes(out.len(), self.rhs_len, "packed weights")?;
-        // Rows converted 8 at a time (half's vector conversion, FP16 checked
-        // once per row), then written to the k x n copy 8 columns at a time.
-        use half::slice::HalfFloatSliceExt;
-        const R: usize = 8;
-        let mut rows = vec![0f32; R * k];
-        for j0 in (0..n).step_by(R) {
-            let h = R.min(n - j0);
-            for (r, row) in rows.chunks_exact_mut(k).take(h).enumerate() {
-                let bytes = &src[(j0 + r) * stride..(j0 + r) * stride + 2 * k];
-                // SAFETY: every bit pattern is a valid f16; align_to hands out
-                // only the aligned middle, used only when it is all of the row.
-                let (head, mid, tail) = unsafe { bytes.align_to::<half::f16>() };
-                if cfg!(target_endian = "little") && head.is_empty() && tail.is_empty() {
-                    mid.convert_to_f32_slice(row);
-                } else {
-                    for (v, b) in row.iter_mut().zip(bytes.chunks_exact(2)) {
-                        *v = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
-                    }
-                }
-            }
-            let (rows, kxn) = (&rows[..h * k], &mut kxn[..k * n]);
-            if h == R {
-                // The common case with a constant trip count, unrolled.
-                for i in 0..k {
-                    for r in 0..R {
-                        // SAFETY: as below, with h = R.
-                        unsafe { *kxn.get_unchecked_mut(i * n + j0 + r) = *rows.get_unchecked(r * k + i) };
-                    }
-                }
-                continue;
-            }
-            for i in 0..k {
-                for r in 0..h {
-                    // SAFETY: r < h and i < k, so r * k + i < h * k = rows.len();
-                    // i < k and j0 + r < j0 + h <= n, so i * n + j0 + r < k * n
-                    // = kxn.len() (both lengths sliced above).
-                    unsafe { *kxn.get_unchecked_mut(i * n + j0 + r) = *rows.get_unchecked(r * k + i) };
-                }
-            }
-        }
+        crate::weights::f16_kxn::f16_rows_to_f32_kxn(src, stride, n, k, kxn);
         bias[..n].fill(0.0);
         #[cfg(target_arch = "aarch64")]
         // SAFETY: the CPU runs the kernel (and so the SME packer) at its
