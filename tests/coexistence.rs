@@ -51,7 +51,7 @@ mod both {
     fn second_copy_computes_the_same() {
         const NAME: &str = "kai_matmul_clamp_f32_qai8dxp1x4_qsi4cxp4x4_1x4_neon_dotprod";
         let f = kleidiai::cpu::Features::current();
-        if f.dotprod().is_none() {
+        if !f.has(kleidiai::cpu::CpuFeature::Dotprod) {
             skipped("coexistence", "the shared kernel needs dotprod");
             return;
         }

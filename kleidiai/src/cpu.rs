@@ -1,4 +1,5 @@
-//! Run-time CPU feature detection, and proof tokens per tier.
+//! Run-time CPU feature detection (and, deprecated, proof tokens per tier:
+//! no kernel API takes them, every kernel call checks the features itself).
 //!
 //! Detection runs once per process ([`Features::detected`]); what the crate
 //! uses is [`Features::current`]: the detected set minus whatever was turned
@@ -11,8 +12,8 @@
 //! use kleidiai::cpu::{CpuFeature, Features};
 //! let f = Features::current();
 //! println!("{f}");
-//! if let Some(_proof) = f.sme2() {
-//!     // Holding an `Sme2` token is the proof an SME2 kernel may run here.
+//! if let Some(svl) = f.sme_vector_bytes().filter(|_| f.has(CpuFeature::Sme2)) {
+//!     println!("SME2 kernels run here at {} bits", svl * 8);
 //! }
 //! assert!(!Features::none().has(CpuFeature::Neon));
 //! ```
@@ -126,34 +127,50 @@ impl Features {
     }
 
     /// Proof that FEAT_DotProd kernels may run.
+    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
+    #[allow(deprecated)] // builds the deprecated token
     pub fn dotprod(&self) -> Option<Dotprod> {
         self.has(CpuFeature::Dotprod).then_some(Dotprod(()))
     }
     /// Proof that FEAT_I8MM kernels may run.
+    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
+    #[allow(deprecated)] // builds the deprecated token
     pub fn i8mm(&self) -> Option<I8mm> {
         self.has(CpuFeature::I8mm).then_some(I8mm(()))
     }
     /// Proof that FEAT_FP16 kernels may run.
+    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
+    #[allow(deprecated)] // builds the deprecated token
     pub fn fp16(&self) -> Option<Fp16> {
         self.has(CpuFeature::Fp16).then_some(Fp16(()))
     }
     /// Proof that FEAT_BF16 kernels may run.
+    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
+    #[allow(deprecated)] // builds the deprecated token
     pub fn bf16(&self) -> Option<Bf16> {
         self.has(CpuFeature::Bf16).then_some(Bf16(()))
     }
     /// Proof that SVE kernels may run, with the vector length.
+    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
+    #[allow(deprecated)] // builds the deprecated token
     pub fn sve(&self) -> Option<Sve> {
         self.sve_vector_bytes().map(|vl| Sve { vector_bytes: vl })
     }
     /// Proof that SVE2.1 kernels may run.
+    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
+    #[allow(deprecated)] // builds the deprecated token
     pub fn sve2p1(&self) -> Option<Sve2p1> {
         (self.has(CpuFeature::Sve2p1) && self.sve_vl != 0).then_some(Sve2p1(()))
     }
     /// Proof that SME kernels may run, with the streaming vector length.
+    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
+    #[allow(deprecated)] // builds the deprecated token
     pub fn sme(&self) -> Option<Sme> {
         self.sme_vector_bytes().map(|svl| Sme { vector_bytes: svl })
     }
     /// Proof that SME2 kernels may run, with the streaming vector length.
+    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
+    #[allow(deprecated)] // builds the deprecated token
     pub fn sme2(&self) -> Option<Sme2> {
         if self.has(CpuFeature::Sme2) { self.sme().map(|s| Sme2 { vector_bytes: s.vector_bytes }) } else { None }
     }
@@ -290,6 +307,7 @@ pub fn disable_env_error() -> Option<String> {
 macro_rules! plain_token {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
+        #[deprecated(note = "proof tokens are taken by no kernel API; they leave the public API in the next release")]
         #[derive(Clone, Copy, Debug)]
         pub struct $name(());
     };
@@ -316,10 +334,12 @@ plain_token!(
 );
 
 /// Proof that SVE is present, with its vector length.
+#[deprecated(note = "proof tokens are taken by no kernel API; they leave the public API in the next release")]
 #[derive(Clone, Copy, Debug)]
 pub struct Sve {
     vector_bytes: usize,
 }
+#[allow(deprecated)] // the deprecated token's own accessors
 impl Sve {
     /// SVE vector length in bytes.
     pub fn vector_bytes(&self) -> usize {
@@ -328,10 +348,12 @@ impl Sve {
 }
 
 /// Proof that SME is present, with its streaming vector length.
+#[deprecated(note = "proof tokens are taken by no kernel API; they leave the public API in the next release")]
 #[derive(Clone, Copy, Debug)]
 pub struct Sme {
     vector_bytes: usize,
 }
+#[allow(deprecated)] // the deprecated token's own accessors
 impl Sme {
     /// Streaming vector length in bytes.
     pub fn vector_bytes(&self) -> usize {
@@ -340,10 +362,12 @@ impl Sme {
 }
 
 /// Proof that SME2 is present, with the streaming vector length.
+#[deprecated(note = "proof tokens are taken by no kernel API; they leave the public API in the next release")]
 #[derive(Clone, Copy, Debug)]
 pub struct Sme2 {
     vector_bytes: usize,
 }
+#[allow(deprecated)] // the deprecated token's own accessors
 impl Sme2 {
     /// Streaming vector length in bytes.
     pub fn vector_bytes(&self) -> usize {
@@ -522,21 +546,35 @@ mod tests {
         let all = Features::synthetic(&CpuFeature::ALL, 32, 32);
         let no_sme = all.without(&[Sme]);
         assert!(!no_sme.has(Sme) && !no_sme.has(Sme2) && !no_sme.has(Sme2p1));
-        assert!(no_sme.has(Sve2p1) && no_sme.sme().is_none() && no_sme.sme2().is_none());
+        assert!(no_sme.has(Sve2p1) && no_sme.sme_vector_bytes().is_none() && !no_sme.has(Sme2));
         let no_sve = all.without(&[Sve]);
-        assert!(!no_sve.has(Sve2) && !no_sve.has(Sve2p1) && no_sve.sve().is_none());
-        assert!(no_sve.sme2().is_some(), "SME does not need non-streaming SVE");
+        assert!(!no_sve.has(Sve2) && !no_sve.has(Sve2p1) && no_sve.sve_vector_bytes().is_none());
+        assert!(no_sve.has(Sme2) && no_sve.sme_vector_bytes().is_some(), "SME does not need non-streaming SVE");
         let nothing = all.without(&[Neon]);
         assert_eq!(nothing.iter().count(), 0);
     }
 
     #[test]
-    fn tokens_follow_features() {
+    fn vector_lengths_follow_features() {
         let f = Features::synthetic(&[Neon, Dotprod, Sme], 0, 64);
-        assert!(f.dotprod().is_some() && f.i8mm().is_none());
-        assert_eq!(f.sme().unwrap().vector_bytes(), 64);
-        assert!(f.sme2().is_none());
-        assert!(f.sve().is_none());
+        assert!(f.has(Dotprod) && !f.has(I8mm));
+        assert_eq!(f.sme_vector_bytes(), Some(64));
+        assert!(!f.has(Sme2));
+        assert!(f.sve_vector_bytes().is_none());
+    }
+
+    /// The deprecated tokens keep working until they leave the API.
+    #[test]
+    #[allow(deprecated)]
+    fn deprecated_tokens_still_follow_features() {
+        let f = Features::synthetic(&[Neon, Dotprod, Sme, Sme2], 16, 64);
+        assert!(f.dotprod().is_some() && f.i8mm().is_none() && f.fp16().is_none() && f.bf16().is_none());
+        assert_eq!(f.sme2().map(|t| (t.vector_bytes(), t.sme().vector_bytes())), Some((64, 64)));
+        assert_eq!(f.sme().map(|t| t.vector_bytes()), Some(64));
+        assert!(f.sve().is_none() && f.sve2p1().is_none(), "SVE is not in the set");
+        let g = Features::synthetic(&[Neon, Sve], 32, 0);
+        assert_eq!(g.sve().map(|t| t.vector_bytes()), Some(32));
+        assert!(g.sme().is_none() && g.sme2().is_none());
     }
 
     #[test]

@@ -453,7 +453,7 @@ mod tests {
             assert_eq!(a, b);
             shared += 1;
         }
-        assert!(shared > 0 || f.bf16().is_none());
+        assert!(shared > 0 || !f.has(crate::cpu::CpuFeature::Bf16));
     }
 
     #[test]
