@@ -612,7 +612,9 @@ impl ThreadedWeights {
         if (last >> 32) as usize == m {
             return Ok((last & 0xffff_ffff) as usize);
         }
-        let work = self.plan(m, 1, 1).work;
+        // Through this thread's plan cache: with one thread, ggml's
+        // mul_mat that follows on this thread finds the plan there.
+        let work = self.cached_plan(m, 1, 1).work;
         if let (Ok(m), Ok(w)) = (u32::try_from(m), u32::try_from(work)) {
             self.last_work.store(u64::from(m) << 32 | u64::from(w), Relaxed);
         }
