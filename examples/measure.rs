@@ -21,7 +21,6 @@
 //!   default choice runs; prints the kernel, the layouts kept and the
 //!   packed and input bytes.
 
-use kleidiai::formats::{BlockInt4, FloatWeights, Order, Q4_0};
 use kleidiai::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
 use kleidiai::{Clamp, Parallelism};
 use std::time::{Duration, Instant};
@@ -62,13 +61,47 @@ struct Weights {
     bf16: Vec<half::bf16>,
     q4: Vec<u8>,
     q8: Vec<kleidiai::ggml::BlockQ8_0>,
+    i8: Vec<i8>,
+    /// Per-channel or per-block scales (and, for `i4a`, the offsets after them).
+    scales: Vec<f32>,
+    scales_f16: Vec<half::f16>,
 }
+
+/// Every weight kind of the high-level API (`Weights::...` constructors):
+/// ggml Q4_0 and Q8_0, int4 per channel (`i4`), int4 in blocks of 32 with
+/// f16 scales (`i4b`), asymmetric int4 blocks (`i4a`), int8 per channel
+/// (`i8`), f16, bf16 and f32; `f16h` is f16 weights with f16 activations.
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+const KINDS: [&str; 10] = ["q4_0", "q8_0", "i4", "i4b", "i4a", "i8", "f16", "bf16", "f32", "f16h"];
 
 impl Weights {
     fn new(kind: &'static str, n: usize, k: usize) -> Weights {
         match kind {
             "q4_0" => Weights { kind, q4: q4_0_bytes(n, k), ..Weights::empty(kind) },
-            "i4" => Weights { kind, q4: q4_0_bytes(n, k)[..n * k / 2].to_vec(), ..Weights::empty(kind) },
+            "i4" => Weights {
+                kind,
+                q4: q4_0_bytes(n, k)[..n * k / 2].to_vec(),
+                scales: vec![0.01; n],
+                ..Weights::empty(kind)
+            },
+            "i4b" => Weights {
+                kind,
+                q4: q4_0_bytes(n, k)[..n * k / 2].to_vec(),
+                scales_f16: (0..n * k / 32).map(|b| half::f16::from_f32(0.002 + 0.001 * (b % 7) as f32)).collect(),
+                ..Weights::empty(kind)
+            },
+            "i4a" => Weights {
+                kind,
+                q4: q4_0_bytes(n, k)[..n * k / 2].to_vec(),
+                scales: (0..2 * n * k / 32).map(|b| 0.002 + 0.001 * (b % 7) as f32).collect(),
+                ..Weights::empty(kind)
+            },
+            "i8" => Weights {
+                kind,
+                i8: data(n * k, 8).iter().map(|v| (v * 127.0) as i8).collect(),
+                scales: vec![0.0004; n],
+                ..Weights::empty(kind)
+            },
             "q8_0" => {
                 let v = data(n * k, 4);
                 let q8 = kleidiai::ggml::quantize_q8_0(&v, k).expect("whole blocks");
@@ -86,29 +119,37 @@ impl Weights {
                 let f32 = data(n * k, 3).iter().map(|v| v * 0.05).collect();
                 Weights { kind, f32, ..Weights::empty(kind) }
             }
-            other => panic!("unknown kind {other} (q4_0, q8_0, f16, f32, bf16, i4, f16h)"),
+            other => panic!("unknown kind {other} (one of {KINDS:?})"),
         }
     }
     fn empty(kind: &'static str) -> Weights {
-        Weights { kind, f32: vec![], f16: vec![], bf16: vec![], q4: vec![], q8: vec![] }
+        Weights {
+            kind,
+            f32: vec![],
+            f16: vec![],
+            bf16: vec![],
+            q4: vec![],
+            q8: vec![],
+            i8: vec![],
+            scales: vec![],
+            scales_f16: vec![],
+        }
     }
     fn view(&self, n: usize, k: usize) -> WeightsRef<'_> {
+        use kleidiai::weights::Weights as W;
+        let s = &self.scales;
         match self.kind {
-            "q4_0" => WeightsRef::Int4Block(BlockInt4::Q4_0(Q4_0 { n, k, data: &self.q4, bias: None })),
-            "i4" => WeightsRef::Int4PerChannel(kleidiai::formats::Int4PerChannel {
-                n,
-                k,
-                order: Order::NxK,
-                encoding: kleidiai::formats::Int4Encoding::Signed,
-                data: &self.q4,
-                scales: Box::leak(vec![0.01f32; n].into_boxed_slice()),
-                bias: None,
-            }),
-            "q8_0" => WeightsRef::GgmlQ8_0 { n, k, blocks: &self.q8 },
-            "f16" | "f16h" => WeightsRef::F16(FloatWeights { n, k, order: Order::NxK, data: &self.f16, bias: None }),
-            "bf16" => WeightsRef::Bf16(FloatWeights { n, k, order: Order::NxK, data: &self.bf16, bias: None }),
-            _ => WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &self.f32, bias: None }),
+            "q4_0" => W::q4_0(n, k, &self.q4),
+            "i4" => W::int4_per_channel(n, k, &self.q4, s),
+            "i4b" => W::int4_blocks(n, k, 32, &self.q4, &self.scales_f16[..]),
+            "i4a" => W::int4_asym_blocks(n, k, 32, &self.q4, &s[..s.len() / 2], &s[s.len() / 2..]),
+            "i8" => W::int8_per_channel(n, k, &self.i8, s),
+            "q8_0" => W::q8_0(n, k, &self.q8),
+            "f16" | "f16h" => W::f16(n, k, &self.f16),
+            "bf16" => W::bf16(n, k, &self.bf16),
+            _ => W::f32(n, k, &self.f32),
         }
+        .expect("the measurement's weights have the sizes the constructors need")
     }
     /// Bytes of the weights as given (what packing starts from).
     fn input_bytes(&self) -> usize {
@@ -135,8 +176,23 @@ mod raw {
         F32p(sys::kai_matmul_clamp_f32_f32p_f32p_run_matmul_func_t),
         /// No LHS packing: an `f32_f32_f32p` kernel.
         F32(sys::kai_matmul_clamp_f32_f32_f32p_run_matmul_func_t),
-        /// One of the `lhs_quant_pack_qsi8d32p` packers + a `qsi8d32p_qsi4c32p` kernel.
+        /// One of the `lhs_quant_pack_qsi8d32p` packers + a `qsi8d32p_qsi4c32p`
+        /// or `qsi8d32p_qai4c32p` kernel (the same run signature).
         Qsi8d32p(sys::kai_matmul_clamp_f32_qsi8d32p_qsi4c32p_run_matmul_func_t, Qsi8d32Packer),
+        /// `lhs_quant_pack_qai8dxp_f32` + a `qai8dxp_qsi8cxp` or
+        /// `qai8dxp_qsi4cxp` kernel (per-channel weights: no block length).
+        Qai8dxpCx(sys::kai_matmul_clamp_f32_qai8dxp_qsi8cxp_run_matmul_func_t),
+        /// A bf16 LHS packer + an `f32_bf16p_bf16p` or `fp32_bf16p_bf16p` kernel.
+        Bf16(sys::kai_matmul_clamp_f32_bf16p_bf16p_run_matmul_func_t, Bf16Packer),
+    }
+
+    /// The bf16 LHS packer a kernel pairs with (registry name).
+    #[derive(Clone, Copy)]
+    enum Bf16Packer {
+        Sme,
+        Sme2,
+        Neon1x4,
+        Neon8x4,
     }
 
     /// The `qsi8d32p` LHS packer a kernel pairs with (registry name).
@@ -145,6 +201,8 @@ mod raw {
         Scalar,
         Neon,
         Sb4x8,
+        /// f32 scales (the asymmetric `qai4c32p` kernels).
+        ScaleF32,
     }
 
     pub struct Raw {
@@ -210,6 +268,32 @@ mod raw {
                         _ => Qsi8d32Packer::Scalar,
                     };
                     (Call::Qsi8d32p(i.run_matmul, packer), mr, kr, sr)
+                } else if let Some(i) = find!(matmul_clamp_f32_qsi8d32p_qai4c32p, kernel) {
+                    let (mr, kr, sr) = tiles!(i);
+                    let packer = match info.lhs_packer {
+                        Some("kai_lhs_quant_pack_qsi8d32p_f32_neon") => Qsi8d32Packer::Neon,
+                        Some("kai_lhs_quant_pack_qsi8d32pscalef32_f32_neon") => Qsi8d32Packer::ScaleF32,
+                        other => return Err(format!("{kernel}: qsi8d32p LHS packer {other:?} not driven raw here")),
+                    };
+                    (Call::Qsi8d32p(i.run_matmul, packer), mr, kr, sr)
+                } else if let Some(i) = find!(matmul_clamp_f32_qai8dxp_qsi8cxp, kernel) {
+                    let (mr, kr, sr) = tiles!(i);
+                    (Call::Qai8dxpCx(i.run_matmul), mr, kr, sr)
+                } else if let Some(i) = find!(matmul_clamp_f32_qai8dxp_qsi4cxp, kernel) {
+                    let (mr, kr, sr) = tiles!(i);
+                    (Call::Qai8dxpCx(i.run_matmul), mr, kr, sr)
+                } else if let Some(i) =
+                    find!(matmul_clamp_f32_bf16p_bf16p, kernel).or(find!(matmul_clamp_fp32_bf16p_bf16p, kernel))
+                {
+                    let (mr, kr, sr) = tiles!(i);
+                    let packer = match info.lhs_packer {
+                        Some("kai_lhs_pack_bf16p2vlx2_f32_sme") => Bf16Packer::Sme,
+                        Some("kai_lhs_pack_bf16p2vlx2_f32_sme2") => Bf16Packer::Sme2,
+                        Some("kai_lhs_quant_pack_bf16p1x4_f32_neon") => Bf16Packer::Neon1x4,
+                        Some("kai_lhs_quant_pack_bf16p8x4_f32_neon") => Bf16Packer::Neon8x4,
+                        other => return Err(format!("{kernel}: bf16 LHS packer {other:?} not driven raw here")),
+                    };
+                    (Call::Bf16(i.run_matmul, packer), mr, kr, sr)
                 } else {
                     return Err(format!("{} is not a family this probe drives raw", info.family));
                 }
@@ -230,6 +314,22 @@ mod raw {
                     }
                     Call::Qsi8d32p(_, Qsi8d32Packer::Sb4x8) => {
                         sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, 32, mr, kr, sr)
+                    }
+                    Call::Qsi8d32p(_, Qsi8d32Packer::ScaleF32) => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f32_neon(m, k, 32, mr, kr, sr)
+                    }
+                    Call::Qai8dxpCx(_) => sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr),
+                    Call::Bf16(_, Bf16Packer::Sme) => {
+                        sys::kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme(m, k, mr, kr, sr)
+                    }
+                    Call::Bf16(_, Bf16Packer::Sme2) => {
+                        sys::kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme2(m, k, mr, kr, sr)
+                    }
+                    Call::Bf16(_, Bf16Packer::Neon1x4) => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_bf16p1x4_f32_neon(m, k, mr, kr, sr)
+                    }
+                    Call::Bf16(_, Bf16Packer::Neon8x4) => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_bf16p8x4_f32_neon(m, k, mr, kr, sr)
                     }
                 }
             };
@@ -310,6 +410,9 @@ mod raw {
                             Qsi8d32Packer::Sb4x8 => {
                                 sys::kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, 32, mr, kr, sr, 0, x, st, lhs)
                             }
+                            Qsi8d32Packer::ScaleF32 => sys::kai_run_lhs_quant_pack_qsi8d32pscalef32_f32_neon(
+                                m, k, 32, mr, kr, sr, 0, x, st, lhs,
+                            ),
                         }
                         run.expect("the generated table fills run_matmul")(
                             m,
@@ -319,6 +422,50 @@ mod raw {
                             lhs,
                             rhs,
                             y.as_mut_ptr(),
+                            n * 4,
+                            4,
+                            min,
+                            max,
+                        );
+                    }
+                    Call::Qai8dxpCx(run) => {
+                        sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr, 0, x.as_ptr(), k * 4, lhs);
+                        run.expect("the generated table fills run_matmul")(
+                            m,
+                            n,
+                            k,
+                            lhs,
+                            rhs,
+                            y.as_mut_ptr(),
+                            n * 4,
+                            4,
+                            min,
+                            max,
+                        );
+                    }
+                    Call::Bf16(run, packer) => {
+                        let (x, st) = (x.as_ptr().cast(), k * 4);
+                        match packer {
+                            Bf16Packer::Sme => {
+                                sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme(m, k, mr, kr, sr, 0, x, st, lhs)
+                            }
+                            Bf16Packer::Sme2 => {
+                                sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme2(m, k, mr, kr, sr, 0, x, st, lhs)
+                            }
+                            Bf16Packer::Neon1x4 => {
+                                sys::kai_run_lhs_quant_pack_bf16p1x4_f32_neon(m, k, mr, kr, sr, 0, x, st, lhs)
+                            }
+                            Bf16Packer::Neon8x4 => {
+                                sys::kai_run_lhs_quant_pack_bf16p8x4_f32_neon(m, k, mr, kr, sr, 0, x, st, lhs)
+                            }
+                        }
+                        run.expect("the generated table fills run_matmul")(
+                            m,
+                            n,
+                            k,
+                            lhs,
+                            rhs,
+                            y.as_mut_ptr().cast(),
                             n * 4,
                             4,
                             min,
@@ -406,7 +553,20 @@ fn mark(what: &str) {
 }
 
 #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
-const CASES: [(&str, usize); 4] = [("q4_0", 1), ("q4_0", 64), ("f32", 1), ("f32", 64)];
+const CASES: [(&str, usize); 12] = [
+    ("q4_0", 1),
+    ("q4_0", 64),
+    ("f32", 1),
+    ("f32", 64),
+    ("q8_0", 1),
+    ("i4", 1),
+    ("i4b", 1),
+    ("i4a", 1),
+    ("i8", 1),
+    ("f16", 1),
+    ("bf16", 1),
+    ("bf16", 64),
+];
 
 #[cfg(target_arch = "aarch64")]
 fn overhead(args: &[String]) -> Result<(), String> {
@@ -525,8 +685,7 @@ fn cost(args: &[String]) -> Result<(), String> {
     let case = args.first().ok_or("cost KIND:M ITERS [GEMM [GEMV]]")?;
     let iters: usize = args.get(1).and_then(|v| v.parse().ok()).ok_or("cost KIND:M ITERS")?;
     let (kind, m) = case.split_once(':').ok_or("CASE is kind:m")?;
-    let kind =
-        ["q4_0", "q8_0", "f16", "f32", "bf16", "i4", "f16h"].into_iter().find(|k| *k == kind).ok_or("unknown kind")?;
+    let kind = KINDS.into_iter().find(|k| *k == kind).ok_or("unknown kind")?;
     let m: usize = m.parse().map_err(|_| "bad m")?;
     let w = Weights::new(kind, SIZE, SIZE);
     let act = if kind == "f16h" { kleidiai::weights::DType::F16 } else { kleidiai::weights::DType::F32 };

@@ -518,6 +518,72 @@ mod imp {
             Ok(())
         }
 
+        /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
+        /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`, made
+        /// once (the steady-state path of `PackedWeights::matmul`). `None`
+        /// for the GEMV kernel when `k` is not a multiple of its `kr` (its
+        /// rows are packed from zero-padded copies: the checked path).
+        pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
+            let l = *rhs.layout();
+            let (n, k) = (l.rows, l.k);
+            error::nonzero(m, "m")?;
+            error::nonzero(k, "k")?;
+            rhs.expect(&self.rhs_layout(n, k)?, self.0.info.name)?;
+            let layout = self.lhs_layout(m, k)?;
+            let t = self.tiles()?;
+            if self.is_gemv() && k % t.kr != 0 {
+                return Ok(None);
+            }
+            error::mul(m, k, "lhs")?;
+            error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
+            error::mul(k, 4, "lhs stride")?;
+            error::mul(n, 4, "dst stride")?;
+            let row_bytes = error::mul(roundup(k, layout.kr, "k")?, 2, "packed lhs")?;
+            let lhs_bytes = error::mul(roundup(m, layout.r, "m")?, row_bytes, "packed lhs")?;
+            Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
+        }
+
+        /// What `pack_lhs_into` then `run` do on one thread for the whole
+        /// output, without their checks.
+        ///
+        /// # Safety
+        /// `p` is what [`prepare`](Self::prepare) returned for this `rhs`;
+        /// the CPU still has the kernel's features; `x` holds `p.m x p.k`
+        /// f32, `lhs` `p.lhs_bytes` writable bytes (64-byte aligned), `y`
+        /// `p.m x p.n` f32; `clamp` is valid.
+        pub(crate) unsafe fn run_prepared(
+            &self,
+            p: &engine::Prepared,
+            x: *const f32,
+            lhs: *mut u8,
+            rhs: &PackedRhs,
+            y: *mut f32,
+            clamp: Clamp,
+        ) {
+            let (m, n, k, t) = (p.m, p.n, p.k, p.t);
+            let run = self.0.iface.run_matmul.expect("run");
+            let r = rhs.data().as_ptr().cast();
+            // SAFETY: the caller's contract: every size and layout rule was
+            // checked by `prepare` for exactly these operands, the buffers
+            // have the sizes it computed and the offsets of row 0 and column
+            // 0 are 0. The GEMV kernel takes one row per call (as in `run`),
+            // row i of its packed LHS at i * 2k bytes (k a multiple of kr:
+            // prepare), packed one row per packer call as `pack_lhs_into` does.
+            unsafe {
+                if self.is_gemv() {
+                    for i in 0..m {
+                        let (a, row) = (lhs.add(i * k * 2).cast(), x.add(i * k).cast());
+                        sys::kai_run_lhs_quant_pack_bf16p1x4_f32_neon(1, k, t.mr, t.kr, t.sr, 0, row, k * 4, a);
+                        run(1, n, k, a, r, y.add(i * n).cast(), n * 4, 4, clamp.min, clamp.max);
+                    }
+                } else {
+                    let l = lhs.cast();
+                    sys::kai_run_lhs_quant_pack_bf16p8x4_f32_neon(m, k, t.mr, t.kr, t.sr, 0, x.cast(), k * 4, l);
+                    run(m, n, k, l, r, y.cast(), n * 4, 4, clamp.min, clamp.max);
+                }
+            }
+        }
+
         /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
         pub fn run(
             &self,

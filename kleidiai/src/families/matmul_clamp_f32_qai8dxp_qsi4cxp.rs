@@ -365,6 +365,67 @@ mod imp {
             Ok(())
         }
 
+        /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
+        /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`, made
+        /// once (the steady-state path of `PackedWeights::matmul`).
+        pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
+            let l = *rhs.layout();
+            let (n, k) = (l.rows, l.k);
+            error::nonzero(m, "m")?;
+            error::nonzero(k, "k")?;
+            rhs.expect(&self.rhs_layout(n, k)?, self.0.info.name)?;
+            let (t, _) = self.tiles()?;
+            error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
+            error::mul(m, k, "lhs")?;
+            error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
+            error::mul(k, 4, "lhs stride")?;
+            error::mul(n, 4, "dst stride")?;
+            // SAFETY: size query, pure arithmetic (kr % sr == 0 checked).
+            let lhs_bytes = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr) };
+            Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
+        }
+
+        /// What `pack_lhs_into` then `run` do on one thread for the whole
+        /// output, without their checks.
+        ///
+        /// # Safety
+        /// `p` is what [`prepare`](Self::prepare) returned for this `rhs`;
+        /// the CPU still runs the kernel at the vector length it ran at
+        /// then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes` writable
+        /// bytes (64-byte aligned), `y` `p.m x p.n` f32; `clamp` is valid.
+        pub(crate) unsafe fn run_prepared(
+            &self,
+            p: &engine::Prepared,
+            x: *const f32,
+            lhs: *mut u8,
+            rhs: &PackedRhs,
+            y: *mut f32,
+            clamp: Clamp,
+        ) {
+            let (m, n, k, t) = (p.m, p.n, p.k, p.t);
+            let i = self.0.iface;
+            let rp = rhs.data().as_ptr();
+            // SAFETY: the caller's contract: every size and layout rule was
+            // checked by `prepare` for exactly these operands, the buffers
+            // have the sizes it computed, and offsets of row 0 and column 0
+            // are 0. Single-row kernels (mr 1) get one row per call at the
+            // packer's offset of that row.
+            unsafe {
+                sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs.cast());
+                let run = i.run_matmul.expect("run");
+                if t.mr == 1 {
+                    let get_lhs = i.get_lhs_packed_offset.expect("lhs offset");
+                    for r in 0..m {
+                        let lo = if r == 0 { 0 } else { get_lhs(r, k) };
+                        let (a, d) = (lhs.add(lo).cast(), y.add(r * n));
+                        run(1, n, k, a, rp.cast(), d, n * 4, 4, clamp.min, clamp.max);
+                    }
+                } else {
+                    run(m, n, k, lhs.cast(), rp.cast(), y, n * 4, 4, clamp.min, clamp.max);
+                }
+            }
+        }
+
         /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
         pub fn run(
             &self,

@@ -332,6 +332,61 @@ mod imp {
             Ok(())
         }
 
+        /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
+        /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`, made
+        /// once (the steady-state path of `PackedWeights::matmul`).
+        pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
+            let l = *rhs.layout();
+            let (n, k) = (l.rows, l.k);
+            error::nonzero(m, "m")?;
+            error::nonzero(k, "k")?;
+            rhs.expect(&self.rhs_layout(n, k)?, self.0.info.name)?;
+            let layout = self.lhs_layout(m, k)?;
+            let (t, _) = self.tiles()?;
+            error::mul(m, k, "lhs")?;
+            error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
+            error::mul(k, 4, "lhs stride")?;
+            error::mul(n, 4, "dst stride")?;
+            let row_bytes = error::mul(roundup(k, layout.kr, "k")?, 2, "packed lhs")?;
+            let lhs_bytes = error::mul(roundup(m, layout.r, "m")?, row_bytes, "packed lhs")?;
+            Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
+        }
+
+        /// What `pack_lhs_into` then `run` do on one thread for the whole
+        /// output, without their checks.
+        ///
+        /// # Safety
+        /// `p` is what [`prepare`](Self::prepare) returned for this `rhs`;
+        /// the CPU still runs the kernel at the vector length it ran at
+        /// then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes` writable
+        /// bytes (64-byte aligned), `y` `p.m x p.n` f32; `clamp` is valid.
+        pub(crate) unsafe fn run_prepared(
+            &self,
+            p: &engine::Prepared,
+            x: *const f32,
+            lhs: *mut u8,
+            rhs: &PackedRhs,
+            y: *mut f32,
+            clamp: Clamp,
+        ) {
+            let (m, n, k, t) = (p.m, p.n, p.k, p.t);
+            let run = self.0.iface.run_matmul.expect("run");
+            let (x, l, r) = (x.cast(), lhs.cast(), rhs.data().as_ptr().cast());
+            // SAFETY: the caller's contract: every size and layout rule was
+            // checked by `prepare` for exactly these operands at this vector
+            // length, the buffers have the sizes it computed, the offsets of
+            // row 0 and column 0 are 0, and the CPU has the packer's and the
+            // kernel's features.
+            unsafe {
+                if self.0.sme2 {
+                    sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme2(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, l);
+                } else {
+                    sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, l);
+                }
+                run(m, n, k, l, r, y.cast(), n * 4, 4, clamp.min, clamp.max);
+            }
+        }
+
         /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
         pub fn run(
             &self,

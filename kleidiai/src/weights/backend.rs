@@ -323,11 +323,11 @@ mod families {
         weights_for!(s, w, { x if is_dense(x) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
     // bf16 weights (exactly representable) on the bf16 kernels.
-    packed_lhs!(matmul_clamp_f32_bf16p_bf16p, F32, nobl, nobl, |s, w| {
+    packed_lhs!(matmul_clamp_f32_bf16p_bf16p, F32, nobl, nobl, fast, |s, w| {
         weights_for!(s, w, { x @ (WeightsRef::Bf16(_) | WeightsRef::F32(_)) => pack_as_f32(x, |w| s.pack_rhs(w)) })
     });
     // ggml's F16 weights go to the SME2 bf16 kernel (rounded to bf16 there).
-    packed_lhs!(matmul_clamp_fp32_bf16p_bf16p, F32, nobl, nobl, |s, w| {
+    packed_lhs!(matmul_clamp_fp32_bf16p_bf16p, F32, nobl, nobl, fast, |s, w| {
         weights_for!(s, w, {
             x @ (WeightsRef::Bf16(_) | WeightsRef::F16(_) | WeightsRef::F32(_)) => pack_as_f32(x, |w| s.pack_rhs(w))
         })
@@ -343,7 +343,7 @@ mod families {
     packed_lhs!(matmul_clamp_f32_qai8dxp_qsi8cxp, F32, nobl, nobl, fast, |s, w| {
         weights_for!(s, w, { WeightsRef::Int8PerChannel(w) => s.pack_rhs(w) })
     });
-    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32, nobl, nobl, |s, w| {
+    packed_lhs!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32, nobl, nobl, fast, |s, w| {
         weights_for!(s, w, { WeightsRef::Int4PerChannel(w) => s.pack_rhs(w) })
     });
     packed_lhs!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16, nobl, nobl, fast, |s, w| {
@@ -375,6 +375,9 @@ mod families {
     fast!(matmul_clamp_f16_f16p_f16p, F16, float half::f16);
     fast!(matmul_clamp_f16_f16_f16p, F16, float half::f16);
     fast!(matmul_clamp_f32_qai8dxp_qsi8cxp, F32);
+    fast!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32);
+    fast!(matmul_clamp_fp32_bf16p_bf16p, F32);
+    fast!(matmul_clamp_f32_bf16p_bf16p, F32);
     fast!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16);
     fast!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32);
     fast!(matmul_clamp_f32_qsi8d32p_qsi4c32p, F32);
