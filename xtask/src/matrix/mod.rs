@@ -261,7 +261,7 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     extra.insert("conformance_coverage".into(), coverage.json);
 
     // ---- property-test case totals and determinism across runs.
-    let props = crate::reliability::proptest_totals(&results);
+    let props = crate::reliability::proptest_totals(&results, opts.models.len(), options::MODELS.len());
     let (determinism, verdicts) = crate::reliability::determinism(&results);
     for check in [&props, &determinism] {
         for line in &check.lines {
