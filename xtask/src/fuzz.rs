@@ -355,6 +355,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_arm_crash_is_saved_and_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("xtask-fake-qemu-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Stands in for qemu running the driver: writes the input it is on
+        // where `--current` says, then dies on a signal.
+        let qemu = dir.join("qemu");
+        std::fs::write(
+            &qemu,
+            "#!/bin/sh\nwhile [ \"$1\" != --current ]; do shift; done\nprintf boom > \"$2\"\nkill -SEGV $$\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&qemu, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let env = Env { qemu, sysroot: dir.clone(), vars: Vec::new() };
+        let r = run_arm_target(&env, Path::new("fuzz_replay"), "max,sme=off", "unit-test", 0, 1).unwrap();
+        let line = r.line();
+        let _ = std::fs::remove_dir_all(&dir);
+        let saved = r.crashes.first().map(|c| root().join(c));
+        let bytes = saved.as_ref().and_then(|p| std::fs::read(p).ok());
+        let _ = std::fs::remove_dir_all(fuzz_dir().join("artifacts/unit-test"));
+        assert!(!r.ok() && r.crashes.len() == 1, "{r:?}");
+        assert!(r.crashes[0].starts_with("fuzz/artifacts/unit-test/crash-max_sme_off-"), "{r:?}");
+        assert_eq!(bytes.as_deref(), Some(&b"boom"[..]));
+        assert!(line.contains("QEMU_CPU=max,sme=off cargo run --release --target aarch64-unknown-linux-gnu"), "{line}");
+        assert!(line.contains("--example fuzz_replay -- unit-test fuzz/artifacts/unit-test/crash-"), "{line}");
+    }
+
+    #[test]
     fn libfuzzer_final_stats() {
         let out = "INFO: Seed: 1\n#2\tINITED cov: 10 ft: 11 corp: 3/40b exec/s: 0 rss: 30Mb\n\
                    #4096\tpulse  cov: 12 ft: 13 corp: 3/40b lim: 4 exec/s: 2048 rss: 31Mb\n\
