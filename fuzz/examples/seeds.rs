@@ -11,11 +11,8 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let [_, cmd, file] = &args[..] {
         if cmd == "show" {
-            use arbitrary::Arbitrary;
             let bytes = std::fs::read(file).expect("read the input");
-            let calls =
-                Vec::<kleidiai_fuzz::validation::Call>::arbitrary_take_rest(arbitrary::Unstructured::new(&bytes))
-                    .expect("decodes");
+            let calls = kleidiai_fuzz::validation::decode(&bytes).expect("decodes");
             println!("{calls:#?}");
             println!("tags: {:?}", kleidiai_fuzz::validation::run_tagged(calls));
             return;

@@ -2,8 +2,7 @@
 //! by `cargo run --release --example seeds` in `fuzz/` and then minimised
 //! with `cargo fuzz cmin`.
 
-use crate::validation::{Call, run_tagged};
-use arbitrary::{Arbitrary, Unstructured};
+use crate::validation::{decode, run_tagged};
 use kleidiai::weights::file::{FileHeader, SlotHeader};
 use std::collections::BTreeSet;
 
@@ -130,7 +129,7 @@ pub fn validation(tries: usize, per_tag: usize) -> Vec<(String, Vec<u8>)> {
     for i in 0..tries {
         let len = 8 + (next() % 200) as usize;
         let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-        let Ok(calls) = Vec::<Call>::arbitrary_take_rest(Unstructured::new(&bytes)) else { continue };
+        let Some(calls) = decode(&bytes) else { continue };
         let tags: BTreeSet<String> = match std::panic::catch_unwind(|| run_tagged(calls)) {
             Ok(t) => t,
             Err(_) => {

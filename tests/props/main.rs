@@ -5,8 +5,10 @@
 //! a panic), every valid call must match the family reference.
 //!
 //! Each property records how many cases it ran (`xtask test` sums them).
-//! `KLEIDIAI_PROPTEST_SCALE=10` runs ten times as many cases;
-//! `KLEIDIAI_PROPTEST_SEED=<seed>` replays a failure (the seed is printed).
+//! `KLEIDIAI_PROPTEST_SCALE=10` runs ten times as many cases. Seeds are
+//! fixed per property (the same cases every run); a failure prints its
+//! seed, `KLEIDIAI_PROPTEST_SEED=<seed>` replays it, and
+//! `KLEIDIAI_PROPTEST_SEED=random` explores new cases.
 //!
 //! What non-finite inputs do (no undefined behaviour either way):
 //! see the crate docs of [`kleidiai::weights`].
@@ -16,5 +18,6 @@ mod common;
 mod file;
 mod ggml;
 mod harness;
+mod kernels;
 mod strat;
 mod weights;

@@ -36,9 +36,14 @@ impl Len {
 }
 
 /// Mostly exact, sometimes short, long or empty.
-pub fn len() -> impl Strategy<Value = Len> {
+pub fn len() -> impl Strategy<Value = Len> + Clone {
+    len_weighted(14)
+}
+
+/// Exact `exact` times in `exact + 5`, else short, long or empty.
+pub fn len_weighted(exact: u32) -> impl Strategy<Value = Len> + Clone {
     prop_oneof![
-        14 => Just(Len::Exact),
+        exact => Just(Len::Exact),
         2 => (1u8..=3).prop_map(Len::Short),
         2 => (1u8..=9).prop_map(Len::Long),
         1 => Just(Len::Empty),
@@ -81,6 +86,11 @@ pub fn special() -> impl Strategy<Value = Special> {
         1 => Just(Special::NegInf),
         1 => Just(Special::Huge),
     ]
+}
+
+/// [`special`] when `on`, else always [`Special::None`].
+pub fn special_if(on: bool) -> BoxedStrategy<Special> {
+    if on { special().boxed() } else { Just(Special::None).boxed() }
 }
 
 impl Special {

@@ -71,51 +71,82 @@ fn kind() -> impl Strategy<Value = Kind> {
     proptest::sample::select(Kind::ALL.to_vec())
 }
 
-/// `(n, k, bl)`: mostly a valid shape for `kind`, sometimes anything.
-fn shape(kind: Kind, small: bool) -> impl Strategy<Value = (usize, usize, usize)> {
-    let (max_n, max_blocks, max_k): (usize, usize, usize) = if small { (12, 2, 40) } else { (24, 3, 80) };
-    let valid = (1..=max_n, 1..=max_blocks, 1usize..=max_k, 0usize..2).prop_map(move |(n, blocks, k, b)| match kind {
-        Kind::Q8_0 | Kind::Q4_0 => (n, 32 * blocks, 32),
-        Kind::Blocks | Kind::Asym => {
-            let bl = [32, 64][b];
-            (n, bl * blocks, bl)
-        }
-        _ => (n, k, 0),
-    });
-    let wild =
-        (strat::wild_dim(), strat::wild_dim(), prop_oneof![Just(0usize), Just(2), Just(16), Just(32), 1usize..=96]);
-    prop_oneof![6 => valid, 1 => wild]
+/// What a weights strategy draws: the ranges of a valid shape, and how
+/// often a shape, a buffer or a value is off.
+#[derive(Clone, Copy, Debug)]
+pub struct Draw {
+    /// n, inclusive.
+    pub n: (usize, usize),
+    /// k in blocks of the block length (block formats), inclusive.
+    pub blocks: (usize, usize),
+    /// k of the other formats, inclusive.
+    pub k: (usize, usize),
+    /// Weight of an arbitrary (zero, huge, off-block) shape against 6 of a
+    /// valid one.
+    pub wild: u32,
+    /// Weight of an exact buffer length against 5 of a short, long or empty
+    /// one (None: always exact).
+    pub exact: Option<u32>,
+    /// NaN, infinities or huge values mixed into the data at times.
+    pub specials: bool,
 }
 
-pub fn wspec(small: bool) -> impl Strategy<Value = WSpec> {
-    kind().prop_flat_map(move |kind| {
-        (
-            Just(kind),
-            shape(kind, small),
-            (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
-            (strat::len(), strat::len(), strat::len(), proptest::option::of(strat::len())),
-            strat::special(),
-            any::<u64>(),
-        )
-            .prop_map(|(kind, (n, k, bl), (kxn, offset8, high_first, bf16_scales), lens, special, seed)| {
-                WSpec {
-                    kind,
-                    n,
-                    k,
-                    bl,
-                    kxn,
-                    offset8,
-                    high_first,
-                    bf16_scales,
-                    data: lens.0,
-                    scales: lens.1,
-                    offsets: lens.2,
-                    bias: lens.3,
-                    special,
-                    seed,
-                }
-            })
-    })
+/// Small shapes, every kind of bad argument.
+pub const SMALL: Draw = Draw { n: (1, 12), blocks: (1, 2), k: (1, 40), wild: 1, exact: Some(14), specials: true };
+/// Somewhat larger shapes, every kind of bad argument.
+pub const MEDIUM: Draw = Draw { n: (1, 24), blocks: (1, 3), k: (1, 80), wild: 1, exact: Some(14), specials: true };
+
+/// `(n, k, bl)`: mostly a valid shape for `kind`, sometimes anything.
+fn shape(kind: Kind, d: Draw) -> BoxedStrategy<(usize, usize, usize)> {
+    let valid = (d.n.0..=d.n.1, d.blocks.0..=d.blocks.1, d.k.0..=d.k.1, 0usize..2).prop_map(
+        move |(n, blocks, k, b)| match kind {
+            Kind::Q8_0 | Kind::Q4_0 => (n, 32 * blocks, 32),
+            Kind::Blocks | Kind::Asym => {
+                let bl = [32, 64][b];
+                (n, bl * blocks, bl)
+            }
+            _ => (n, k, 0),
+        },
+    );
+    let wild =
+        (strat::wild_dim(), strat::wild_dim(), prop_oneof![Just(0usize), Just(2), Just(16), Just(32), 1usize..=96]);
+    if d.wild == 0 { valid.boxed() } else { prop_oneof![6 => valid, d.wild => wild].boxed() }
+}
+
+pub fn wspec(d: Draw) -> impl Strategy<Value = WSpec> {
+    kind().prop_flat_map(move |kind| wspec_of(kind, d))
+}
+
+/// Weights of one kind.
+pub fn wspec_of(kind: Kind, d: Draw) -> impl Strategy<Value = WSpec> {
+    let len = || match d.exact {
+        Some(w) => strat::len_weighted(w).boxed(),
+        None => Just(Len::Exact).boxed(),
+    };
+    (
+        Just(kind),
+        shape(kind, d),
+        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        (len(), len(), len(), proptest::option::of(len())),
+        strat::special_if(d.specials),
+        any::<u64>(),
+    )
+        .prop_map(|(kind, (n, k, bl), (kxn, offset8, high_first, bf16_scales), lens, special, seed)| WSpec {
+            kind,
+            n,
+            k,
+            bl,
+            kxn,
+            offset8,
+            high_first,
+            bf16_scales,
+            data: lens.0,
+            scales: lens.1,
+            offsets: lens.2,
+            bias: lens.3,
+            special,
+            seed,
+        })
 }
 
 /// What the buffers of `s` must hold (None: the size overflows `usize`).
@@ -520,8 +551,9 @@ pub fn magnitude(w: &[f32], bias: Option<&[f32]>, x: &[f32], m: usize, n: usize,
     out
 }
 
+/// A clamp: none, a range, or an invalid one.
 #[derive(Clone, Copy, Debug)]
-enum ClampSpec {
+pub enum ClampSpec {
     None,
     Range(f32, f32),
     Inverted,
@@ -529,7 +561,8 @@ enum ClampSpec {
 }
 
 impl ClampSpec {
-    fn clamp(self) -> (Clamp, bool) {
+    /// The clamp, and whether it is valid.
+    pub fn clamp(self) -> (Clamp, bool) {
         match self {
             ClampSpec::None => (Clamp::NONE, true),
             ClampSpec::Range(a, b) => (Clamp { min: a.min(b), max: a.max(b) }, true),
@@ -548,29 +581,40 @@ fn clamp_spec() -> impl Strategy<Value = ClampSpec> {
     ]
 }
 
+/// One matmul call on packed weights: rows, buffer lengths, types, clamp,
+/// threads and special values in the activations.
 #[derive(Clone, Debug)]
-struct Call {
-    m: usize,
-    x: Len,
-    y: Len,
+pub struct Call {
+    pub m: usize,
+    pub x: Len,
+    pub y: Len,
     /// Another element type for the input or output (a type error).
-    x_type: Option<u8>,
-    y_type: Option<u8>,
-    clamp: ClampSpec,
-    threads: usize,
-    special: Special,
+    pub x_type: Option<u8>,
+    pub y_type: Option<u8>,
+    pub clamp: ClampSpec,
+    pub threads: usize,
+    pub special: Special,
 }
 
 fn call() -> impl Strategy<Value = Call> {
+    call_from(prop_oneof![12 => 1usize..=9, 1 => Just(0usize), 1 => strat::huge()], strat::len(), strat::special())
+}
+
+/// Calls of `m` rows, with input and output buffers of `len`.
+pub fn call_from(
+    m: impl Strategy<Value = usize>,
+    len: impl Strategy<Value = Len> + Clone,
+    special: impl Strategy<Value = Special>,
+) -> impl Strategy<Value = Call> {
     (
-        prop_oneof![12 => 1usize..=9, 1 => Just(0usize), 1 => strat::huge()],
-        strat::len(),
-        strat::len(),
+        m,
+        len.clone(),
+        len,
         proptest::option::weighted(0.05, 0u8..3),
         proptest::option::weighted(0.05, 0u8..3),
         clamp_spec(),
         0usize..=3,
-        strat::special(),
+        special,
     )
         .prop_map(|(m, x, y, x_type, y_type, clamp, threads, special)| Call {
             m,
@@ -660,9 +704,82 @@ fn needs_finite_lhs(kind: Kind) -> bool {
     kind == Kind::Asym
 }
 
+/// Packed weights and what a call on them is checked against.
+pub struct Served<'a> {
+    pub s: &'a WSpec,
+    pub w: &'a WeightsRef<'a>,
+    pub packed: &'a PackedWeights,
+    /// The activation type the weights were packed for.
+    pub act: DType,
+    /// Whether an operation takes these weights with `act` activations.
+    pub op: bool,
+    /// The weights as dense f32 rows, as packed ([`dense`]), and the bias.
+    pub dense: &'a [f32],
+    pub bias: Option<&'a [f32]>,
+}
+
+/// Runs call `c` on `v.packed` with activations from `rng`: an invalid
+/// call must be an `Err`; a valid one `Ok`, equal to the family reference
+/// (within the kernels' tolerance) and writing nothing past m x n. Returns
+/// the input and output of a valid call.
+pub fn check_call(
+    v: &Served<'_>,
+    c: &Call,
+    rng: &mut Rng,
+    scratch: &mut Scratch,
+) -> Result<Option<(Buf, Vec<f32>)>, TestCaseError> {
+    let (s, packed, act) = (v.s, v.packed, v.act);
+    let (n, k) = (s.n, s.k);
+    let xt = c.x_type.map_or(act, |t| DTYPES[t as usize]);
+    let yt = c.y_type.map_or(act, |t| DTYPES[t as usize]);
+    let (clamp, clamp_ok) = c.clamp.clamp();
+    let x_len = c.x.of(strat::mul(c.m, k));
+    let y_len = c.y.of(strat::mul(c.m, n));
+    let xv = rng.data(x_len, c.special);
+    let x = Buf::new(xt, &xv);
+    let mut y = Buf::new(yt, &vec![0.0; y_len]);
+    let used = strat::mul(c.m, k).map_or(x_len, |mk| mk.min(x_len));
+    let finite = x.to_f32()[..used].iter().all(|v| v.is_finite());
+    let valid = v.op
+        && c.m > 0
+        && xt == act
+        && yt == act
+        && strat::mul(c.m, k).is_some_and(|need| x_len >= need)
+        && strat::mul(c.m, n).is_some_and(|need| y_len >= need)
+        && clamp_ok
+        && (finite || !needs_finite_lhs(s.kind));
+    let par = if c.threads == 0 { Parallelism::Sequential } else { Parallelism::Rayon(c.threads) };
+    let got = packed.matmul(c.m, x.act(), y.out(), clamp, par, scratch);
+    harness::count(valid);
+    if !valid {
+        ensure!(got.is_err(), "invalid call accepted: m={} x={x_len} y={y_len} {xt:?}/{yt:?} {clamp:?}", c.m);
+        return Ok(None);
+    }
+    ensure!(got.is_ok(), "valid call refused: m={} {:?}: {}", c.m, packed.kernel_for(c.m), got.unwrap_err());
+    let mut want = Buf::new(yt, &vec![0.0; y_len]);
+    let r = reference(v.w, c.m, &x, &mut want, clamp);
+    ensure!(r.is_ok(), "the reference refuses a call PackedWeights accepted: {}", r.unwrap_err());
+    let mn = c.m * n;
+    let half = act != DType::F32;
+    let mag = magnitude(v.dense, v.bias, &x.to_f32(), c.m, n, k, half);
+    let what = format!("{:?}/{act:?} m={} n={n} k={k} via {:?}", s.kind, c.m, packed.kernel_for(c.m));
+    let y = y.to_f32();
+    compare(
+        &what,
+        &y[..mn],
+        &want.to_f32()[..mn],
+        &mag,
+        tolerance(s.kind, act),
+        reference_only() || packed.kernel_for(c.m).is_none(),
+    )?;
+    // Outputs past m x n are left alone.
+    ensure!(y[mn..].iter().all(|v| *v == 0.0), "{what}: wrote past m x n");
+    Ok(Some((x, y)))
+}
+
 #[test]
 fn packed_weights_every_kind() {
-    let strategy = (wspec(false), options_any(), proptest::collection::vec(call(), 1..=3), any::<u64>());
+    let strategy = (wspec(MEDIUM), options_any(), proptest::collection::vec(call(), 1..=3), any::<u64>());
     check("weights::packed_weights_every_kind", Cases::new(80_000, 1_000), strategy, |(s, opts, calls, seed)| {
         let opts = fix_options(&s, opts);
         let owned = OwnedW::build(&s);
@@ -723,50 +840,9 @@ fn packed_weights_every_kind() {
         let bias = bias_f32(&w);
         let mut rng = Rng::new(seed);
         let mut scratch = Scratch::default();
+        let served = Served { s: &s, w: &w, packed: &packed, act: opts.act, op, dense: &wd, bias: bias.as_deref() };
         for c in &calls {
-            let xt = c.x_type.map_or(opts.act, |t| DTYPES[t as usize]);
-            let yt = c.y_type.map_or(opts.act, |t| DTYPES[t as usize]);
-            let (clamp, clamp_ok) = c.clamp.clamp();
-            let x_len = c.x.of(strat::mul(c.m, k));
-            let y_len = c.y.of(strat::mul(c.m, n));
-            let xv = rng.data(x_len, c.special);
-            let x = Buf::new(xt, &xv);
-            let mut y = Buf::new(yt, &vec![0.0; y_len]);
-            let used = strat::mul(c.m, k).map_or(x_len, |mk| mk.min(x_len));
-            let finite = x.to_f32()[..used].iter().all(|v| v.is_finite());
-            let valid = op
-                && c.m > 0
-                && xt == opts.act
-                && yt == opts.act
-                && strat::mul(c.m, k).is_some_and(|need| x_len >= need)
-                && strat::mul(c.m, n).is_some_and(|need| y_len >= need)
-                && clamp_ok
-                && (finite || !needs_finite_lhs(s.kind));
-            let par = if c.threads == 0 { Parallelism::Sequential } else { Parallelism::Rayon(c.threads) };
-            let got = packed.matmul(c.m, x.act(), y.out(), clamp, par, &mut scratch);
-            harness::count(valid);
-            if !valid {
-                ensure!(got.is_err(), "invalid call accepted: m={} x={x_len} y={y_len} {xt:?}/{yt:?} {clamp:?}", c.m);
-                continue;
-            }
-            ensure!(got.is_ok(), "valid call refused: m={} {:?}: {}", c.m, packed.kernel_for(c.m), got.unwrap_err());
-            let mut want = Buf::new(yt, &vec![0.0; y_len]);
-            let r = reference(&w, c.m, &x, &mut want, clamp);
-            ensure!(r.is_ok(), "the reference refuses a call PackedWeights accepted: {}", r.unwrap_err());
-            let mn = c.m * n;
-            let half = opts.act != DType::F32;
-            let mag = magnitude(&wd, bias.as_deref(), &x.to_f32(), c.m, n, k, half);
-            let what = format!("{:?}/{:?} m={} n={n} k={k} via {:?}", s.kind, opts.act, c.m, packed.kernel_for(c.m));
-            compare(
-                &what,
-                &y.to_f32()[..mn],
-                &want.to_f32()[..mn],
-                &mag,
-                tolerance(s.kind, opts.act),
-                reference_only() || packed.kernel_for(c.m).is_none(),
-            )?;
-            // Outputs past m x n are left alone.
-            ensure!(y.to_f32()[mn..].iter().all(|v| *v == 0.0), "{what}: wrote past m x n");
+            check_call(&served, c, &mut rng, &mut scratch)?;
         }
         // get_rows: every row in range equals the weights (as packed).
         for _ in 0..2 {
@@ -835,7 +911,7 @@ fn fix_options(s: &WSpec, mut o: Options) -> Options {
 /// never changes what is computed.
 #[test]
 fn tier_choice_does_not_change_results() {
-    let strategy = (wspec(true), any::<u64>(), 1usize..=5);
+    let strategy = (wspec(SMALL), any::<u64>(), 1usize..=5);
     check("weights::tier_choice_does_not_change_results", Cases::new(6_000, 240), strategy, |(s, seed, m)| {
         if !(format_valid(&s) && operation_valid(&s)) {
             return Ok(());

@@ -3,7 +3,7 @@
 //! host tests, the aarch64 build, the qemu CPU-model matrix, MSRV check and
 //! the build-time comparison against upstream's CMake, bounded fuzzing, with
 //! one summary table and `target/test-matrix.json`. `xtask fuzz` runs the
-//! fuzz phase alone.
+//! host fuzz phase alone, `xtask fuzz-arm` the Arm one.
 
 mod buildtime;
 mod downstream;
@@ -71,6 +71,10 @@ fn main() -> ExitCode {
             Ok(v.get("ratio").and_then(serde_json::Value::as_f64).is_some_and(|r| r <= 0.9))
         }),
         Some("fuzz") => fuzz::run().map(|results| results.iter().all(fuzz::FuzzResult::ok)),
+        // The Arm fuzz phase alone: the replay driver under qemu.
+        Some("fuzz-arm") => {
+            util::load_env().and_then(|env| fuzz::run_arm(&env)).map(|r| r.iter().all(fuzz::FuzzResult::ok))
+        }
         Some("help") | Some("--help") | None => {
             eprintln!(
                 "{}\n\n{}\n\n{}\n\n{}\n\n{}",

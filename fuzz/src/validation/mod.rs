@@ -396,6 +396,12 @@ pub enum Call {
     Quant(QuantCall),
 }
 
+/// The calls a fuzz input decodes to, as the `validation` target's libFuzzer
+/// driver decodes it (`arbitrary_take_rest`); None where it does not decode.
+pub fn decode(input: &[u8]) -> Option<Vec<Call>> {
+    Vec::<Call>::arbitrary_take_rest(arbitrary::Unstructured::new(input)).ok()
+}
+
 /// Runs the calls (at most 4), asserting the properties in the module docs.
 pub fn run(calls: Vec<Call>) {
     for c in calls.into_iter().take(4) {

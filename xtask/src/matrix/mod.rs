@@ -208,6 +208,32 @@ pub fn run(args: &[String]) -> Result<bool, String> {
         phases.push(("fuzz".into(), t.elapsed().as_secs_f64()));
     }
 
+    if opts.arm_fuzz {
+        phase(&format!(
+            "fuzz on aarch64: the targets against the KleidiAI kernels under qemu ({}), replay driver",
+            crate::fuzz::ARM_MODELS.join(", ")
+        ));
+        let t = Instant::now();
+        match crate::fuzz::run_arm(&env) {
+            Ok(r) => {
+                ok &= r.iter().all(crate::fuzz::FuzzResult::ok);
+                let execs: u64 = r.iter().map(|r| r.execs).sum();
+                println!("    {execs} executions on Arm in all");
+                extra.insert(
+                    "fuzz_arm".into(),
+                    r.iter().map(crate::fuzz::FuzzResult::to_json).collect::<Vec<_>>().into(),
+                );
+                fuzz_results.extend(r);
+            }
+            Err(e) => {
+                println!("    FAILED: {e}");
+                extra.insert("fuzz_arm".into(), Value::String(format!("failed: {e}")));
+                ok = false;
+            }
+        }
+        phases.push(("fuzz (aarch64, qemu)".into(), t.elapsed().as_secs_f64()));
+    }
+
     if opts.llama {
         // llama.cpp with kleidiai-rs as its KleidiAI provider, on a real
         // model, against llama.cpp's own KleidiAI path and its plain CPU code
@@ -261,7 +287,7 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     extra.insert("conformance_coverage".into(), coverage.json);
 
     // ---- property-test case totals and determinism across runs.
-    let props = crate::reliability::proptest_totals(&results);
+    let props = crate::reliability::proptest_totals(&results, opts.models.len(), options::MODELS.len());
     let (determinism, verdicts) = crate::reliability::determinism(&results);
     for check in [&props, &determinism] {
         for line in &check.lines {

@@ -9,6 +9,7 @@ pub const USAGE: &str = "usage: cargo run -p xtask --release -- test [options]
   --no-downstream    skip cargo package and the downstream crate built from the .crate files
   --no-host          skip the host (x86) run
   --no-fuzz          skip the bounded cargo-fuzz run (host, nightly; also `xtask fuzz` alone)
+  --no-arm-fuzz      skip the fuzz targets on aarch64 under qemu (max, cortex-a53; also `xtask fuzz-arm` alone)
   --no-llama         skip llama.cpp with kleidiai-rs on a real model (also `xtask llama` alone, full matrix)
 Needs scripts/setup.sh to have run (it writes .tools/env); scripts/test.sh does both.";
 
@@ -66,6 +67,7 @@ pub(super) struct Options {
     pub host: bool,
     pub downstream: bool,
     pub fuzz: bool,
+    pub arm_fuzz: bool,
     pub llama: bool,
 }
 
@@ -77,6 +79,7 @@ pub(super) fn parse(args: &[String]) -> Result<Options, String> {
         host: true,
         downstream: true,
         fuzz: true,
+        arm_fuzz: true,
         llama: true,
     };
     let mut p = lexopt::Parser::from_args(args);
@@ -100,6 +103,7 @@ pub(super) fn parse(args: &[String]) -> Result<Options, String> {
             "--no-host" => o.host = false,
             "--no-downstream" => o.downstream = false,
             "--no-fuzz" => o.fuzz = false,
+            "--no-arm-fuzz" => o.arm_fuzz = false,
             "--no-llama" => o.llama = false,
             "--help" | "-h" => return Err(USAGE.into()),
             other => return Err(format!("unknown option `{other}`\n{USAGE}")),
