@@ -36,7 +36,42 @@ pub(crate) trait Finite: Copy {
 
 impl Finite for f32 {
     const NAN: f32 = f32::NAN;
+    /// On aarch64, first a fast filter: `acc = acc + x * y` per lane, over
+    /// pairs of vectors of values. A NaN or an infinity among them makes the
+    /// accumulator NaN or infinite for good (inf * 0 and inf - inf are NaN),
+    /// so a finite accumulator proves every value finite; a non-finite one
+    /// may also come from huge finite values whose products overflow, and
+    /// then the exact test (the sign-free bits' maximum against the
+    /// all-ones exponent) decides. One `fmla` per 8 values and one `ldp`
+    /// per 8: 19 instructions per 64 values, loop included.
     fn all_finite(v: &[f32]) -> bool {
+        #[cfg(target_arch = "aarch64")]
+        {
+            use core::arch::aarch64::{vaddq_f32, vdupq_n_f32, vfmaq_f32, vgetq_lane_f32, vld1q_f32_x4};
+            let chunks = v.chunks_exact(64);
+            let tail = chunks.remainder();
+            // SAFETY: NEON is part of the aarch64 baseline (every target
+            // this crate builds for has it); each load reads 16 f32 values
+            // inside one 64-value chunk of `v`.
+            let acc = unsafe {
+                let zero = vdupq_n_f32(0.0);
+                let (mut a, mut b, mut c, mut d) = (zero, zero, zero, zero);
+                for ch in chunks {
+                    let p = ch.as_ptr();
+                    let (x, y) = (vld1q_f32_x4(p), vld1q_f32_x4(p.add(16)));
+                    let (z, w) = (vld1q_f32_x4(p.add(32)), vld1q_f32_x4(p.add(48)));
+                    a = vfmaq_f32(vfmaq_f32(a, x.0, x.1), z.0, z.1);
+                    b = vfmaq_f32(vfmaq_f32(b, x.2, x.3), z.2, z.3);
+                    c = vfmaq_f32(vfmaq_f32(c, y.0, y.1), w.0, w.1);
+                    d = vfmaq_f32(vfmaq_f32(d, y.2, y.3), w.2, w.3);
+                }
+                let s = vaddq_f32(vaddq_f32(a, b), vaddq_f32(c, d));
+                vgetq_lane_f32::<0>(s) + vgetq_lane_f32::<1>(s) + vgetq_lane_f32::<2>(s) + vgetq_lane_f32::<3>(s)
+            };
+            if acc.is_finite() {
+                return tail.iter().all(|x| x.is_finite());
+            }
+        }
         v.iter().fold(0u32, |a, x| a.max(x.to_bits() << 1)) < 0xFF00_0000
     }
     fn finite(self) -> bool {
@@ -252,13 +287,15 @@ mod tests {
     fn scans_find_every_non_finite_value_and_nothing_else() {
         let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -f32::NAN];
         let finite = [0.0, -0.0, 1.0, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45, -1e-45];
-        for len in [1, 3, 4, 7, 8, 17, 64, 65] {
+        for len in [1, 3, 4, 7, 8, 17, 64, 65, 127, 128, 200] {
             let clean: Vec<f32> = (0..len).map(|i| finite[i % finite.len()]).collect();
             assert!(f32::all_finite(&clean));
             let h: Vec<f16> = clean.iter().map(|v| f16::from_f32(v.clamp(-65504.0, 65504.0))).collect();
             let b: Vec<bf16> = clean.iter().map(|v| bf16::from_bits((v.to_bits() >> 16) as u16)).collect();
             assert!(f16::all_finite(&h) && bf16::all_finite(&b));
             assert!(f16::all_finite(&[f16::MAX, f16::MIN]) && bf16::all_finite(&[bf16::MAX, bf16::MIN]));
+            // Products that overflow (the fast filter's false alarm) are finite values.
+            assert!(f32::all_finite(&vec![f32::MAX; len * 64]), "f32::MAX x {}", len * 64);
             for at in [0, len / 2, len - 1] {
                 for s in specials {
                     let mut v = clean.clone();
