@@ -229,6 +229,9 @@ fn short(cpu: &str) -> String {
     cpu.replace("max,sme-default-vector-length=64", "max SVL512").replace("neoverse-", "n-").chars().take(13).collect()
 }
 
+/// A row of the non-finite table: weights, activation type, rows, kernel.
+type RowKey = (String, String, u64, String);
+
 /// The non-finite table: per model, per weight kind, activation type and row
 /// count, the kernel that ran and what it alone gives for NaN, +inf and -inf
 /// at each input (activations, weights or scales, offsets, bias);
@@ -253,7 +256,7 @@ pub fn nonfinite_table(results: &[ModelResult]) -> Check {
         }
         lines.push(format!("    {}:", r.cpu));
         // (weights, act, m, kernel) -> "input raw raw raw" cells, in record order.
-        let mut rows: Vec<((String, String, u64, String), Vec<String>)> = Vec::new();
+        let mut rows: Vec<(RowKey, Vec<String>)> = Vec::new();
         for v in &r.nonfinite {
             let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
             let raw: Vec<&str> = v
