@@ -791,7 +791,30 @@ pub struct PackedWeights {
     /// The output channels whose weights (values, scales, offsets, bias)
     /// hold a NaN or an infinity, ascending: their outputs are NaN
     /// ([`non_finite`]). Usually empty.
-    non_finite: Vec<usize>,
+    non_finite_channels: Vec<usize>,
+    /// What matmul does with non-finite inputs.
+    policy: NonFinite,
+}
+
+/// What [`PackedWeights::matmul`] does with a NaN or an infinity among its
+/// inputs (set with [`PackedWeights::set_non_finite`]; not saved in files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum NonFinite {
+    /// NaN in every output whose activation row or output channel holds
+    /// one, the same on every kernel and the reference (see
+    /// [`PackedWeights::matmul`]). Costs a scan of the activations per call
+    /// (about 0.3 aarch64 instructions per f32 value).
+    #[default]
+    Propagate,
+    /// [`Error::NonFinite`] naming the first activation row (and value) or
+    /// output channel holding one, before anything is computed or written.
+    /// The same scan per call.
+    Error,
+    /// What the kernel gives: kernel-dependent (a NaN may come out finite,
+    /// as ±3.4e38 or as NaN), as ggml's own path. No scan: nothing per call.
+    /// Some kernels refuse non-finite activations (an error).
+    Kernel,
 }
 
 /// The backend of kernel `name`, if it serves weights of `kind` with `act`
@@ -1023,7 +1046,18 @@ impl PackedWeights {
         let per_call = slots.iter().any(|s| PerCall::is_format(s.rhs.layout().format));
         let reference =
             if slots.is_empty() || (opts.keep_reference && !per_call) { Some(w.to_owned_weights()?) } else { None };
-        Ok(PackedWeights { id: next_weights_id(), n, k, kind, activation: act, slots, reference, non_finite })
+        let policy = NonFinite::Propagate;
+        Ok(PackedWeights {
+            id: next_weights_id(),
+            n,
+            k,
+            kind,
+            activation: act,
+            slots,
+            reference,
+            non_finite_channels: non_finite,
+            policy,
+        })
     }
 
     /// Whether the portable reference can run: a copy of the unpacked
@@ -1389,10 +1423,24 @@ impl PackedWeights {
         par: Parallelism,
         scratch: &mut Scratch,
     ) -> Result<()> {
+        match self.policy {
+            NonFinite::Kernel => return self.matmul_kernels(m, x, y, clamp, par, scratch),
+            NonFinite::Error => {
+                if let Some(&j) = self.non_finite_channels.first() {
+                    return Err(Error::NonFinite { what: "output channel", index: j, at: None });
+                }
+                if let Some(&i) = non_finite::bad_rows(m, self.k, &x).as_deref().and_then(|r| r.first()) {
+                    let at = non_finite::first_in_row(&x, i, self.k);
+                    return Err(Error::NonFinite { what: "activation row", index: i, at });
+                }
+                return self.matmul_kernels(m, x, y, clamp, par, scratch);
+            }
+            NonFinite::Propagate => {}
+        }
         let Some(rows) = non_finite::bad_rows(m, self.k, &x) else {
             self.matmul_kernels(m, x, y.reborrow(), clamp, par, scratch)?;
-            if !self.non_finite.is_empty() {
-                non_finite::fill(m, self.n, &mut y, &[], &self.non_finite);
+            if !self.non_finite_channels.is_empty() {
+                non_finite::fill(m, self.n, &mut y, &[], &self.non_finite_channels);
             }
             return Ok(());
         };
@@ -1400,8 +1448,26 @@ impl PackedWeights {
         // non-finite values, and some packers refuse them).
         let zeroed = non_finite::Zeroed::new(&x, m, self.k, &rows);
         self.matmul_kernels(m, zeroed.as_activation(), y.reborrow(), clamp, par, scratch)?;
-        non_finite::fill(m, self.n, &mut y, &rows, &self.non_finite);
+        non_finite::fill(m, self.n, &mut y, &rows, &self.non_finite_channels);
         Ok(())
+    }
+
+    /// Sets what [`matmul`](Self::matmul) does with a NaN or an infinity
+    /// among its inputs ([`NonFinite`]; default [`NonFinite::Propagate`]).
+    pub fn set_non_finite(&mut self, policy: NonFinite) {
+        self.policy = policy;
+    }
+
+    /// What [`matmul`](Self::matmul) does with a NaN or an infinity among
+    /// its inputs.
+    pub fn non_finite(&self) -> NonFinite {
+        self.policy
+    }
+
+    /// The output channels whose weights (values, scales, offsets or bias,
+    /// as packed) hold a NaN or an infinity, ascending (usually none).
+    pub fn non_finite_channels(&self) -> &[usize] {
+        &self.non_finite_channels
     }
 
     /// [`matmul`](Self::matmul) without its non-finite policy: what the
@@ -1467,7 +1533,7 @@ impl PackedWeights {
 
     /// The non-finite output channels as the file stores them.
     fn non_finite_u64(&self) -> Vec<u64> {
-        self.non_finite.iter().map(|&j| j as u64).collect()
+        self.non_finite_channels.iter().map(|&j| j as u64).collect()
     }
 
     /// Serialises the packed layouts as a packed-weight file ([`file`](mod@file)),
@@ -1499,7 +1565,7 @@ impl PackedWeights {
             k: self.k as u64,
             slots: Vec::new(),
         };
-        let mut offset = file::FileHeader::header_len_with(self.slots.len(), self.non_finite.len());
+        let mut offset = file::FileHeader::header_len_with(self.slots.len(), self.non_finite_channels.len());
         for s in &self.slots {
             let l = s.rhs.layout();
             let u32_of = |v: usize, what: &str| {
@@ -1664,8 +1730,19 @@ impl PackedWeights {
             });
         }
         // The parser checked them ascending and below n.
-        let non_finite = non_finite.into_iter().map(|j| j as usize).collect();
-        Ok(PackedWeights { id: next_weights_id(), n, k, kind, activation, slots, reference: None, non_finite })
+        let non_finite_channels = non_finite.into_iter().map(|j| j as usize).collect();
+        let policy = NonFinite::Propagate;
+        Ok(PackedWeights {
+            id: next_weights_id(),
+            n,
+            k,
+            kind,
+            activation,
+            slots,
+            reference: None,
+            non_finite_channels,
+            policy,
+        })
     }
 }
 

@@ -214,6 +214,16 @@ pub(crate) fn bad_rows(m: usize, k: usize, x: &Activation<'_>) -> Option<Vec<usi
     }
 }
 
+/// The index in row `i` (of `k` values) of its first NaN or infinity.
+pub(crate) fn first_in_row(x: &Activation<'_>, i: usize, k: usize) -> Option<usize> {
+    let r = i * k..(i + 1) * k;
+    match x {
+        Activation::F32(x) => x.get(r)?.iter().position(|v| !v.finite()),
+        Activation::F16(x) => x.get(r)?.iter().position(|v| !v.finite()),
+        Activation::Bf16(x) => x.get(r)?.iter().position(|v| !v.finite()),
+    }
+}
+
 /// A copy of activations with some rows zeroed.
 pub(crate) enum Zeroed {
     F32(Vec<f32>),
@@ -330,7 +340,7 @@ mod tests {
         }
     }
 
-    use super::super::{DType, PackOptions, PackedWeights, Scratch, operation_exists};
+    use super::super::{DType, NonFinite, PackOptions, PackedWeights, Scratch, operation_exists};
     use crate::formats::{BlockInt4, BlockScales, FloatWeights, Int4AsymBlock, Int4Blocks, Int4Encoding};
     use crate::formats::{Int4PerChannel, Int8PerChannel, NibbleOrder, Q4_0};
     use crate::ggml::BlockQ8_0;
@@ -490,17 +500,23 @@ mod tests {
     }
 
     /// `m` rows of `w · x` with activations and outputs of `act` (given and
-    /// returned as f32, exactly), with the policy or (`raw`) without.
-    fn run(w: &PackedWeights, act: DType, m: usize, x: &[f32], raw: bool) -> Vec<f32> {
-        try_run(w, act, m, x, raw).unwrap()
+    /// returned as f32, exactly), under the default policy.
+    fn run(w: &PackedWeights, act: DType, m: usize, x: &[f32]) -> Vec<f32> {
+        try_run(w, act, m, x).unwrap()
     }
 
-    fn try_run(w: &PackedWeights, act: DType, m: usize, x: &[f32], raw: bool) -> crate::Result<Vec<f32>> {
+    /// `run` under `policy`.
+    fn run_with(w: &mut PackedWeights, policy: NonFinite, act: DType, m: usize, x: &[f32]) -> crate::Result<Vec<f32>> {
+        w.set_non_finite(policy);
+        let r = try_run(w, act, m, x);
+        w.set_non_finite(NonFinite::Propagate);
+        r
+    }
+
+    fn try_run(w: &PackedWeights, act: DType, m: usize, x: &[f32]) -> crate::Result<Vec<f32>> {
         let s = &mut Scratch::default();
         let (c, p) = (Clamp::NONE, Parallelism::Sequential);
-        let go = |x: Activation<'_>, y: ActivationMut<'_>, s: &mut Scratch| {
-            if raw { w.matmul_kernels(m, x, y, c, p, s) } else { w.matmul(m, x, y, c, p, s) }
-        };
+        let go = |x: Activation<'_>, y: ActivationMut<'_>, s: &mut Scratch| w.matmul(m, x, y, c, p, s);
         match act {
             DType::F32 => {
                 let mut y = vec![0f32; m * N];
@@ -573,13 +589,13 @@ mod tests {
                     if bias && name == "q8_0" {
                         continue; // ggml Q8_0 carries no bias
                     }
-                    let packed = PackedWeights::pack(&clean.weights(name, bias), &opts).unwrap();
-                    assert!(packed.non_finite.is_empty(), "{name}: finite weights recorded as not");
+                    let mut packed = PackedWeights::pack(&clean.weights(name, bias), &opts).unwrap();
+                    assert!(packed.non_finite_channels.is_empty(), "{name}: finite weights recorded as not");
                     let sites: &[Site] = if bias { &[Site::Bias] } else { &[Site::Value, Site::Offset] };
                     for m in [1usize, 3] {
                         let kernel = packed.kernel_for(m).unwrap_or("reference");
                         let x: Vec<f32> = (0..m * K).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.0625).collect();
-                        let want = run(&packed, act, m, &x, false);
+                        let want = run(&packed, act, m, &x);
                         assert!(want.iter().all(|v| v.is_finite()), "{name} {act:?} m={m}: clean outputs");
                         let record = |input: &str, raw: Vec<String>| {
                             crate::testing::record(serde_json::json!({
@@ -593,14 +609,20 @@ mod tests {
                             for v in SPECIALS {
                                 let mut xs = x.clone();
                                 xs[(m - 1) * K + 5] = v;
-                                let got = run(&packed, act, m, &xs, false);
+                                let got = run(&packed, act, m, &xs);
                                 cases += 1;
                                 if let Err(e) = check(&got, &want, |row, _| row == m - 1) {
                                     failures.push(format!("{name} {act:?} m={m} {kernel}: x {v}: {e}"));
                                 }
                                 raws.push(
-                                    try_run(&packed, act, m, &xs, true).map_or("Err".into(), |y| shown(y[(m - 1) * N])),
+                                    run_with(&mut packed, NonFinite::Kernel, act, m, &xs)
+                                        .map_or("Err".into(), |y| shown(y[(m - 1) * N])),
                                 );
+                                // NonFinite::Error names the row and the value.
+                                let e = run_with(&mut packed, NonFinite::Error, act, m, &xs).unwrap_err();
+                                let want_e =
+                                    crate::Error::NonFinite { what: "activation row", index: m - 1, at: Some(5) };
+                                assert_eq!(e, want_e, "{name} {act:?} m={m} x {v}");
                             }
                             record("x", std::mem::take(&mut raws));
                         }
@@ -611,19 +633,26 @@ mod tests {
                                     continue;
                                 }
                                 let w = d.weights(name, bias);
-                                let p = PackedWeights::pack(&w, &opts).unwrap();
-                                assert_eq!(p.non_finite, [J], "{name} {site:?} {v}: recorded channels");
-                                let got = run(&p, act, m, &x, false);
+                                let mut p = PackedWeights::pack(&w, &opts).unwrap();
+                                assert_eq!(p.non_finite_channels, [J], "{name} {site:?} {v}: recorded channels");
+                                let got = run(&p, act, m, &x);
                                 cases += 1;
                                 if let Err(e) = check(&got, &want, |_, col| col == J) {
                                     failures.push(format!("{name} {act:?} m={m} {kernel}: {site:?} {v}: {e}"));
                                 }
-                                raws.push(try_run(&p, act, m, &x, true).map_or("Err".into(), |y| shown(y[J])));
+                                raws.push(
+                                    run_with(&mut p, NonFinite::Kernel, act, m, &x)
+                                        .map_or("Err".into(), |y| shown(y[J])),
+                                );
+                                // NonFinite::Error names the channel.
+                                let e = run_with(&mut p, NonFinite::Error, act, m, &x).unwrap_err();
+                                let want_e = crate::Error::NonFinite { what: "output channel", index: J, at: None };
+                                assert_eq!(e, want_e, "{name} {site:?} {v}");
                                 // The channels survive a save and a load.
                                 if let Ok(bytes) = p.to_bytes() {
                                     let back = PackedWeights::from_bytes(&bytes).unwrap();
-                                    assert_eq!(back.non_finite, [J], "{name} {site:?}: loaded channels");
-                                    let again = run(&back, act, m, &x, false);
+                                    assert_eq!(back.non_finite_channels, [J], "{name} {site:?}: loaded channels");
+                                    let again = run(&back, act, m, &x);
                                     cases += 1;
                                     if let Err(e) = check(&again, &want, |_, col| col == J) {
                                         failures
