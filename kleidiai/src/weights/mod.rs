@@ -1390,10 +1390,13 @@ impl PackedWeights {
     /// given to [`pack`](Self::pack)); the other elements are what finite
     /// inputs give. NaN, not ±inf, even where plain float math would give an
     /// infinity, and whatever `clamp` says. Costs a scan of `x` per call
-    /// (`m x k` values, against the kernel's `m x n x k` products: under
-    /// 0.1% of the instructions from `n = 256`, the README's table); the
-    /// weights are scanned once, by `pack`, and the channels kept (also in
-    /// saved files).
+    /// (`m x k` values, about 0.3 aarch64 instructions each, against the
+    /// kernel's `m x n x k` products: a share that falls with `n` and is
+    /// largest on the fastest kernels, SME2; the README has the measured
+    /// table); the weights are scanned once, by `pack`, and the channels
+    /// kept (also in saved files). [`set_non_finite`](Self::set_non_finite)
+    /// chooses an error instead, or the kernel's own behaviour without the
+    /// scan ([`NonFinite`]).
     ///
     /// Finite inputs whose result overflows f32 give what the clamp makes
     /// of it: with [`Clamp::NONE`], whose range is `[f32::MIN, f32::MAX]`,
