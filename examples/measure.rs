@@ -9,7 +9,7 @@
 //!   and the very bytes it packed). Every case first checks that both give
 //!   bit-identical outputs. `--time` measures wall time in this process
 //!   (batches alternating between the two paths, best batch of each);
-//!   `--count q4_0:1 3` runs one case `3` times per path between marker
+//!   `--count q4_0:1 3` (or `q4_0:1:256` for n = k = 256) runs one case `3` times per path between marker
 //!   system calls (`stat("/kleidiai-mark/...")`), for xtask to count the
 //!   guest instructions in between from qemu's execution log.
 //! - `scaling KIND M SIZE REPS`: 1 thread against 2 (best of REPS each),
@@ -507,21 +507,21 @@ struct Case {
 
 #[cfg(target_arch = "aarch64")]
 impl Case {
-    fn new(kind: &'static str, m: usize) -> Result<Case, String> {
-        let w = Weights::new(kind, SIZE, SIZE);
+    fn new(kind: &'static str, m: usize, size: usize) -> Result<Case, String> {
+        let w = Weights::new(kind, size, size);
         // One layout per kernel is enough here (the SME-free second slot
         // only matters when SME is switched off).
         let opts = PackOptions { non_sme_layout: false, ..Default::default() };
-        let packed = PackedWeights::pack(&w.view(SIZE, SIZE), &opts).map_err(|e| e.to_string())?;
+        let packed = PackedWeights::pack(&w.view(size, size), &opts).map_err(|e| e.to_string())?;
         let raw = raw::Raw::new(&packed, m)?;
-        let x = data(m * SIZE, 9);
+        let x = data(m * size, 9);
         let mut c = Case {
             name: format!("{kind}:{m}"),
             m,
             packed,
             raw,
             x,
-            y: vec![0.0; m * SIZE],
+            y: vec![0.0; m * size],
             scratch: Scratch::default(),
         };
         c.safe();
@@ -574,9 +574,14 @@ fn overhead(args: &[String]) -> Result<(), String> {
         Some("--count") => {
             let case = args.get(1).ok_or("--count CASE ITERS")?;
             let iters: usize = args.get(2).and_then(|v| v.parse().ok()).ok_or("--count CASE ITERS")?;
-            let (kind, m) = case.split_once(':').ok_or("CASE is kind:m")?;
+            // kind:m, or kind:m:size for n = k = size (default 1024).
+            let mut parts = case.split(':');
+            let (Some(kind), Some(m)) = (parts.next(), parts.next()) else {
+                return Err("CASE is kind:m[:size]".into());
+            };
+            let size = parts.next().map_or(Ok(SIZE), |v| v.parse().map_err(|_| "bad size"))?;
             let kind = CASES.iter().find(|c| c.0 == kind).ok_or("unknown kind")?.0;
-            let mut c = Case::new(kind, m.parse().map_err(|_| "bad m")?)?;
+            let mut c = Case::new(kind, m.parse().map_err(|_| "bad m")?, size)?;
             println!("case {} kernel={} lhs_packer={}", c.name, c.raw.kernel, c.raw.lhs_packer);
             // Warm (scratch allocated, code translated), then the windows;
             // an empty window measures the markers themselves.
@@ -594,12 +599,21 @@ fn overhead(args: &[String]) -> Result<(), String> {
                 c.raw();
             }
             mark("end/raw");
+            // The safe path without its non-finite scan (NonFinite::Kernel):
+            // the difference to `safe` is what the scan costs.
+            c.packed.set_non_finite(kleidiai::weights::NonFinite::Kernel);
+            c.safe();
+            mark("begin/kernel");
+            for _ in 0..iters {
+                c.safe();
+            }
+            mark("end/kernel");
             Ok(())
         }
         Some("--time") | None => {
             let rounds: usize = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(15);
             for (kind, m) in CASES {
-                let mut c = Case::new(kind, m)?;
+                let mut c = Case::new(kind, m, SIZE)?;
                 // Batches of about the same length for every case.
                 let iters = if m == 1 { 20 } else { 2 };
                 let (mut best_safe, mut best_raw) = (Duration::MAX, Duration::MAX);

@@ -38,6 +38,25 @@ fn weight_file(kind: u32, output: u32, n: u64, k: u64, slots: &[(&str, &str, &st
     out
 }
 
+/// `file` (a valid version 1 file) as version 2, listing `channels` as the
+/// output channels whose weights are not finite (the payloads move by the
+/// longer header, a multiple of 64 bytes).
+fn with_non_finite(file: &[u8], channels: &[u64]) -> Vec<u8> {
+    let mut h = FileHeader::parse(file).expect("a valid file");
+    let shift =
+        (FileHeader::header_len_with(h.slots.len(), channels.len()) - FileHeader::header_len(h.slots.len())) as u64;
+    let payloads: Vec<&[u8]> = h.slots.iter().map(|s| &file[s.offset as usize..(s.offset + s.len) as usize]).collect();
+    for s in &mut h.slots {
+        s.offset += shift;
+    }
+    let mut out = h.to_bytes_with(channels).expect("a valid header");
+    for p in payloads {
+        out.resize(out.len().div_ceil(64) * 64, 0);
+        out.extend_from_slice(p);
+    }
+    out
+}
+
 /// A repacked-ggml container (`KAIRSGGM`) around packed-weight files.
 fn container(typ: u32, k: u64, n: u64, files: &[Vec<u8>]) -> Vec<u8> {
     let table = 64 + (files.len() * 16).div_ceil(64) * 64;
@@ -95,6 +114,10 @@ pub fn packed_file() -> Vec<(String, Vec<u8>)> {
         out.push((format!("file_{name}"), [&[1u8][..], f].concat()));
     }
     out.push(("file_raw".into(), [&[0u8][..], &one].concat()));
+    // Version 2: the non-finite output channels after the slot table.
+    let v2 = with_non_finite(&one, &[0, 5, 7]);
+    out.push(("file_non_finite".into(), [&[1u8][..], &v2].concat()));
+    out.push(("ggml_non_finite".into(), [&[1u8][..], &container(2, 64, 8, &[v2.clone()])].concat()));
     out.push(("file_header_only".into(), [&[1u8][..], &one[..FileHeader::header_len(1)]].concat()));
     out.push(("ggml_q4_0".into(), [&[1u8][..], &container(2, 64, 8, &[one.clone()])].concat()));
     out.push(("ggml_f16_batches".into(), [&[1u8][..], &container(1, 5, 3, &[half.clone(), half.clone()])].concat()));

@@ -153,6 +153,20 @@ pub enum Error {
         /// Why it is refused.
         why: String,
     },
+    /// A NaN or an infinity among a matmul's inputs, refused under
+    /// [`NonFinite::Error`](crate::weights::NonFinite::Error): the first
+    /// activation row holding one (and the first such value's index in the
+    /// row), or the first output channel whose weights (values, scales,
+    /// offsets, bias) do.
+    #[error("{what} {index} holds a NaN or an infinity{}", at.map_or(String::new(), |a| format!(" (at {a})")))]
+    NonFinite {
+        /// `"activation row"` or `"output channel"`.
+        what: &'static str,
+        /// The row or channel.
+        index: usize,
+        /// For an activation row, the first non-finite value's index in it.
+        at: Option<usize>,
+    },
     /// A pointer that must not be null is null.
     #[error("{what} is NULL")]
     Null {

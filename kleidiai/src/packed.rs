@@ -231,7 +231,11 @@ pub struct Clamp {
 }
 
 impl Clamp {
-    /// No clamping (the full f32 range).
+    /// No clamping beyond the f32 range: `[f32::MIN, f32::MAX]`. The
+    /// kernels clamp in f32, so a result of finite inputs that overflows
+    /// comes out as ±`f32::MAX`, not ±inf. (A NaN or an infinity among the
+    /// inputs of [`crate::weights::PackedWeights::matmul`] gives NaN
+    /// whatever the clamp: see its docs.)
     pub const NONE: Clamp = Clamp { min: f32::MIN, max: f32::MAX };
 
     /// Checks `min <= max` and neither is NaN.

@@ -23,6 +23,6 @@ pub use crate::error::Error;
 pub use crate::packed::Clamp;
 pub use crate::par::Parallelism;
 pub use crate::weights::{
-    Activation, ActivationMut, DType, PackOptions, PackedWeights, Scratch, WeightKind, Weights, WeightsRef,
+    Activation, ActivationMut, DType, NonFinite, PackOptions, PackedWeights, Scratch, WeightKind, Weights, WeightsRef,
 };
 pub use half::{bf16, f16};

@@ -385,6 +385,13 @@ impl Buf {
             Buf::Bf16(v) => ActivationMut::Bf16(v),
         }
     }
+    pub fn dtype(&self) -> DType {
+        match self {
+            Buf::F32(_) => DType::F32,
+            Buf::F16(_) => DType::F16,
+            Buf::Bf16(_) => DType::Bf16,
+        }
+    }
     pub fn to_f32(&self) -> Vec<f32> {
         match self {
             Buf::F32(v) => v.clone(),
@@ -700,8 +707,81 @@ pub fn operation_valid(s: &WSpec) -> bool {
 
 /// Whether the operation refuses non-finite activations (its LHS is
 /// quantised per block by a packer that needs finite values).
-fn needs_finite_lhs(kind: Kind) -> bool {
-    kind == Kind::Asym
+/// The output channels of `PackedWeights::matmul`'s non-finite policy:
+/// those whose values, scales, offsets or bias (as given) hold a NaN or an
+/// infinity. Read from the formats' own fields, not from dequantised
+/// values (a huge finite scale times a value may overflow; that is not it).
+pub fn non_finite_channels(w: &WeightsRef<'_>) -> Vec<bool> {
+    let (n, k) = w.shape();
+    let any = |v: &[f32]| v.iter().any(|v| !v.is_finite());
+    let b = bias_f32(w);
+    let bias = |j: usize| b.as_ref().is_some_and(|b| !b[j].is_finite());
+    (0..n)
+        .map(|j| {
+            bias(j)
+                || match w {
+                    WeightsRef::F32(f) => (0..k).any(|c| !f.value(j, c).unwrap().is_finite()),
+                    WeightsRef::F16(f) => (0..k).any(|c| !f.value(j, c).unwrap().is_finite()),
+                    WeightsRef::Bf16(f) => (0..k).any(|c| !f.value(j, c).unwrap().is_finite()),
+                    WeightsRef::Int8PerChannel(q) => !q.scales[j].is_finite(),
+                    WeightsRef::Int4PerChannel(q) => !q.scales[j].is_finite(),
+                    WeightsRef::GgmlQ8_0 { blocks, .. } => {
+                        blocks[j * (k / QK8_0)..(j + 1) * (k / QK8_0)].iter().any(|b| !b.d.is_finite())
+                    }
+                    WeightsRef::Int4Block(BlockInt4::Blocks(b)) => {
+                        let nb = k / b.bl;
+                        match b.scales {
+                            BlockScales::F16(s) => s[j * nb..(j + 1) * nb].iter().any(|v| !v.is_finite()),
+                            BlockScales::Bf16(s) => s[j * nb..(j + 1) * nb].iter().any(|v| !v.is_finite()),
+                        }
+                    }
+                    WeightsRef::Int4Block(BlockInt4::Q4_0(q)) => (0..k / 32).any(|b| {
+                        let at = (j * (k / 32) + b) * 18;
+                        !f16::from_le_bytes([q.data[at], q.data[at + 1]]).is_finite()
+                    }),
+                    WeightsRef::Int4AsymBlock(a) => {
+                        let nb = a.blocks_per_row();
+                        any(&a.scales[j * nb..(j + 1) * nb]) || any(&a.offsets[j * nb..(j + 1) * nb])
+                    }
+                    _ => unreachable!("every kind is listed"),
+                }
+        })
+        .collect()
+}
+
+/// The reference under `PackedWeights::matmul`'s non-finite policy: rows of
+/// `x` holding a NaN or an infinity are computed as zeros (some family
+/// references refuse them) and come out NaN, as do the output channels of
+/// `non_finite_channels`. Returns which outputs (`m x n`) the policy made NaN.
+pub fn reference_with_policy(
+    w: &WeightsRef<'_>,
+    m: usize,
+    x: &Buf,
+    y: &mut Buf,
+    clamp: Clamp,
+) -> kleidiai::Result<Vec<bool>> {
+    let (n, k) = w.shape();
+    let xf = x.to_f32();
+    let bad: Vec<bool> = (0..m).map(|i| xf[i * k..(i + 1) * k].iter().any(|v| !v.is_finite())).collect();
+    let mut clean = xf.clone();
+    for (i, _) in bad.iter().enumerate().filter(|(_, b)| **b) {
+        clean[i * k..(i + 1) * k].fill(0.0);
+    }
+    let x0 = Buf::new(x.dtype(), &clean);
+    reference(w, m, &x0, y, clamp)?;
+    let cols = non_finite_channels(w);
+    let mut yf = y.to_f32();
+    let mut nan = vec![false; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            if bad[i] || cols[j] {
+                yf[i * n + j] = f32::NAN;
+                nan[i * n + j] = true;
+            }
+        }
+    }
+    *y = Buf::new(y.dtype(), &yf);
+    Ok(nan)
 }
 
 /// Packed weights and what a call on them is checked against.
@@ -720,7 +800,8 @@ pub struct Served<'a> {
 
 /// Runs call `c` on `v.packed` with activations from `rng`: an invalid
 /// call must be an `Err`; a valid one `Ok`, equal to the family reference
-/// (within the kernels' tolerance) and writing nothing past m x n. Returns
+/// under the non-finite policy (within the kernels' tolerance; NaN exactly
+/// where a non-finite input makes it) and writing nothing past m x n. Returns
 /// the input and output of a valid call.
 pub fn check_call(
     v: &Served<'_>,
@@ -738,16 +819,13 @@ pub fn check_call(
     let xv = rng.data(x_len, c.special);
     let x = Buf::new(xt, &xv);
     let mut y = Buf::new(yt, &vec![0.0; y_len]);
-    let used = strat::mul(c.m, k).map_or(x_len, |mk| mk.min(x_len));
-    let finite = x.to_f32()[..used].iter().all(|v| v.is_finite());
     let valid = v.op
         && c.m > 0
         && xt == act
         && yt == act
         && strat::mul(c.m, k).is_some_and(|need| x_len >= need)
         && strat::mul(c.m, n).is_some_and(|need| y_len >= need)
-        && clamp_ok
-        && (finite || !needs_finite_lhs(s.kind));
+        && clamp_ok;
     let par = if c.threads == 0 { Parallelism::Sequential } else { Parallelism::Rayon(c.threads) };
     let got = packed.matmul(c.m, x.act(), y.out(), clamp, par, scratch);
     harness::count(valid);
@@ -757,8 +835,10 @@ pub fn check_call(
     }
     ensure!(got.is_ok(), "valid call refused: m={} {:?}: {}", c.m, packed.kernel_for(c.m), got.unwrap_err());
     let mut want = Buf::new(yt, &vec![0.0; y_len]);
-    let r = reference(v.w, c.m, &x, &mut want, clamp);
-    ensure!(r.is_ok(), "the reference refuses a call PackedWeights accepted: {}", r.unwrap_err());
+    let policy = match reference_with_policy(v.w, c.m, &x, &mut want, clamp) {
+        Ok(p) => p,
+        Err(e) => return Err(TestCaseError::fail(format!("the reference refuses a call PackedWeights accepted: {e}"))),
+    };
     let mn = c.m * n;
     let half = act != DType::F32;
     let mag = magnitude(v.dense, v.bias, &x.to_f32(), c.m, n, k, half);
@@ -772,6 +852,10 @@ pub fn check_call(
         tolerance(s.kind, act),
         reference_only() || packed.kernel_for(c.m).is_none(),
     )?;
+    // The non-finite policy, on every kernel: NaN where it says.
+    if let Some(i) = (0..mn).find(|&i| policy[i] && !y[i].is_nan()) {
+        return Err(TestCaseError::fail(format!("{what}: [{i}] {} where a non-finite input makes NaN", y[i])));
+    }
     // Outputs past m x n are left alone.
     ensure!(y[mn..].iter().all(|v| *v == 0.0), "{what}: wrote past m x n");
     Ok(Some((x, y)))

@@ -37,6 +37,7 @@ use std::time::Instant;
 pub const USAGE: &str = "usage: cargo run -p xtask --release -- measure [options]
   --cpu MODEL          qemu CPU model of the overhead count (default: max, SME2 at SVL 256)
   --scaling-cpu MODEL  qemu CPU model of the scaling run (default: neoverse-n2)
+  --overhead-cases 'q4_0:1:256;f32:64:4096'   the overhead cases instead (kind:m[:n = k]; kinds q4_0, f32)
   --time ROUNDS        also time both paths (best of ROUNDS batches; slow under qemu)
   --no-overhead | --no-scaling | --no-compare   skip a part
   --kernels            also count the default choice per weight kind, m = 1 and 64, on max, neoverse-n2, neoverse-v1
@@ -77,6 +78,8 @@ struct Opts {
     compare: bool,
     kernels: bool,
     kernel_cpus: Vec<String>,
+    /// Overhead cases and calls per path (default: [`CASES`]).
+    cases: Vec<(String, usize)>,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -89,6 +92,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         compare: true,
         kernels: false,
         kernel_cpus: ["max", "neoverse-n2", "neoverse-v1"].map(String::from).to_vec(),
+        cases: CASES.iter().map(|(c, i)| (c.to_string(), *i)).collect(),
     };
     let mut p = lexopt::Parser::from_args(args);
     while let Some(a) = util::next_arg(&mut p, USAGE)? {
@@ -106,6 +110,12 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--kernels-only" => (o.kernels, o.overhead, o.scaling, o.compare) = (true, false, false, false),
             "--kernels-cpus" => {
                 o.kernel_cpus = value("CPU models")?.split(';').filter(|s| !s.is_empty()).map(String::from).collect()
+            }
+            "--overhead-cases" => {
+                // One call per path for m > 1, more for one row (see CASES).
+                let calls = |c: &str| if c.split(':').nth(1) == Some("1") { 4 } else { 1 };
+                o.cases =
+                    value("cases")?.split(';').filter(|s| !s.is_empty()).map(|c| (c.to_string(), calls(c))).collect()
             }
             "--help" | "-h" => return Err(USAGE.into()),
             other => return Err(format!("unknown option {other}\n{USAGE}")),
@@ -129,14 +139,18 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     if o.overhead {
         phase(&format!("overhead: safe path against raw bindings, guest instructions counted (qemu -cpu {})", o.cpu));
         let mut cases = Vec::new();
-        for (case, iters) in CASES {
+        for (case, iters) in &o.cases {
+            let (case, iters) = (case.as_str(), *iters);
             let c = count_case(&env, &o.cpu, &exe, case, iters)?;
             println!(
-                "    {case:<8} safe {:>10.0}  raw {:>10.0} instructions per call  overhead {:+.3}% ({:+.0})  {}",
+                "    {case:<8} safe {:>10.0}  raw {:>10.0} instructions per call  overhead {:+.3}% ({:+.0}; the \
+                 non-finite scan {:+.3}%, {:+.0})  {}",
                 c["safe_per_call"].as_f64().unwrap_or(f64::NAN),
                 c["raw_per_call"].as_f64().unwrap_or(f64::NAN),
                 c["overhead_percent"].as_f64().unwrap_or(f64::NAN),
                 c["extra_per_call"].as_f64().unwrap_or(f64::NAN),
+                c["scan_percent"].as_f64().unwrap_or(f64::NAN),
+                c["scan_per_call"].as_f64().unwrap_or(f64::NAN),
                 c["kernel"].as_str().unwrap_or("")
             );
             cases.push(c);
@@ -394,6 +408,8 @@ fn count_case(env: &Env, cpu: &str, exe: &Path, case: &str, iters: usize) -> Res
     let (empty, safe, raw) = (get("empty")?, get("safe")?, get("raw")?);
     let per = |n: u64| n.saturating_sub(empty) as f64 / iters as f64;
     let (s, r) = (per(safe), per(raw));
+    // The safe path without the non-finite scan (NonFinite::Kernel).
+    let unscanned = get("kernel").map(per).unwrap_or(f64::NAN);
     let info = stdout.lines().find(|l| l.starts_with("case ")).unwrap_or("");
     Ok(json!({
         "case": case,
@@ -405,6 +421,8 @@ fn count_case(env: &Env, cpu: &str, exe: &Path, case: &str, iters: usize) -> Res
         "raw_per_call": r,
         "extra_per_call": s - r,
         "overhead_percent": (s - r) / r * 100.0,
+        "scan_per_call": s - unscanned,
+        "scan_percent": (s - unscanned) / r * 100.0,
         "seconds": t.elapsed().as_secs_f64(),
     }))
 }

@@ -250,6 +250,64 @@ fn short(cpu: &str) -> String {
     cpu.replace("max,sme-default-vector-length=64", "max SVL512").replace("neoverse-", "n-").chars().take(13).collect()
 }
 
+/// A row of the non-finite table: weights, activation type, rows, kernel.
+type RowKey = (String, String, u64, String);
+
+/// The non-finite table: per model, per weight kind, activation type and row
+/// count, the kernel that ran and what it alone gives for NaN, +inf and -inf
+/// at each input (activations, weights or scales, offsets, bias);
+/// `PackedWeights::matmul` gives NaN in every one of these cases (the test
+/// that records them checks it, and fails otherwise). Fails when a model
+/// recorded none.
+pub fn nonfinite_table(results: &[ModelResult]) -> Check {
+    let mut lines = vec![
+        "\n==> non-finite inputs: what the kernel alone gives for NaN +inf -inf at each input; \
+         PackedWeights::matmul gives NaN in every case (checked)"
+            .to_string(),
+    ];
+    let mut ok = true;
+    let mut json = Vec::new();
+    for r in results {
+        if r.nonfinite.is_empty() {
+            if r.cpu != "host" {
+                ok = false;
+                lines.push(format!("    {}: no non-finite records  <-- FAILED", r.cpu));
+            }
+            continue;
+        }
+        lines.push(format!("    {}:", r.cpu));
+        // (weights, act, m, kernel) -> "input raw raw raw" cells, in record order.
+        let mut rows: Vec<(RowKey, Vec<String>)> = Vec::new();
+        for v in &r.nonfinite {
+            let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+            let raw: Vec<&str> = v
+                .get("raw")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let key =
+                (s("weights"), s("act"), num(v, "m"), s("kernel").trim_start_matches("kai_matmul_clamp_").to_string());
+            let cell = format!("{} {}", s("input"), raw.join(" "));
+            match rows.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, cells)) => cells.push(cell),
+                None => rows.push((key, vec![cell])),
+            }
+            let mut rec = v.clone();
+            if let Some(o) = rec.as_object_mut() {
+                o.insert("cpu".into(), Value::from(r.cpu.clone()));
+            }
+            json.push(rec);
+        }
+        for ((w, act, m, kernel), cells) in rows {
+            lines.push(format!("      {w:<16} {act:<4} m={m} {kernel:<58} {}", cells.join(" | ")));
+        }
+    }
+    if !ok {
+        lines.push("    every model must run the non-finite test  <-- FAILED".into());
+    }
+    Check { ok, lines, json: Value::from(json) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -95,6 +95,9 @@ pub struct Recorded {
     pub proptests: Vec<Value>,
     /// Memory records (`{"kind":"memory", ...}`): bytes held per weight kind.
     pub memory: Vec<Value>,
+    /// Non-finite records (`{"kind":"nonfinite", ...}`): what each kernel
+    /// alone gives for NaN, +inf and -inf inputs (the policy was checked).
+    pub nonfinite: Vec<Value>,
 }
 
 pub fn read_report(path: &Path) -> Result<Recorded, String> {
@@ -142,6 +145,7 @@ pub fn read_report(path: &Path) -> Result<Recorded, String> {
             "selection" => r.selection = Some(s("highest_tier")),
             "proptest" => r.proptests.push(v),
             "memory" => r.memory.push(v),
+            "nonfinite" => r.nonfinite.push(v),
             "manifest" => {
                 if let Some(a) = v.get("kernels").and_then(Value::as_array) {
                     r.manifest.extend(a.iter().filter_map(|x| x.as_str().map(str::to_string)));
@@ -179,6 +183,7 @@ pub struct ModelResult {
     pub by_binary: BTreeMap<String, Counts>,
     pub proptests: Vec<Value>,
     pub memory: Vec<Value>,
+    pub nonfinite: Vec<Value>,
 }
 
 impl ModelResult {
@@ -204,6 +209,7 @@ impl ModelResult {
         self.by_binary.insert(binary.to_string(), counts);
         self.proptests.extend(rec.proptests);
         self.memory.extend(rec.memory);
+        self.nonfinite.extend(rec.nonfinite);
     }
 
     pub fn to_json(&self) -> Value {

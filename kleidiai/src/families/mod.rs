@@ -1,6 +1,13 @@
 //! One module per upstream compute family: its kernels (generated from the
 //! `kleidiai-sys` manifest), their packing, the portable reference
 //! implementation, and the conformance tests, together.
+//!
+//! Non-finite inputs: a family's kernels and its reference give what that
+//! computation gives (kernels differ: a NaN may come out finite, as
+//! ±3.4e38 or as NaN; the asymmetric int4 families refuse non-finite
+//! activations with an error). [`crate::weights::PackedWeights::matmul`]
+//! has one policy for every kernel (NaN in the rows and output channels a
+//! NaN or an infinity touches); use it where that matters.
 
 pub(crate) mod engine;
 pub(crate) mod qai8dxp_common;

@@ -268,7 +268,7 @@ impl<'a> BlockInt4<'a> {
     }
 
     /// Raw bits of the scale of block `b` of channel `n`, in the stored type.
-    fn native_scale_bits(&self, n: usize, b: usize) -> u16 {
+    pub(crate) fn native_scale_bits(&self, n: usize, b: usize) -> u16 {
         match self {
             BlockInt4::Blocks(w) => w.scales.bits(n * (w.k / w.bl) + b),
             BlockInt4::Q4_0(w) => {

@@ -2,6 +2,14 @@
 //! [`BlockQ8_0`]), tensor descriptions ([`Tensor`]), and its KleidiAI path:
 //! [`GgmlWeights::repack`] once, then [`GgmlWeights::mul_mat`] and
 //! [`GgmlWeights::get_rows`] with ggml's semantics and kernel order.
+//!
+//! Non-finite inputs: as ggml's own KleidiAI path, kernel-dependent. Neither
+//! scans the activations (ggml's path is measured against ours instruction
+//! for instruction), so a NaN or an infinity gives whatever the selected
+//! kernel makes of it (NaN, a finite value, ±3.4e38), and the weights'
+//! non-finite channels are not applied either; the call does not fail or
+//! crash (tested). [`crate::weights::PackedWeights::matmul`] has one policy
+//! for every kernel: NaN in the rows and output channels they touch.
 
 mod blocks;
 mod f16_per_call;

@@ -488,3 +488,53 @@ fn container_reserved_bytes_must_be_zero() {
     assert!(matches!(load(&version), Err(Error::File { reason: FileError::Version { found: 9, supported: 1 }, .. })));
     assert!(matches!(load(&ser[..64]), Err(Error::File { reason: FileError::Truncated { .. }, .. })));
 }
+
+/// Non-finite inputs on ggml's path are kernel-dependent, as in ggml (no
+/// scan): a NaN or an infinity in an activation row or a weight row gives
+/// whatever the kernel makes of it, but the call succeeds, and rows of
+/// finite activations times finite weights stay finite.
+#[test]
+fn non_finite_inputs_do_not_fail_or_spread() {
+    let (n, k, m) = (24usize, 64usize, 3usize);
+    let mut rng = Rng::new(15);
+    for typ in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
+        for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for in_weights in [false, true] {
+                let mut w = rng.vec_f32(n * k);
+                if in_weights {
+                    w[5 * k + 3] = special; // weight row (output channel) 5
+                }
+                let wb = weights_bytes(typ, &w, n, k);
+                let ne0 = [k as i64, n as i64, 1, 1];
+                let src0 = Tensor { typ, ne: ne0, nb: Tensor::contiguous_strides(typ, ne0).unwrap(), data: &wb };
+                let packed = GgmlWeights::repack(&src0).unwrap();
+                let mut x = rng.vec_f32(m * k);
+                if !in_weights {
+                    x[k + 9] = special; // activation row 1
+                }
+                let xb = bytes_f32(&x);
+                let ne1 = [k as i64, m as i64, 1, 1];
+                let src1 = Tensor {
+                    typ: GgmlType::F32,
+                    ne: ne1,
+                    nb: Tensor::contiguous_strides(GgmlType::F32, ne1).unwrap(),
+                    data: &xb,
+                };
+                let ne_d = [n as i64, m as i64, 1, 1];
+                let mut out = vec![0u8; 4 * n * m];
+                let nb_d = Tensor::contiguous_strides(GgmlType::F32, ne_d).unwrap();
+                let mut dst = TensorMut { typ: GgmlType::F32, ne: ne_d, nb: nb_d, data: &mut out };
+                let r = packed.mul_mat(&src1, &mut dst, Parallelism::Sequential, &mut MulMatScratch::default());
+                let what = format!("{typ:?} {special} in {}", if in_weights { "weights" } else { "activations" });
+                assert!(r.is_ok(), "{what}: {r:?}");
+                let y: Vec<f32> = out.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+                for i in 0..m {
+                    for j in 0..n {
+                        let touched = if in_weights { j == 5 } else { i == 1 };
+                        assert!(touched || y[i * n + j].is_finite(), "{what}: y[{i}][{j}] = {}", y[i * n + j]);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic "KAIRSPW\0"
-//!      8     4  format version (1)
+//!      8     4  format version (1, or 2 with the non-finite channel list)
 //!     12     4  header length in bytes (a multiple of 64; payloads follow)
 //!     16    16  KleidiAI version the layouts come from, NUL-padded ("1.30.0")
 //!     32     4  weight kind id        36  4  output type id
@@ -18,7 +18,19 @@
 //!             8  payload offset (from the file start, 64-aligned)
 //!             8  payload length
 //!             4  CRC-32 of the payload     4 reserved
+//! version 2 only, after the slot table:
+//!             8  c: number of output channels whose weights hold a NaN
+//!                or an infinity (1..=n)
+//!           c*8  those channels, ascending; then zeros to the header length
 //! ```
+//! A writer uses version 1 when every weight is finite (the common case: the
+//! same bytes as before version 2 existed) and version 2 when some output
+//! channel is not, so that [`PackedWeights::matmul`]'s non-finite policy
+//! survives a save and a load. A reader of this version reads both; a
+//! reader that knows only version 1 refuses version 2 files by their
+//! version. A version 1 file says that every channel is finite.
+//!
+//! [`PackedWeights::matmul`]: super::PackedWeights::matmul
 //! All integers little-endian. Every field is validated on load: a truncated
 //! or tampered file is an error naming the problem, never an out-of-bounds
 //! read. The file ends where the last payload ends (the writer pads only
@@ -29,8 +41,8 @@ use crate::error::{Error, FileError, Result};
 
 /// First bytes of every packed-weight file.
 pub const MAGIC: [u8; 8] = *b"KAIRSPW\0";
-/// Version of the layout described above.
-pub const FORMAT_VERSION: u32 = 1;
+/// Newest version of the layout described above (this build reads 1 and 2).
+pub const FORMAT_VERSION: u32 = 2;
 /// Slots a file may hold (ggml holds two: an SME and a NEON layout).
 pub const MAX_SLOTS: usize = 4;
 const HEADER_FIXED: usize = 64;
@@ -126,17 +138,41 @@ impl FileHeader {
         (HEADER_FIXED + slots * SLOT_SIZE).div_ceil(64) * 64
     }
 
+    /// Header length for `slots` slots and a list of `non_finite` channels
+    /// (version 2; none: version 1, [`header_len`](Self::header_len)).
+    pub fn header_len_with(slots: usize, non_finite: usize) -> usize {
+        if non_finite == 0 {
+            return Self::header_len(slots);
+        }
+        (HEADER_FIXED + slots * SLOT_SIZE + 8 + 8 * non_finite).div_ceil(64) * 64
+    }
+
     /// Serialises the header. Slot offsets, lengths and CRCs must already be
     /// filled in.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.to_bytes_with(&[])
+    }
+
+    /// Serialises the header with the output channels whose weights are not
+    /// finite (version 2; none: version 1, as [`to_bytes`](Self::to_bytes)).
+    /// Slot offsets must leave room for it
+    /// ([`header_len_with`](Self::header_len_with)).
+    pub fn to_bytes_with(&self, non_finite: &[u64]) -> Result<Vec<u8>> {
         if self.slots.is_empty() || self.slots.len() > MAX_SLOTS {
             return Err(Error::bad_value("slots", self.slots.len(), format!("a file holds 1..={MAX_SLOTS}")));
         }
-        let len = Self::header_len(self.slots.len());
+        if non_finite.windows(2).any(|p| p[0] >= p[1]) || non_finite.last().is_some_and(|&c| c >= self.n) {
+            let why = format!("ascending channels below n = {}", self.n);
+            return Err(Error::bad_value("non-finite channels", format!("{non_finite:?}"), why));
+        }
+        let len = Self::header_len_with(self.slots.len(), non_finite.len());
+        let len32 = u32::try_from(len)
+            .map_err(|_| Error::Overflow(format!("{} non-finite channels do not fit a header", non_finite.len())))?;
+        let version: u32 = if non_finite.is_empty() { 1 } else { 2 };
         let mut h = vec![0u8; len];
         h[0..8].copy_from_slice(&MAGIC);
-        h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        h[12..16].copy_from_slice(&(len as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&version.to_le_bytes());
+        h[12..16].copy_from_slice(&len32.to_le_bytes());
         put_str(&mut h[16..32], &self.kleidiai_version, "KleidiAI version")?;
         h[32..36].copy_from_slice(&self.weight_kind.to_le_bytes());
         h[36..40].copy_from_slice(&self.output.to_le_bytes());
@@ -157,6 +193,13 @@ impl FileHeader {
             b[at + 8..at + 16].copy_from_slice(&s.len.to_le_bytes());
             b[at + 16..at + 20].copy_from_slice(&s.crc32.to_le_bytes());
         }
+        if !non_finite.is_empty() {
+            let mut at = HEADER_FIXED + self.slots.len() * SLOT_SIZE;
+            for v in core::iter::once(non_finite.len() as u64).chain(non_finite.iter().copied()) {
+                h[at..at + 8].copy_from_slice(&v.to_le_bytes());
+                at += 8;
+            }
+        }
         let crc = crc32fast::hash(&h);
         h[60..64].copy_from_slice(&crc.to_le_bytes());
         Ok(h)
@@ -167,7 +210,7 @@ impl FileHeader {
     /// does). Returns the header; payload `i` is
     /// `file[slots[i].offset..][..slots[i].len]`.
     pub fn parse(file: &[u8]) -> Result<FileHeader> {
-        Self::parse_with(file, true)
+        Ok(Self::parse_with(file, true)?.0)
     }
 
     /// [`parse`](Self::parse) without the payload checksums: every bound is
@@ -175,10 +218,13 @@ impl FileHeader {
     /// payload bytes go unnoticed. For packed weights already verified once
     /// and reloaded on every call (ggml keeps them in tensor memory).
     pub fn parse_unverified(file: &[u8]) -> Result<FileHeader> {
-        Self::parse_with(file, false)
+        Ok(Self::parse_with(file, false)?.0)
     }
 
-    fn parse_with(file: &[u8], verify_payloads: bool) -> Result<FileHeader> {
+    /// [`parse`](Self::parse) (or without the payload checksums), with the
+    /// output channels whose weights are not finite (version 2; empty for
+    /// version 1).
+    pub(crate) fn parse_with(file: &[u8], verify_payloads: bool) -> Result<(FileHeader, Vec<u64>)> {
         if file.len() < HEADER_FIXED {
             let (need, have) = (HEADER_FIXED as u64, file.len() as u64);
             return Err(Error::packed_file(FileError::Truncated { part: "fixed header".into(), need, have }));
@@ -187,7 +233,7 @@ impl FileHeader {
             return Err(Error::packed_file(FileError::Magic));
         }
         let version = u32_at(file, 8);
-        if version != FORMAT_VERSION {
+        if version != 1 && version != 2 {
             return Err(Error::packed_file(FileError::Version { found: version, supported: FORMAT_VERSION }));
         }
         let slots = u32_at(file, 56) as usize;
@@ -195,8 +241,11 @@ impl FileHeader {
             return Err(bad(format!("{slots} slots (1..={MAX_SLOTS})")));
         }
         let len = u32_at(file, 12) as usize;
-        if len != Self::header_len(slots) {
-            return Err(bad(format!("header length {len}, {slots} slots need {}", Self::header_len(slots))));
+        // Version 2: at least one channel after the table (the count is
+        // checked against the length once the checksum vouches for it).
+        let least = if version == 1 { Self::header_len(slots) } else { Self::header_len_with(slots, 1) };
+        if len != least && (version == 1 || len < least || len % 64 != 0) {
+            return Err(bad(format!("header length {len}, {slots} slots need {least}")));
         }
         if file.len() < len {
             let (need, have) = (len as u64, file.len() as u64);
@@ -218,6 +267,23 @@ impl FileHeader {
         };
         if out.n == 0 || out.k == 0 {
             return Err(bad(format!("shape {}x{}", out.n, out.k)));
+        }
+        let mut non_finite = Vec::new();
+        if version == 2 {
+            let table = HEADER_FIXED + slots * SLOT_SIZE;
+            let c = u64_at(&h, table);
+            // `len` bounds `c` before any allocation by it.
+            let fits = c >= 1 && c <= out.n && c <= (len as u64) / 8;
+            if !fits || Self::header_len_with(slots, c as usize) != len {
+                return Err(bad(format!("{c} non-finite channels in a header of {len} bytes (n = {})", out.n)));
+            }
+            non_finite = (0..c as usize).map(|i| u64_at(&h, table + 8 + 8 * i)).collect();
+            if non_finite.windows(2).any(|p| p[0] >= p[1]) || non_finite.last().is_some_and(|&j| j >= out.n) {
+                return Err(bad(format!("non-finite channels {non_finite:?} are not ascending below n = {}", out.n)));
+            }
+            if h[table + 8 + 8 * c as usize..].iter().any(|&b| b != 0) {
+                return Err(bad("non-zero bytes after the non-finite channels".into()));
+            }
         }
         let mut prev_end = len as u64;
         for i in 0..slots {
@@ -264,7 +330,7 @@ impl FileHeader {
         if file.len() as u64 > prev_end {
             return Err(Error::packed_file(FileError::TrailingBytes { extra: file.len() as u64 - prev_end }));
         }
-        Ok(out)
+        Ok((out, non_finite))
     }
 }
 
@@ -346,8 +412,8 @@ mod tests {
         f[0] = b'X';
         assert_eq!(reason(&f), FileError::Magic);
         let mut f = file.clone();
-        f[8] = 2;
-        assert_eq!(reason(&f), FileError::Version { found: 2, supported: FORMAT_VERSION });
+        f[8] = 3;
+        assert_eq!(reason(&f), FileError::Version { found: 3, supported: FORMAT_VERSION });
         let mut f = file.clone();
         f[40] ^= 1;
         assert_eq!(reason(&f), FileError::Checksum { part: "header".into() });
@@ -380,6 +446,52 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// `sample` as version 2, with non-finite channels 1 and 7 of 10.
+    fn sample_v2() -> (FileHeader, Vec<u8>, Vec<u64>) {
+        let (mut h, v1) = sample();
+        let payload = v1[FileHeader::header_len(1)..].to_vec();
+        let channels = vec![1, 7];
+        h.slots[0].offset = FileHeader::header_len_with(1, 2) as u64;
+        let mut file = h.to_bytes_with(&channels).unwrap();
+        assert_eq!(u32_at(&file, 8), 2);
+        file.extend_from_slice(&payload);
+        (h, file, channels)
+    }
+
+    #[test]
+    fn version_2_keeps_the_non_finite_channels() {
+        let (h, file, channels) = sample_v2();
+        assert_eq!(FileHeader::parse_with(&file, true).unwrap(), (h.clone(), channels));
+        let (h1, v1) = sample();
+        assert_eq!(FileHeader::parse_with(&v1, true).unwrap(), (h1.clone(), vec![]), "version 1: none");
+        assert_eq!(h1.to_bytes_with(&[]).unwrap(), h1.to_bytes().unwrap(), "no channels: version 1 bytes");
+        for bad in [&[7u64, 1][..], &[1, 1], &[10]] {
+            assert!(h.to_bytes_with(bad).is_err(), "{bad:?} written");
+        }
+        for len in 0..file.len() {
+            assert!(FileHeader::parse(&file[..len]).is_err(), "truncated to {len}");
+        }
+        for byte in 0..file.len() {
+            for bit in 0..8 {
+                let mut f = file.clone();
+                f[byte] ^= 1 << bit;
+                assert!(FileHeader::parse(&f).is_err(), "flip of bit {bit} in byte {byte} accepted");
+            }
+        }
+        // Forged lists with a valid checksum: out of order, out of range, a
+        // count that disagrees with the length, bytes after the list.
+        let table = HEADER_FIXED + SLOT_SIZE;
+        for (at, value) in [(table + 8, 8u64), (table + 16, 10), (table, 3), (table, 0), (table + 24, 5)] {
+            let mut f = file.clone();
+            f[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            f[60..64].fill(0);
+            let crc = crc32fast::hash(&f[..FileHeader::header_len_with(1, 2)]);
+            f[60..64].copy_from_slice(&crc.to_le_bytes());
+            let err = FileHeader::parse(&f).unwrap_err();
+            assert!(matches!(&err, Error::File { reason: FileError::Header(_), .. }), "{value} at {at}: {err}");
         }
     }
 

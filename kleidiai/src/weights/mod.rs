@@ -53,6 +53,7 @@ mod backend;
 mod f16_kxn;
 pub mod file;
 mod front;
+mod non_finite;
 pub(crate) mod parts;
 mod per_call;
 pub mod policy;
@@ -787,6 +788,33 @@ pub struct PackedWeights {
     activation: DType,
     slots: Vec<Slot>,
     reference: Option<OwnedWeights>,
+    /// The output channels whose weights (values, scales, offsets, bias)
+    /// hold a NaN or an infinity, ascending: their outputs are NaN
+    /// ([`non_finite`]). Usually empty.
+    non_finite_channels: Vec<usize>,
+    /// What matmul does with non-finite inputs.
+    policy: NonFinite,
+}
+
+/// What [`PackedWeights::matmul`] does with a NaN or an infinity among its
+/// inputs (set with [`PackedWeights::set_non_finite`]; not saved in files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum NonFinite {
+    /// NaN in every output whose activation row or output channel holds
+    /// one, the same on every kernel and the reference (see
+    /// [`PackedWeights::matmul`]). Costs a scan of the activations per call
+    /// (about 0.3 aarch64 instructions per f32 value).
+    #[default]
+    Propagate,
+    /// [`Error::NonFinite`] naming the first activation row (and value) or
+    /// output channel holding one, before anything is computed or written.
+    /// The same scan per call.
+    Error,
+    /// What the kernel gives: kernel-dependent (a NaN may come out finite,
+    /// as ±3.4e38 or as NaN), as ggml's own path. No scan: nothing per call.
+    /// Some kernels refuse non-finite activations (an error).
+    Kernel,
 }
 
 /// The backend of kernel `name`, if it serves weights of `kind` with `act`
@@ -943,6 +971,7 @@ impl PackedWeights {
     /// ```
     pub fn pack_with(w: &WeightsRef<'_>, pairings: &[Pairing], opts: &PackOptions) -> Result<PackedWeights> {
         w.validate()?;
+        let non_finite = non_finite::channels(w);
         // ggml Q8_0 is repacked as int8 per channel (ggml's own requantisation).
         let requantized;
         let view;
@@ -1017,7 +1046,18 @@ impl PackedWeights {
         let per_call = slots.iter().any(|s| PerCall::is_format(s.rhs.layout().format));
         let reference =
             if slots.is_empty() || (opts.keep_reference && !per_call) { Some(w.to_owned_weights()?) } else { None };
-        Ok(PackedWeights { id: next_weights_id(), n, k, kind, activation: act, slots, reference })
+        let policy = NonFinite::Propagate;
+        Ok(PackedWeights {
+            id: next_weights_id(),
+            n,
+            k,
+            kind,
+            activation: act,
+            slots,
+            reference,
+            non_finite_channels: non_finite,
+            policy,
+        })
     }
 
     /// Whether the portable reference can run: a copy of the unpacked
@@ -1341,7 +1381,101 @@ impl PackedWeights {
     }
 
     /// `y (m x n) = clamp(x (m x k) · wᵀ + bias)`.
+    ///
+    /// # Non-finite inputs
+    ///
+    /// The same on every kernel and the portable reference: `y[i][j]` is
+    /// NaN when row `i` of `x` holds a NaN or an infinity, or when output
+    /// channel `j`'s weights do (values, scales, block offsets or bias, as
+    /// given to [`pack`](Self::pack)); the other elements are what finite
+    /// inputs give. NaN, not ±inf, even where plain float math would give an
+    /// infinity, and whatever `clamp` says. Costs a scan of `x` per call
+    /// (`m x k` values, about 0.3 aarch64 instructions each, against the
+    /// kernel's `m x n x k` products: a share that falls with `n` and is
+    /// largest on the fastest kernels, SME2; the README has the measured
+    /// table); the weights are scanned once, by `pack`, and the channels
+    /// kept (also in saved files). [`set_non_finite`](Self::set_non_finite)
+    /// chooses an error instead, or the kernel's own behaviour without the
+    /// scan ([`NonFinite`]).
+    ///
+    /// Finite inputs whose result overflows f32 give what the clamp makes
+    /// of it: with [`Clamp::NONE`], whose range is `[f32::MIN, f32::MAX]`,
+    /// ±`f32::MAX` (not ±inf) on the kernels, which clamp in f32.
+    ///
+    /// ```
+    /// use kleidiai::prelude::*;
+    /// let (n, k) = (4, 32);
+    /// let data = vec![0x11u8; n * k / 2];
+    /// let w = Weights::int4_per_channel(n, k, &data, &[0.25, 0.25, f32::NAN, 0.25])?;
+    /// let packed = PackedWeights::pack(&w, &PackOptions::default())?;
+    /// let mut x = vec![0.5f32; 2 * k];
+    /// x[k + 3] = f32::INFINITY; // row 1
+    /// let mut y = vec![0f32; 2 * n];
+    /// packed.matmul(2, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE,
+    ///               Parallelism::Sequential, &mut Scratch::default())?;
+    /// assert!(y[0].is_finite() && y[2].is_nan()); // row 0: channel 2 only
+    /// assert!(y[n..].iter().all(|v| v.is_nan())); // row 1: all
+    /// # Ok::<(), kleidiai::Error>(())
+    /// ```
     pub fn matmul(
+        &self,
+        m: usize,
+        x: Activation<'_>,
+        mut y: ActivationMut<'_>,
+        clamp: Clamp,
+        par: Parallelism,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        match self.policy {
+            NonFinite::Kernel => return self.matmul_kernels(m, x, y, clamp, par, scratch),
+            NonFinite::Error => {
+                if let Some(&j) = self.non_finite_channels.first() {
+                    return Err(Error::NonFinite { what: "output channel", index: j, at: None });
+                }
+                if let Some(&i) = non_finite::bad_rows(m, self.k, &x).as_deref().and_then(|r| r.first()) {
+                    let at = non_finite::first_in_row(&x, i, self.k);
+                    return Err(Error::NonFinite { what: "activation row", index: i, at });
+                }
+                return self.matmul_kernels(m, x, y, clamp, par, scratch);
+            }
+            NonFinite::Propagate => {}
+        }
+        let Some(rows) = non_finite::bad_rows(m, self.k, &x) else {
+            self.matmul_kernels(m, x, y.reborrow(), clamp, par, scratch)?;
+            if !self.non_finite_channels.is_empty() {
+                non_finite::fill(m, self.n, &mut y, &[], &self.non_finite_channels);
+            }
+            return Ok(());
+        };
+        // Rare: the kernels see those rows zeroed (they disagree on
+        // non-finite values, and some packers refuse them).
+        let zeroed = non_finite::Zeroed::new(&x, m, self.k, &rows);
+        self.matmul_kernels(m, zeroed.as_activation(), y.reborrow(), clamp, par, scratch)?;
+        non_finite::fill(m, self.n, &mut y, &rows, &self.non_finite_channels);
+        Ok(())
+    }
+
+    /// Sets what [`matmul`](Self::matmul) does with a NaN or an infinity
+    /// among its inputs ([`NonFinite`]; default [`NonFinite::Propagate`]).
+    pub fn set_non_finite(&mut self, policy: NonFinite) {
+        self.policy = policy;
+    }
+
+    /// What [`matmul`](Self::matmul) does with a NaN or an infinity among
+    /// its inputs.
+    pub fn non_finite(&self) -> NonFinite {
+        self.policy
+    }
+
+    /// The output channels whose weights (values, scales, offsets or bias,
+    /// as packed) hold a NaN or an infinity, ascending (usually none).
+    pub fn non_finite_channels(&self) -> &[usize] {
+        &self.non_finite_channels
+    }
+
+    /// [`matmul`](Self::matmul) without its non-finite policy: what the
+    /// kernel gives (ggml's path, which does not scan either).
+    pub(crate) fn matmul_kernels(
         &self,
         m: usize,
         x: Activation<'_>,
@@ -1400,9 +1534,16 @@ impl PackedWeights {
         }
     }
 
-    /// Serialises the packed layouts as a packed-weight file ([`file`](mod@file)).
+    /// The non-finite output channels as the file stores them.
+    fn non_finite_u64(&self) -> Vec<u64> {
+        self.non_finite_channels.iter().map(|&j| j as u64).collect()
+    }
+
+    /// Serialises the packed layouts as a packed-weight file ([`file`](mod@file)),
+    /// with the output channels whose weights are not finite (version 2 of
+    /// the format when there is one).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        let mut out = self.file_header()?.to_bytes()?;
+        let mut out = self.file_header()?.to_bytes_with(&self.non_finite_u64())?;
         for s in &self.slots {
             out.resize(out.len().div_ceil(64) * 64, 0);
             out.extend_from_slice(s.rhs.as_bytes());
@@ -1427,7 +1568,7 @@ impl PackedWeights {
             k: self.k as u64,
             slots: Vec::new(),
         };
-        let mut offset = file::FileHeader::header_len(self.slots.len());
+        let mut offset = file::FileHeader::header_len_with(self.slots.len(), self.non_finite_channels.len());
         for s in &self.slots {
             let l = s.rhs.layout();
             let u32_of = |v: usize, what: &str| {
@@ -1474,7 +1615,7 @@ impl PackedWeights {
 
     fn load(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>, zero_copy: bool, verify: bool) -> Result<PackedWeights> {
         let data = (*bytes).as_ref();
-        let h = if verify { file::FileHeader::parse(data)? } else { file::FileHeader::parse_unverified(data)? };
+        let (h, non_finite) = file::FileHeader::parse_with(data, verify)?;
         if h.kleidiai_version != crate::sys::KLEIDIAI_VERSION {
             return Err(Error::packed_file(FileError::KleidiaiVersion {
                 file: h.kleidiai_version,
@@ -1591,7 +1732,20 @@ impl PackedWeights {
                 why: format!("no layout in the file runs here: {}", why.join("; ")),
             });
         }
-        Ok(PackedWeights { id: next_weights_id(), n, k, kind, activation, slots, reference: None })
+        // The parser checked them ascending and below n.
+        let non_finite_channels = non_finite.into_iter().map(|j| j as usize).collect();
+        let policy = NonFinite::Propagate;
+        Ok(PackedWeights {
+            id: next_weights_id(),
+            n,
+            k,
+            kind,
+            activation,
+            slots,
+            reference: None,
+            non_finite_channels,
+            policy,
+        })
     }
 }
 

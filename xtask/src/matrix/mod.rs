@@ -303,6 +303,13 @@ pub fn run(args: &[String]) -> Result<bool, String> {
     }
     ok &= memory.ok;
     extra.insert("memory".into(), memory.json);
+    // ---- non-finite inputs per kernel (issue 15's table).
+    let nonfinite = crate::reliability::nonfinite_table(&results);
+    for line in &nonfinite.lines {
+        println!("{line}");
+    }
+    ok &= nonfinite.ok;
+    extra.insert("nonfinite".into(), nonfinite.json);
     extra.insert("determinism_across_runs".into(), determinism.json);
 
     summary::finish(&results, &fuzz_results, &phases, extra, &verdicts, started, ok)
