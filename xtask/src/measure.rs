@@ -37,7 +37,7 @@ use std::time::Instant;
 pub const USAGE: &str = "usage: cargo run -p xtask --release -- measure [options]
   --cpu MODEL          qemu CPU model of the overhead count (default: max, SME2 at SVL 256)
   --scaling-cpu MODEL  qemu CPU model of the scaling run (default: neoverse-n2)
-  --overhead-cases 'q4_0:1:256;f32:64:4096'   the overhead cases instead (kind:m[:n = k]; kinds q4_0, f32)
+  --overhead-cases 'q4_0:1:256;f32:64:4096'   the overhead cases instead (kind:m[:n = k]; kinds q4_0 q8_0 i4 i4b i4a i8 f16 bf16 f32)
   --time ROUNDS        also time both paths (best of ROUNDS batches; slow under qemu)
   --no-overhead | --no-scaling | --no-compare   skip a part
   --kernels            also count the default choice per weight kind, m = 1 and 64, on max, neoverse-n2, neoverse-v1
@@ -47,10 +47,10 @@ Writes target/measure.json. Needs scripts/setup.sh to have run.";
 
 const TARGET: &str = "aarch64-unknown-linux-gnu";
 
-/// Overhead cases (`kind:m`) and the calls counted per path: more for the
-/// cheap ones, so fixed costs are not lost in the noise of one call.
-/// Every weight kind of the high-level API at m = 1 (the goal applies
-/// there), and the three main ones at m = 64.
+/// Overhead cases (`kind:m`, n = k = 1024) and the calls counted per path:
+/// more for the cheap ones, so fixed costs are not lost in the noise of one
+/// call. Every weight kind of the high-level API at m = 1 (the goal applies
+/// there), and three at m = 64.
 const CASES: [(&str, usize); 12] = [
     ("q4_0:1", 4),
     ("q8_0:1", 4),

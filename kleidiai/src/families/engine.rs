@@ -86,6 +86,20 @@ pub(crate) struct Prepared {
     pub lhs_bytes: usize,
 }
 
+/// The size checks every family's `prepare` makes for a call with a dense
+/// `m x k` LHS and an `m x n` f32 output (none of the byte counts the
+/// steady-state path computes may overflow).
+pub(crate) fn check_prepared_sizes(m: usize, n: usize, k: usize) -> crate::Result<()> {
+    use crate::error;
+    error::nonzero(m, "m")?;
+    error::nonzero(k, "k")?;
+    error::mul(m, k, "lhs")?;
+    error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
+    error::mul(k, 4, "lhs stride")?;
+    error::mul(n, 4, "dst stride")?;
+    Ok(())
+}
+
 /// The vector length `info`'s getters read on this thread now: the SME
 /// streaming length for SME kernels, the SVE length for SVE kernels, else 0.
 /// Linux lets a thread change its own, so a cached [`Prepared`] is only

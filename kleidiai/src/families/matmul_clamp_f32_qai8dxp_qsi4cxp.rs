@@ -371,15 +371,10 @@ mod imp {
         pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
             let l = *rhs.layout();
             let (n, k) = (l.rows, l.k);
-            error::nonzero(m, "m")?;
-            error::nonzero(k, "k")?;
+            engine::check_prepared_sizes(m, n, k)?;
             rhs.expect(&self.rhs_layout(n, k)?, self.0.info.name)?;
             let (t, _) = self.tiles()?;
             error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
-            error::mul(m, k, "lhs")?;
-            error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
-            error::mul(k, 4, "lhs stride")?;
-            error::mul(n, 4, "dst stride")?;
             // SAFETY: size query, pure arithmetic (kr % sr == 0 checked).
             let lhs_bytes = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr) };
             Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))

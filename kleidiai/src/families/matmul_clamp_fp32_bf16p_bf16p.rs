@@ -338,15 +338,10 @@ mod imp {
         pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
             let l = *rhs.layout();
             let (n, k) = (l.rows, l.k);
-            error::nonzero(m, "m")?;
-            error::nonzero(k, "k")?;
+            engine::check_prepared_sizes(m, n, k)?;
             rhs.expect(&self.rhs_layout(n, k)?, self.0.info.name)?;
             let layout = self.lhs_layout(m, k)?;
             let (t, _) = self.tiles()?;
-            error::mul(m, k, "lhs")?;
-            error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
-            error::mul(k, 4, "lhs stride")?;
-            error::mul(n, 4, "dst stride")?;
             let row_bytes = error::mul(roundup(k, layout.kr, "k")?, 2, "packed lhs")?;
             let lhs_bytes = error::mul(roundup(m, layout.r, "m")?, row_bytes, "packed lhs")?;
             Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
