@@ -531,6 +531,66 @@ mod imp {
             Ok(())
         }
 
+        /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
+        /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`, made
+        /// once (the steady-state path of `PackedWeights::matmul`), except
+        /// the finite-values check of the LHS: the caller vouches for it on
+        /// every call (`run_prepared`).
+        pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
+            let l = *rhs.layout();
+            let (n, k, bl) = (l.rows, l.k, l.bl);
+            engine::check_prepared_sizes(m, n, k)?;
+            rhs.expect(&self.rhs_layout(n, k, bl)?, self.0.info.name)?;
+            let layout = self.lhs_layout(m, k, bl)?;
+            let (t, _) = self.tiles()?;
+            error::mul(error::mul(m.div_ceil(layout.r), layout.r, "packed lhs")?, k + (k / bl) * 8, "packed lhs")?;
+            // SAFETY: size query, pure arithmetic; k % bl == 0 and
+            // k % kr == 0 (lhs_layout's check_k).
+            let lhs_bytes = unsafe { V::lhs_packed_size(m, k, bl, t.mr, t.kr, t.sr) };
+            Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
+        }
+
+        /// What `pack_lhs_into` then `run` do on one thread for the whole
+        /// output, without their checks.
+        ///
+        /// # Safety
+        /// `p` is what [`prepare`](Self::prepare) returned for this `rhs`;
+        /// the CPU still has the kernel's features; `x` holds `p.m x p.k`
+        /// finite values, `lhs` `p.lhs_bytes` writable bytes (64-byte
+        /// aligned), `y` `p.m x p.n` values; `clamp` is valid.
+        pub(crate) unsafe fn run_prepared(
+            &self,
+            p: &engine::Prepared,
+            x: *const V::Lhs,
+            lhs: *mut u8,
+            rhs: &PackedRhs,
+            y: *mut V::Out,
+            clamp: Clamp,
+        ) {
+            let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
+            let f = self.0.fns;
+            let ob = core::mem::size_of::<V::Out>();
+            let r = rhs.data().as_ptr().cast::<c_void>();
+            // SAFETY: the caller's contract: every size, layout and block
+            // rule was checked by `prepare` for exactly these operands, the
+            // buffers have the sizes it computed, the values are finite (what
+            // the packer needs), the RHS offset of column 0 is 0. GEMV
+            // kernels (m_step 1) take one row per call at the packer's
+            // offset of that row, as in `run`.
+            unsafe {
+                V::lhs_pack(m, k, bl, t.mr, t.kr, t.sr, x, k * core::mem::size_of::<V::Lhs>(), lhs.cast());
+                let step = if t.m_step == 1 { 1 } else { m };
+                for row in (0..m).step_by(step) {
+                    let (len, lo) = (step.min(m - row), (f.lhs_offset)(row, k, bl));
+                    let (l, d) = (lhs.add(lo).cast::<c_void>(), y.add(row * n));
+                    match f.run {
+                        RunFn::F32(run) => run(len, n, k, bl, l, r, d.cast(), n * ob, ob, clamp.min, clamp.max),
+                        RunFn::Void(run) => run(len, n, k, bl, l, r, d.cast(), n * ob, ob, clamp.min, clamp.max),
+                    }
+                }
+            }
+        }
+
         /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
         pub fn run(
             &self,

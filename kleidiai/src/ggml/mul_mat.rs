@@ -539,7 +539,7 @@ impl GgmlWeights {
                 done
             };
             if !hybrid {
-                w.matmul_kernels(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, par, inner)?;
+                w.matmul_kernels(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, par, inner, false)?;
             }
             store(out, b, dst);
         }

@@ -65,6 +65,13 @@ pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     fn takes_bias(&self) -> bool {
         !matches!(self.info().family, "matmul_clamp_f32_qsi8d32p_qsi4c32p" | "matmul_clamp_f32_f16p_qsi4c32p")
     }
+    /// Whether the family's LHS packer needs finite activations (the
+    /// asymmetric int4 families: their checked path refuses others, and
+    /// their steady-state path runs only on activations the non-finite
+    /// policy scanned).
+    fn needs_finite_lhs(&self) -> bool {
+        matches!(self.info().family, "matmul_clamp_f32_qsi8d32p_qai4c32p" | "matmul_clamp_f16_qsi8d32p_qai4c32p")
+    }
     /// Row `row` of the packed weights as f32.
     fn unpack_row(&self, rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()>;
     /// The steady-state form of [`run`](Self::run), where the family has one.
@@ -361,10 +368,10 @@ mod families {
     packed_lhs!(matmul_clamp_f32_f16p_qsi4c32p, F32, bl, nobl, |s, w| {
         weights_for!(s, w, { WeightsRef::Int4Block(w) => s.pack_rhs(*w) })
     });
-    packed_lhs!(matmul_clamp_f32_qsi8d32p_qai4c32p, F32, bl, lhsbl, |s, w| {
+    packed_lhs!(matmul_clamp_f32_qsi8d32p_qai4c32p, F32, bl, lhsbl, fast, |s, w| {
         weights_for!(s, w, { WeightsRef::Int4AsymBlock(w) => s.pack_rhs(w) })
     });
-    packed_lhs!(matmul_clamp_f16_qsi8d32p_qai4c32p, F16, bl, lhsbl, |s, w| {
+    packed_lhs!(matmul_clamp_f16_qsi8d32p_qai4c32p, F16, bl, lhsbl, fast, |s, w| {
         weights_for!(s, w, { WeightsRef::Int4AsymBlock(w) => s.pack_rhs(w) })
     });
 
@@ -378,6 +385,8 @@ mod families {
     fast!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32);
     fast!(matmul_clamp_fp32_bf16p_bf16p, F32);
     fast!(matmul_clamp_f32_bf16p_bf16p, F32);
+    fast!(matmul_clamp_f32_qsi8d32p_qai4c32p, F32);
+    fast!(matmul_clamp_f16_qsi8d32p_qai4c32p, F16);
     fast!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16);
     fast!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32);
     fast!(matmul_clamp_f32_qsi8d32p_qsi4c32p, F32);

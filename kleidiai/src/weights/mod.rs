@@ -1239,8 +1239,9 @@ impl PackedWeights {
     /// The steady-state call: `None` when it does not apply (no plan with a
     /// fast path for these weights, `m` and features; more than one worker;
     /// another vector length; inputs too short, which the checked path
-    /// reports), then the caller takes the checked path.
-    #[allow(clippy::too_many_arguments)] // matmul's own arguments plus the features it read
+    /// reports; activations not known to be finite for a packer that needs
+    /// them), then the caller takes the checked path.
+    #[allow(clippy::too_many_arguments)] // matmul's own arguments, the features it read, the scan's verdict
     fn matmul_planned(
         &self,
         m: usize,
@@ -1250,6 +1251,7 @@ impl PackedWeights {
         par: Parallelism,
         f: &Features,
         scratch: &mut Scratch,
+        finite: bool,
     ) -> Option<Result<()>> {
         // Inputs too short (or sizes that overflow) go to the checked path,
         // which names the problem, before a plan sizes anything by `m`.
@@ -1263,6 +1265,10 @@ impl PackedWeights {
         let r = scratch.plan.as_mut()?.ready.as_mut()?;
         let p = r.prepared;
         let b = self.backend(r.slot, r.gemv)?;
+        // Activations nobody scanned go where the packer's needs are checked.
+        if !finite && b.needs_finite_lhs() {
+            return None;
+        }
         let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
         if crate::par::workers(par, work, r.sme) != 1
             || x.len() < p.m * p.k
@@ -1427,7 +1433,7 @@ impl PackedWeights {
         scratch: &mut Scratch,
     ) -> Result<()> {
         match self.policy {
-            NonFinite::Kernel => return self.matmul_kernels(m, x, y, clamp, par, scratch),
+            NonFinite::Kernel => return self.matmul_kernels(m, x, y, clamp, par, scratch, false),
             NonFinite::Error => {
                 if let Some(&j) = self.non_finite_channels.first() {
                     return Err(Error::NonFinite { what: "output channel", index: j, at: None });
@@ -1436,12 +1442,12 @@ impl PackedWeights {
                     let at = non_finite::first_in_row(&x, i, self.k);
                     return Err(Error::NonFinite { what: "activation row", index: i, at });
                 }
-                return self.matmul_kernels(m, x, y, clamp, par, scratch);
+                return self.matmul_kernels(m, x, y, clamp, par, scratch, true);
             }
             NonFinite::Propagate => {}
         }
         let Some(rows) = non_finite::bad_rows(m, self.k, &x) else {
-            self.matmul_kernels(m, x, y.reborrow(), clamp, par, scratch)?;
+            self.matmul_kernels(m, x, y.reborrow(), clamp, par, scratch, true)?;
             if !self.non_finite_channels.is_empty() {
                 non_finite::fill(m, self.n, &mut y, &[], &self.non_finite_channels);
             }
@@ -1450,7 +1456,7 @@ impl PackedWeights {
         // Rare: the kernels see those rows zeroed (they disagree on
         // non-finite values, and some packers refuse them).
         let zeroed = non_finite::Zeroed::new(&x, m, self.k, &rows);
-        self.matmul_kernels(m, zeroed.as_activation(), y.reborrow(), clamp, par, scratch)?;
+        self.matmul_kernels(m, zeroed.as_activation(), y.reborrow(), clamp, par, scratch, true)?;
         non_finite::fill(m, self.n, &mut y, &rows, &self.non_finite_channels);
         Ok(())
     }
@@ -1475,6 +1481,10 @@ impl PackedWeights {
 
     /// [`matmul`](Self::matmul) without its non-finite policy: what the
     /// kernel gives (ggml's path, which does not scan either).
+    /// `finite`: the caller scanned `x` and it holds only finite values
+    /// (the asymmetric int4 packers need them; unscanned activations take
+    /// their checked path, which checks).
+    #[allow(clippy::too_many_arguments)] // matmul's operands plus the scan's verdict
     pub(crate) fn matmul_kernels(
         &self,
         m: usize,
@@ -1483,10 +1493,11 @@ impl PackedWeights {
         clamp: Clamp,
         par: Parallelism,
         scratch: &mut Scratch,
+        finite: bool,
     ) -> Result<()> {
         self.check_call(m, &x, &y)?;
         let mut f = Features::current();
-        if let Some(r) = self.matmul_planned(m, x, y.reborrow(), clamp, par, &f, scratch) {
+        if let Some(r) = self.matmul_planned(m, x, y.reborrow(), clamp, par, &f, scratch, finite) {
             return r;
         }
         while let Some((slot, b)) = self.pick(m, &f) {

@@ -664,3 +664,32 @@ fn a_separate_gemv_layout_only_when_asked() {
         assert_eq!(back.layouts(), two.layouts());
     }
 }
+
+/// The asymmetric int4 packers need finite activations. Under
+/// `NonFinite::Kernel` nothing scans them, so a call with a NaN row must
+/// not take the steady-state path (which skips the packer's finite check)
+/// even when a plan for these weights and `m` is ready: it takes the
+/// checked path, which refuses the row. Under the default policy the same
+/// call succeeds with that row NaN.
+#[test]
+fn unscanned_non_finite_rows_never_reach_a_packer_that_needs_finite_values() {
+    let (n, k, bl) = (8, 64, 32);
+    let nib: Vec<u8> = (0..n * k / 2).map(|i| (i * 37 % 251) as u8).collect();
+    let s: Vec<f32> = (0..n * k / bl).map(|i| 0.01 + 0.001 * i as f32).collect();
+    let w = Weights::int4_asym_blocks(n, k, bl, &nib, &s, &s).unwrap();
+    let mut packed = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
+    packed.set_non_finite(NonFinite::Kernel);
+    let mut scratch = Scratch::default();
+    let seq = Parallelism::Sequential;
+    let mut x = vec![0.5f32; k];
+    let mut y = vec![0f32; n];
+    for _ in 0..2 {
+        packed.matmul(1, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE, seq, &mut scratch).unwrap();
+    }
+    x[3] = f32::NAN;
+    let r = packed.matmul(1, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE, seq, &mut scratch);
+    assert!(r.is_err(), "a NaN row reached {:?} unchecked: {y:?}", packed.kernel_for(1));
+    packed.set_non_finite(NonFinite::Propagate);
+    packed.matmul(1, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp::NONE, seq, &mut scratch).unwrap();
+    assert!(y.iter().all(|v| v.is_nan()), "{y:?}");
+}
