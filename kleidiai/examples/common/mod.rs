@@ -194,8 +194,8 @@ pub fn run(
 /// Rows of `0..m` the reference checks: all of them up to `max`, else an
 /// even spread that includes the first and the last.
 pub fn sample_rows(m: usize, max: usize) -> Vec<usize> {
-    if m <= max {
-        return (0..m).collect();
+    if m <= max || max <= 1 {
+        return (0..m.min(max)).collect();
     }
     let mut v: Vec<usize> = (0..max).map(|i| i * (m - 1) / (max - 1)).collect();
     v.dedup();
