@@ -25,7 +25,8 @@ fn main() {
         _ => None,
     };
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
-    let sets: [(&str, fn() -> Vec<(String, Vec<u8>)>); 2] = [
+    type Seeds = fn() -> Vec<(String, Vec<u8>)>;
+    let sets: [(&str, Seeds); 2] = [
         ("packed_file", kleidiai_fuzz::seeds::packed_file),
         ("validation", || kleidiai_fuzz::seeds::validation(200_000, 2)),
     ];

@@ -72,10 +72,16 @@ fn fix_container(buf: &mut [u8]) {
 }
 
 fn load_file(data: &[u8]) {
-    for h in [FileHeader::parse(data), FileHeader::parse_unverified(data)].into_iter().flatten() {
-        let bytes = h.to_bytes().expect("an accepted header serialises");
+    for (h, non_finite) in
+        [FileHeader::parse_with(data, true), FileHeader::parse_with(data, false)].into_iter().flatten()
+    {
+        let bytes = h.to_bytes_with(&non_finite).expect("an accepted header serialises");
         assert_eq!(&bytes[..], &data[..bytes.len()], "the re-serialised header differs");
+        if non_finite.is_empty() {
+            assert_eq!(h.to_bytes().expect("serialises"), bytes, "a version 1 header serialises alike both ways");
+        }
     }
+    assert_eq!(FileHeader::parse(data).is_ok(), FileHeader::parse_with(data, true).is_ok());
     let verified = FileHeader::parse(data).is_ok();
     let copy = PackedWeights::from_bytes(data);
     if copy.is_ok() {

@@ -117,9 +117,9 @@ pub fn packed_file() -> Vec<(String, Vec<u8>)> {
     // Version 2: the non-finite output channels after the slot table.
     let v2 = with_non_finite(&one, &[0, 5, 7]);
     out.push(("file_non_finite".into(), [&[1u8][..], &v2].concat()));
-    out.push(("ggml_non_finite".into(), [&[1u8][..], &container(2, 64, 8, &[v2.clone()])].concat()));
+    out.push(("ggml_non_finite".into(), [&[1u8][..], &container(2, 64, 8, std::slice::from_ref(&v2))].concat()));
     out.push(("file_header_only".into(), [&[1u8][..], &one[..FileHeader::header_len(1)]].concat()));
-    out.push(("ggml_q4_0".into(), [&[1u8][..], &container(2, 64, 8, &[one.clone()])].concat()));
+    out.push(("ggml_q4_0".into(), [&[1u8][..], &container(2, 64, 8, std::slice::from_ref(&one))].concat()));
     out.push(("ggml_f16_batches".into(), [&[1u8][..], &container(1, 5, 3, &[half.clone(), half.clone()])].concat()));
     out.push(("ggml_q8_0".into(), [&[0u8][..], &container(8, 128, 16, &[two])].concat()));
     // Bytes after the declared end (issue 15): refused by every loader with
@@ -128,7 +128,7 @@ pub fn packed_file() -> Vec<(String, Vec<u8>)> {
     for extra in [1usize, 64, 4096] {
         let tail: Vec<u8> = (0..extra).map(|j| (j * 13) as u8).collect();
         out.push((format!("file_trailing_{extra}"), [&[1u8][..], &one, &tail].concat()));
-        let ggml = container(2, 64, 8, &[one.clone()]);
+        let ggml = container(2, 64, 8, std::slice::from_ref(&one));
         out.push((format!("ggml_trailing_{extra}"), [&[1u8][..], &ggml, &tail].concat()));
     }
     let long_batch = [&one[..], &[0u8; 64][..]].concat();

@@ -56,3 +56,25 @@ pub(super) fn to_nxk(data: &[f32], n: usize, k: usize, o: Order) -> Vec<f32> {
         Order::KxN => (0..n * k).map(|i| data[(i % k) * n + i / k]).collect(),
     }
 }
+
+/// `PackedWeights::matmul`'s non-finite policy: output `i * n + j` is NaN
+/// when activation row `i` (`x`, as the call saw it) or output channel `j`
+/// (`channels`) holds a NaN or an infinity.
+pub(super) fn policy_nan(m: usize, n: usize, k: usize, x: &[f32], channels: &[usize]) -> Vec<bool> {
+    let rows: Vec<bool> = (0..m).map(|i| x[i * k..(i + 1) * k].iter().any(|v| !v.is_finite())).collect();
+    let mut cols = vec![false; n];
+    for &j in channels {
+        cols[j] = true;
+    }
+    (0..m * n).map(|e| rows[e / n] || cols[e % n]).collect()
+}
+
+/// Checks NaN wherever `nan` says, and returns the outputs the policy
+/// leaves to the kernel (`got` and `want` at the other positions).
+pub(super) fn outside_policy<W: Copy>(what: &str, got: &[f32], want: &[W], nan: &[bool]) -> (Vec<f32>, Vec<W>) {
+    for (i, g) in got.iter().enumerate() {
+        assert!(!nan[i] || g.is_nan(), "{what}: output {i} is {g} where a non-finite input makes NaN");
+    }
+    let keep = |i: &usize| !nan[*i];
+    ((0..got.len()).filter(keep).map(|i| got[i]).collect(), (0..got.len()).filter(keep).map(|i| want[i]).collect())
+}

@@ -224,7 +224,7 @@ impl FileHeader {
     /// [`parse`](Self::parse) (or without the payload checksums), with the
     /// output channels whose weights are not finite (version 2; empty for
     /// version 1).
-    pub(crate) fn parse_with(file: &[u8], verify_payloads: bool) -> Result<(FileHeader, Vec<u64>)> {
+    pub fn parse_with(file: &[u8], verify_payloads: bool) -> Result<(FileHeader, Vec<u64>)> {
         if file.len() < HEADER_FIXED {
             let (need, have) = (HEADER_FIXED as u64, file.len() as u64);
             return Err(Error::packed_file(FileError::Truncated { part: "fixed header".into(), need, have }));
