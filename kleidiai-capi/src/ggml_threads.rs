@@ -343,48 +343,18 @@ pub unsafe extern "C" fn kairs_ggml_mul_mat(
         // SAFETY: as above.
         let team = Team::new(unsafe { team.as_ref() }.ok_or_else(|| Error::Null { what: "team" })?)?;
         let mult = usize::try_from(team.t.chunk_multiplier).unwrap_or(1).max(1);
-        // The steady state: this thread's last call on these weights again.
-        if let (true, Ok(t1)) = (d.type_ == GgmlType::F32 as i32, u32::try_from(s1.type_)) {
-            let (x, y, z) = (src1_data.cast::<u8>(), dst_data.cast::<u8>(), work.cast::<u8>());
-            // SAFETY: this function's contract (src1 readable, dst and work
-            // used only by the node's threads during the call) is
-            // mul_mat_again's; it runs only a call equal to one that passed
-            // every check below and mul_mat's.
-            let again = unsafe {
-                w.mul_mat_again(
-                    (t1, s1.ne, s1.nb, x, src1_size),
-                    (d.ne, d.nb, y, dst_size),
-                    (z, work_size),
-                    &team,
-                    mult,
-                )
-            };
-            if let Some(done) = again {
-                return done;
-            }
+        if d.type_ != GgmlType::F32 as i32 {
+            dst_f32(d.type_)?;
         }
-        // SAFETY: as above (read-only, shared by the node's threads).
-        let x = unsafe { bytes(src1_data, src1_size, "src1 data") }?;
-        let (dp, wp) = (dst_data.cast::<u8>(), work.cast::<u8>());
-        if !disjoint((x.as_ptr(), x.len()), (dp, dst_size))
-            || !disjoint((x.as_ptr(), x.len()), (wp, work_size))
-            || !disjoint((dp, dst_size), (wp, work_size))
-        {
-            return Err(invalid("src1, dst and work overlap"));
+        // A negative type id is no ggml type: ggml_type's error names it.
+        let t1 = u32::try_from(s1.type_).or_else(|_| ggml_type(s1.type_).map(|t| t as u32))?;
+        let (x, y, z) = (src1_data.cast::<u8>(), dst_data.cast::<u8>(), work.cast::<u8>());
+        // SAFETY: this function's contract (src1 readable and not written,
+        // dst and work used only by the node's threads during the call) is
+        // mul_mat_raw's, which checks NULL pointers, overlaps and sizes.
+        unsafe {
+            w.mul_mat_raw((t1, s1.ne, s1.nb, x, src1_size), (d.ne, d.nb, y, dst_size), (z, work_size), &team, mult)
         }
-        // SAFETY: dst and work are valid for their sizes and used only by
-        // the node's threads during this call (the caller's contract);
-        // mul_mat partitions them between the threads.
-        let dst_b = unsafe { SharedBytes::from_raw_parts(dp, dst_size)? };
-        let work_b = if wp.is_null() || work_size == 0 {
-            SharedBytes::from_slice(&mut [])
-        } else {
-            // SAFETY: as above.
-            unsafe { SharedBytes::from_raw_parts(wp, work_size)? }
-        };
-        let src1 = Tensor { typ: typ_of(s1.type_)?, ne: s1.ne, nb: s1.nb, data: x };
-        dst_f32(d.type_)?;
-        w.mul_mat(&src1, d.ne, d.nb, &dst_b, &work_b, &team, mult)
     })
 }
 

@@ -27,7 +27,7 @@ use super::{BlockQ8_0, kernel_table};
 use crate::cpu::{CpuFeature, Features};
 use crate::error::{Error, Result};
 use crate::formats::{BlockInt4, FloatWeights, Order, Q4_0};
-use crate::weights::parts::{OnThread, OutputBlock, PartKernel, PartSlot};
+use crate::weights::parts::{OnThread, PartSlot};
 use crate::weights::{PackedWeights, WeightKind, WeightsRef};
 use core::marker::PhantomData;
 use core::ops::Range;
@@ -271,10 +271,6 @@ impl CallKey {
     }
 }
 
-fn ith_of(k: &CallKey) -> usize {
-    k.0[26] as usize
-}
-
 /// A thread's last successful mul_mat call on one weight tensor, kept to
 /// run again without its checks (see `ThreadedWeights::replay`).
 #[derive(Clone, Copy)]
@@ -331,6 +327,11 @@ pub(super) fn f32_rows(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static 
     }
     crate::error::at_least_bytes(len, end, what)?;
     Ok([d[0], d[1], d[2]])
+}
+
+/// Whether two byte ranges (address, length) do not overlap (empty ones never do).
+fn disjoint(a: (usize, usize), b: (usize, usize)) -> bool {
+    a.1 == 0 || b.1 == 0 || a.0.saturating_add(a.1) <= b.0 || b.0.saturating_add(b.1) <= a.0
 }
 
 /// Little-endian f32 bytes viewed in place, when 4-byte aligned.
@@ -640,82 +641,79 @@ impl ThreadedWeights {
         team: &T,
         multiplier: usize,
     ) -> Result<()> {
-        let (ith, nth) = (team.ith(), team.nth());
-        // The steady state: the same call as this thread's last one on these
-        // weights (ggml repeats every node's call for every token) replays
-        // it without repeating its checks.
         let call = RawCall {
             src1: (src1.typ as u32, src1.ne, src1.nb, src1.data.as_ptr(), src1.data.len()),
             dst: (dst_ne, dst_nb, dst.ptr.as_ptr(), dst.len),
             work: (work.ptr.as_ptr(), work.len),
             multiplier,
         };
-        let key = self.key(&call, ith, nth);
-        if let Some(done) = self.replay_if_kept(&key, &call, team) {
+        // SAFETY: src1 is a slice borrowed for the call (readable, not
+        // written: `dst` and `work` are exclusive borrows or the team's
+        // shared bytes, SharedBytes' contract), dst and work are the team's
+        // for the call (SharedBytes' contract).
+        unsafe { self.run_call(&call, team) }
+    }
+
+    /// [`mul_mat`](Self::mul_mat) for callers holding raw pointers (the C
+    /// ABI): `src1` is (ggml type id, ne, nb, data, bytes), `dst` (ne, nb,
+    /// data, bytes), `work` (data, bytes). Everything `mul_mat` checks is
+    /// checked here, on the raw parts (NULL pointers, overlaps included),
+    /// except on a call equal to this thread's last successful one on these
+    /// weights, which runs again without repeating its checks.
+    ///
+    /// # Safety
+    /// As for the slices `mul_mat` would be given: `src1` readable for its
+    /// bytes and not written during the call, `dst` and `work` valid for
+    /// reads and writes of their bytes and used only by the team's threads
+    /// during the call, every thread of the team calling.
+    #[allow(clippy::type_complexity)]
+    pub unsafe fn mul_mat_raw<T: ThreadTeam>(
+        &self,
+        src1: (u32, [i64; 4], [usize; 4], *const u8, usize),
+        dst: ([i64; 4], [usize; 4], *mut u8, usize),
+        work: (*mut u8, usize),
+        team: &T,
+        multiplier: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's guarantees are run_call's.
+        unsafe { self.run_call(&RawCall { src1, dst, work, multiplier }, team) }
+    }
+
+    /// The one mul_mat path: this thread's kept call again when `call`
+    /// equals it, else the checks ([`prepare`](Self::prepare)), the run, and
+    /// the call kept for next time.
+    ///
+    /// # Safety
+    /// [`mul_mat_raw`](Self::mul_mat_raw)'s.
+    unsafe fn run_call<T: ThreadTeam>(&self, call: &RawCall, team: &T) -> Result<()> {
+        let (ith, nth) = (team.ith(), team.nth());
+        let key = self.key(call, ith, nth);
+        if let Some(done) = self.replay_if_kept(&key, call, team) {
             return done;
         }
-        let checked = (|| {
-            if ith >= nth {
-                return Err(Error::out_of_range("thread", ith, nth));
-            }
-            if src1.typ != GgmlType::F32 {
-                return Err(Error::ElementType { what: "src1", expected: "F32", got: src1.typ.name() });
-            }
-            let a = f32_rows(src1.ne, src1.nb, src1.data.len(), "src1")?;
-            let o = f32_rows(dst_ne, dst_nb, dst.len(), "dst")?;
-            let (k, n, m) = (self.k, self.n, a[1]);
-            if a[0] != k || o != [n, m, a[2]] {
-                return Err(Error::ShapeMismatch {
-                    what: "src1 and dst ne",
-                    got: format!("src1 {:?}, dst {dst_ne:?}", src1.ne),
-                    want: format!("src1 [{k}, m, b, 1] and dst [{n}, m, b, 1] for weights of k = {k}, n = {n}"),
-                });
-            }
-            let run = self.cached_plan(m, nth, multiplier);
-            crate::error::at_least_bytes(work.len(), run.work, "work buffer")?;
-            Ok((m, a[2], run))
-        })();
-        let (plan, mut result) = match checked {
-            Ok(p) => (Some(p), Ok(())),
-            Err(e) => (None, Err(e)),
-        };
-        // Every thread takes part in every barrier, even after an error.
-        let batches = plan.as_ref().map_or(1, |p| p.1);
-        let f32_scheme = self.typ == GgmlType::F32;
-        // This thread's layout, and the proof that it runs its kernel.
-        let mine = plan.as_ref().and_then(|(m, _, run)| {
-            let part = run.parts[..run.count].iter().find(|p| (p.threads.0..p.threads.1).contains(&ith))?;
-            Some((part, self.slots[part.slot].kernel(*m)))
-        });
-        let ok = match mine.map(|(_, kern)| kern.on_this_thread()).transpose() {
-            Ok(ok) => ok,
-            Err(e) => {
-                result = result.and(Err(e));
-                None
-            }
-        };
-        for b in 0..batches {
-            if let (Some((m, _, _)), Some((part, kern)), Some(ok), true) = (&plan, mine, &ok, result.is_ok()) {
-                result = self.pack_part(src1, b, *m, part, kern, ok, ith, work);
-            }
-            if ith == 0 {
-                team.chunk_set(if f32_scheme { 0 } else { nth });
-            }
-            team.barrier();
-            if let (Some((m, _, run)), Some((part, kern)), Some(ok), true) = (&plan, mine, &ok, result.is_ok()) {
-                result =
-                    self.compute_part(src1, b, *m, run, (part, kern, ok), ith, (dst_nb, dst), work, team, f32_scheme);
-            }
-            if b + 1 != batches {
-                team.barrier();
-            }
-        }
-        if let (Ok(()), Some((m, batches, run)), Some((part, kern))) = (&result, &plan, mine) {
-            if let Some(r) = self.replayable(key, (*m, *batches, *run), part, kern, src1, dst_nb, dst, work) {
+        match self.prepare(key, call, ith, nth) {
+            Ok((r, ok)) => {
+                // SAFETY: `prepare` passed every check for this call (see
+                // `execute`), `ok` vouches for its kernel on this thread,
+                // and the bytes are valid (the caller's guarantees).
+                unsafe { self.execute(&r, &ok, call, team) };
                 r.keep();
+                Ok(())
+            }
+            Err((e, batches)) => {
+                // Every thread takes part in every barrier, even after an error.
+                for b in 0..batches {
+                    if ith == 0 {
+                        team.chunk_set(if self.typ == GgmlType::F32 { 0 } else { nth });
+                    }
+                    team.barrier();
+                    if b + 1 != batches {
+                        team.barrier();
+                    }
+                }
+                Err(e)
             }
         }
-        result
     }
 
     fn key(&self, call: &RawCall, ith: usize, nth: usize) -> CallKey {
@@ -794,61 +792,147 @@ impl ThreadedWeights {
         self.replay_if_kept(&key, &call, team)
     }
 
-    /// The replay of this call, when it passed every check: what the next
-    /// identical call needs, after the checks its chunks of this call did
-    /// not cover (any chunk may be this thread's next time).
-    #[allow(clippy::too_many_arguments)]
-    fn replayable(
+    /// Every check of a mul_mat call, on its raw parts, before any barrier
+    /// (the same answer on every thread but for the thread's own kernel):
+    /// what [`execute`](Self::execute) needs to run it without checks, or
+    /// the error with the number of batches the call's barriers span.
+    fn prepare(
         &self,
         key: CallKey,
-        (m, batches, run): (usize, usize, Run),
-        part: &Part,
-        kern: &PartKernel,
-        src1: &Tensor<'_>,
-        dst_nb: [usize; 4],
-        dst: &SharedBytes<'_>,
-        work: &SharedBytes<'_>,
-    ) -> Option<Replay> {
-        let rhs_len = self.slots[part.slot].rhs.as_bytes().len();
-        for b in 0..batches {
-            if part.lhs_size == 0 {
-                let lhs = src1.data.get(b * src1.nb[2]..)?;
-                kern.check_operands(m, (lhs.as_ptr(), lhs.len()), src1.nb[1], rhs_len).ok()?;
+        call: &RawCall,
+        ith: usize,
+        nth: usize,
+    ) -> core::result::Result<(Replay, OnThread<'_>), (Error, usize)> {
+        let (t1, ne1, nb1, p1, l1) = call.src1;
+        let (ned, nbd, pd, ld) = call.dst;
+        let (pw, lw) = call.work;
+        let shapes = || -> Result<(usize, usize, Run)> {
+            if ith >= nth {
+                return Err(Error::out_of_range("thread", ith, nth));
             }
-            // Every chunk's output block (OutputBlock::from_raw_parts' checks).
-            let at = (dst.ptr.as_ptr() as usize).checked_add(b * dst_nb[2])?;
-            if at % 4 != 0 || dst_nb[1] % 4 != 0 || (m > 1 && dst_nb[1] < run.chunk_cols.min(self.n) * 4) {
-                return None;
+            let typ = GgmlType::from_id(t1)?;
+            if typ != GgmlType::F32 {
+                return Err(Error::ElementType { what: "src1", expected: "F32", got: typ.name() });
+            }
+            if p1.is_null() && l1 > 0 {
+                return Err(Error::Null { what: "src1 data" });
+            }
+            if pd.is_null() {
+                return Err(Error::Null { what: "dst data" });
+            }
+            if pw.is_null() && lw > 0 {
+                return Err(Error::Null { what: "work data" });
+            }
+            let (x, y, w) = ((p1 as usize, l1), (pd as usize, ld), (pw as usize, lw));
+            if !disjoint(x, y) || !disjoint(x, w) || !disjoint(y, w) {
+                return Err(Error::bad_value("src1, dst and work", "overlapping", "must not overlap"));
+            }
+            let a = f32_rows(ne1, nb1, l1, "src1")?;
+            let o = f32_rows(ned, nbd, ld, "dst")?;
+            let (k, n, m) = (self.k, self.n, a[1]);
+            if a[0] != k || o != [n, m, a[2]] {
+                return Err(Error::ShapeMismatch {
+                    what: "src1 and dst ne",
+                    got: format!("src1 {ne1:?}, dst {ned:?}"),
+                    want: format!("src1 [{k}, m, b, 1] and dst [{n}, m, b, 1] for weights of k = {k}, n = {n}"),
+                });
+            }
+            let run = self.cached_plan(m, nth, call.multiplier);
+            crate::error::at_least_bytes(lw, run.work, "work buffer")?;
+            Ok((m, a[2], run))
+        };
+        let (m, batches, run) = shapes().map_err(|e| (e, 1))?;
+        let fail = |e: Error| (e, batches);
+        let index = run.parts[..run.count]
+            .iter()
+            .position(|p| (p.threads.0..p.threads.1).contains(&ith))
+            .ok_or_else(|| fail(Error::out_of_range("thread", ith, nth)))?;
+        let part = &run.parts[index];
+        let slot = &self.slots[part.slot];
+        let kern = slot.kernel(m);
+        let ok = kern.on_this_thread().map_err(fail)?;
+        let rhs_len = slot.rhs.as_bytes().len();
+        // The columns: chunks start at multiples of the kernel's column step.
+        if run.chunk_cols % kern.t.n_step.max(1) != 0 {
+            let why = format!("not a multiple of {}'s column step {}", kern.info.name, kern.t.n_step);
+            return Err(fail(Error::bad_value("column chunk", run.chunk_cols.to_string(), why)));
+        }
+        // The output: every chunk's block of every batch, f32 aligned (the
+        // extent is f32_rows'); rows of a block do not overlap.
+        if pd as usize % 4 != 0 || nbd[1] % 4 != 0 || nbd[2] % 4 != 0 {
+            return Err(fail(Error::Misaligned { what: "dst", align: 4 }));
+        }
+        // This thread's LHS rows: where they are read and packed to.
+        let rows = lhs_rows(m, kern.t.mr, part.threads.1 - part.threads.0, ith - part.threads.0);
+        let mut pack_at = 0;
+        if part.lhs_size == 0 {
+            // The kernel reads the f32 rows of each batch where they are.
+            for b in 0..batches {
+                let at = b * nb1[2];
+                let lhs = ((p1 as usize + at) as *const u8, l1.saturating_sub(at));
+                kern.check_operands(m, lhs, nb1[1], rhs_len).map_err(fail)?;
+            }
+        } else {
+            let end = part.region.checked_add(part.lhs_size).filter(|e| *e <= lw);
+            let Some(end) = end else {
+                return Err(fail(Error::ByteLength {
+                    what: "work buffer",
+                    got: lw,
+                    need: part.region + part.lhs_size,
+                }));
+            };
+            // part.lhs_size is kern.lhs_size(m) (the plan's), what check_operands compares with.
+            let lhs = ((pw as usize + part.region) as *const u8, part.lhs_size);
+            kern.check_operands_sized(m, lhs, 0, rhs_len, part.lhs_size).map_err(fail)?;
+            if !rows.is_empty() {
+                let off = part.region + kern.lhs_offset(rows.start);
+                let stop = if rows.end == m { end } else { part.region + kern.lhs_offset(rows.end) };
+                if off > stop || stop > end {
+                    let why = format!("pack outside the {} bytes of {m} rows", part.lhs_size);
+                    return Err(fail(Error::bad_value("LHS rows", format!("{rows:?}"), why)));
+                }
+                let h = rows.len();
+                let size_h = if h == m { part.lhs_size } else { kern.lhs_size(h) };
+                for b in 0..batches {
+                    let at = b * nb1[2] + rows.start * nb1[1];
+                    let src = ((p1 as usize + at) as *const u8, l1.saturating_sub(at));
+                    kern.check_pack(h, src, nb1[1], stop - off, size_h).map_err(fail)?;
+                }
+                pack_at = off;
             }
         }
-        if part.lhs_size != 0 {
-            if part.region.checked_add(part.lhs_size)? > work.len {
-                return None;
-            }
-            let at = (work.ptr.as_ptr() as usize).checked_add(part.region)? as *const u8;
-            kern.check_operands(m, (at, part.lhs_size), 0, rhs_len).ok()?;
-        }
-        let rows = lhs_rows(m, kern.t.mr, part.threads.1 - part.threads.0, ith_of(&key) - part.threads.0);
-        let pack_at =
-            if part.lhs_size != 0 && !rows.is_empty() { part.region + kern.lhs_offset(rows.start) } else { 0 };
-        let ith = ith_of(&key);
-        let index = run.parts[..run.count].iter().position(|p| (p.threads.0..p.threads.1).contains(&ith))?;
-        Some(Replay { key, m, batches, run, part: index, rows: (rows.start, rows.end), pack_at })
+        let r = Replay { key, m, batches, run, part: index, rows: (rows.start, rows.end), pack_at };
+        Ok((r, ok))
     }
 
     /// Runs a kept call again (`r.key` equals this call's), or None when
     /// this thread's vector length changed (then the full path runs and
     /// reports it). Nothing is checked again: equal arguments pass the same
     /// checks, and the features are part of the key.
-    #[allow(clippy::too_many_arguments)]
     fn replay<T: ThreadTeam>(&self, r: &Replay, call: &RawCall, team: &T) -> Option<Result<()>> {
+        let kern = self.slots[r.run.parts[r.part].slot].kernel(r.m);
+        let ok = kern.still_on_this_thread().ok()?;
+        #[cfg(test)]
+        tests::REPLAYED.with(|c| c.set(c.get() + 1));
+        // SAFETY: `call` equals the kept call (the key: pointers, lengths,
+        // shapes, strides, team, features), which passed `prepare`; the
+        // bytes are valid for this call (the caller's guarantees, as then).
+        unsafe { self.execute(r, &ok, call, team) };
+        Some(Ok(()))
+    }
+
+    /// Thread `team.ith()`'s part of a call that passed [`prepare`](Self::prepare):
+    /// pack its LHS rows, barrier, compute the column chunks it claims.
+    ///
+    /// # Safety
+    /// `prepare` returned `r` for a call equal to `call` (the same key),
+    /// `ok` is for `r`'s kernel on this thread, and `call`'s bytes are valid
+    /// as [`mul_mat_raw`](Self::mul_mat_raw) requires.
+    unsafe fn execute<T: ThreadTeam>(&self, r: &Replay, ok: &OnThread<'_>, call: &RawCall, team: &T) {
         let (ith, nth) = (team.ith(), team.nth());
         let part = &r.run.parts[r.part];
         let slot = &self.slots[part.slot];
         let kern = slot.kernel(r.m);
-        let ok = kern.still_on_this_thread().ok()?;
-        #[cfg(test)]
-        tests::REPLAYED.with(|c| c.set(c.get() + 1));
         let f32_scheme = self.typ == GgmlType::F32;
         let rhs = slot.rhs.as_bytes().as_ptr();
         let (n, m, cc) = (self.n, r.m, r.run.chunk_cols);
@@ -856,14 +940,16 @@ impl ThreadedWeights {
         let (dst, dst_nb, work) = (call.dst.2, call.dst.1, call.work.0);
         for b in 0..r.batches {
             if r.rows.1 > r.rows.0 {
-                // SAFETY: this call equals the kept one (key: pointers,
-                // lengths, shapes, strides, team, features), whose pack_part
-                // passed its checks for these rows of every batch and wrote
-                // inside this thread's rows of the LHS region; the bytes are
-                // valid for this call (the caller's guarantees, as then).
+                // SAFETY: prepare's check_pack passed for these rows of
+                // every batch (source inside src1, aligned, strided as the
+                // packer needs) and their packed bytes lie in this thread's
+                // part of the LHS region of work (rows of different threads
+                // start at different multiples of mr: disjoint row groups;
+                // layouts of a hybrid run have disjoint regions); the
+                // barrier below separates this from every read.
                 unsafe {
                     kern.pack_rows_unchecked(
-                        &ok,
+                        ok,
                         r.rows.1 - r.rows.0,
                         src.add(b * s2 + r.rows.0 * s1),
                         s1,
@@ -876,10 +962,10 @@ impl ThreadedWeights {
             }
             team.barrier();
             let (lhs, lhs_stride) = if part.lhs_size == 0 {
-                // SAFETY: b * nb[2] lies inside src1 (f32_rows, checked by the kept call).
+                // SAFETY: b * nb[2] lies inside src1 (f32_rows, in prepare).
                 (unsafe { src.add(b * s2) }, s1)
             } else {
-                // SAFETY: region + lhs_size lies inside work (checked by the kept call).
+                // SAFETY: region + lhs_size lies inside work (prepare).
                 (unsafe { work.add(part.region) }.cast_const(), 0)
             };
             let mut next = if f32_scheme { team.chunk_add(cc) / cc } else { ith };
@@ -889,15 +975,16 @@ impl ThreadedWeights {
                     break;
                 }
                 let cols = start..(start + cc).min(n);
-                // SAFETY: as in compute_part, for the kept call's arguments:
-                // the chunk came from the team's counter (or is this
-                // thread's first, `ith`), so only this thread writes these
-                // columns; every column < n of every row and batch lies
-                // inside dst (f32_rows), aligned (replayable), and the
-                // operands passed check_operands (replayable).
+                // SAFETY: the chunk came from the team's counter (or is
+                // this thread's first, `ith`, the counter starting at nth),
+                // so only this thread writes these columns; every column < n
+                // of every row and batch lies inside dst (f32_rows), f32
+                // aligned, rows nb[1] >= 4 n bytes apart (prepare); the
+                // chunk starts at a multiple of the kernel's column step and
+                // the operands passed check_operands (prepare).
                 unsafe {
                     kern.run_cols_unchecked(
-                        &ok,
+                        ok,
                         m,
                         cols,
                         lhs,
@@ -913,99 +1000,6 @@ impl ThreadedWeights {
                 team.barrier();
             }
         }
-        Some(Ok(()))
-    }
-
-    /// The LHS rows thread `ith` packs for its layout, batch `b`.
-    #[allow(clippy::too_many_arguments)]
-    fn pack_part(
-        &self,
-        src1: &Tensor<'_>,
-        b: usize,
-        m: usize,
-        part: &Part,
-        kern: &PartKernel,
-        ok: &OnThread<'_>,
-        ith: usize,
-        work: &SharedBytes<'_>,
-    ) -> Result<()> {
-        if part.lhs_size == 0 {
-            return Ok(());
-        }
-        let rows = lhs_rows(m, kern.t.mr, part.threads.1 - part.threads.0, ith - part.threads.0);
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let at = b * src1.nb[2] + rows.start * src1.nb[1];
-        let off = part.region + kern.lhs_offset(rows.start);
-        let end = if rows.end == m { part.region + part.lhs_size } else { part.region + kern.lhs_offset(rows.end) };
-        if off > end || end > part.region + part.lhs_size {
-            let why = format!("pack outside the {} bytes of {m} rows", part.lhs_size);
-            return Err(Error::bad_value("LHS rows", format!("{rows:?}"), why));
-        }
-        // SAFETY: rows of different threads of one layout start at different
-        // multiples of mr, so their packed bytes [offset(start), offset(end))
-        // are disjoint row groups (the last part runs to the end); layouts of
-        // a hybrid run have disjoint regions; the team's barrier separates
-        // this from every read (mul_mat).
-        let out = unsafe { work.part_mut(off..end)? };
-        let src = src1.data.get(at..).ok_or_else(|| Error::ByteLength {
-            what: "src1 rows",
-            got: src1.data.len(),
-            need: at,
-        })?;
-        kern.pack_rows(ok, rows.len(), src, src1.nb[1], out)
-    }
-
-    /// Thread `ith`'s column chunks of batch `b`.
-    #[allow(clippy::too_many_arguments)]
-    fn compute_part<T: ThreadTeam>(
-        &self,
-        src1: &Tensor<'_>,
-        b: usize,
-        m: usize,
-        run: &Run,
-        (part, kern, ok): (&Part, &PartKernel, &OnThread<'_>),
-        ith: usize,
-        (dst_nb, dst): ([usize; 4], &SharedBytes<'_>),
-        work: &SharedBytes<'_>,
-        team: &T,
-        f32_scheme: bool,
-    ) -> Result<()> {
-        let slot = &self.slots[part.slot];
-        let (lhs, lhs_stride) = if part.lhs_size == 0 {
-            let src = src1.data.get(b * src1.nb[2]..);
-            let need = b * src1.nb[2];
-            (src.ok_or_else(|| Error::ByteLength { what: "src1 batch", got: src1.data.len(), need })?, src1.nb[1])
-        } else {
-            // SAFETY: every thread packed its part before the barrier that
-            // preceded this call, and no thread writes the work buffer until
-            // the next barrier (mul_mat).
-            (unsafe { work.part(part.region..part.region + part.lhs_size)? }, 0)
-        };
-        let (n, cc) = (self.n, run.chunk_cols);
-        let mut next = if f32_scheme { team.chunk_add(cc) / cc } else { ith };
-        while next < run.n_chunks {
-            let start = next * cc;
-            if start >= n {
-                break;
-            }
-            let cols = start..(start + cc).min(n);
-            let at = b * dst_nb[2] + start * 4;
-            let span = (m - 1) * dst_nb[1] + cols.len() * 4;
-            // SAFETY: the chunk index came from the team's shared counter
-            // (or is this thread's own first chunk, `ith`, the counter
-            // starting at nth), so no other thread writes these columns of
-            // batch b; rows are dst_nb[1] bytes apart inside dst and do not
-            // overlap (f32_rows in mul_mat; `span` re-checked by part_mut).
-            let mut out = unsafe {
-                let bytes = dst.part_mut(at..at + span)?;
-                OutputBlock::from_raw_parts(bytes.as_mut_ptr().cast(), m, cols.len(), dst_nb[1])?
-            };
-            kern.run_cols(ok, m, cols, lhs, lhs_stride, slot.rhs.as_bytes(), &mut out)?;
-            next = if f32_scheme { team.chunk_add(cc) / cc } else { team.chunk_add(1) };
-        }
-        Ok(())
     }
 
     /// Thread `ith` of `nth`'s rows of ggml `get_rows`: `dst` row `i` (at
@@ -1058,6 +1052,7 @@ impl ThreadedWeights {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::weights::parts::PartKernel;
 
     #[test]
     fn sme_setting_parses_like_ggml() {

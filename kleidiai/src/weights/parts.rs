@@ -612,7 +612,6 @@ impl PartKernel {
         if self.packer == LhsPacker::Direct {
             return Ok(());
         }
-        let k = self.k;
         if !core::ptr::eq(ok.kernel, self) {
             return Err(Error::bad_value(
                 "thread check",
@@ -620,8 +619,34 @@ impl PartKernel {
                 format!("made for another kernel than {}", self.info.name),
             ));
         }
+        self.check_pack(h, (src.as_ptr(), src.len()), stride, out.len(), self.lhs_size(h))?;
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the CPU runs the packer's kernel at its vector length
+        // (`ok`, for this kernel); `src` holds `h` rows of k f32 `stride`
+        // bytes apart, 4-byte aligned, and `out` the bytes h rows pack to
+        // (both checked above); the packer's parameters passed `check`.
+        unsafe {
+            ffi::pack(self.packer, h, self.k, self.lhs_bl, &self.t, src.as_ptr().cast(), stride, out.as_mut_ptr())
+        };
+        Ok(())
+    }
+
+    /// [`pack_rows`](Self::pack_rows)' checks of its operands: `h` rows of
+    /// `k` f32 at `src` (`src.1` bytes readable), `stride` bytes apart, into
+    /// `out_len` bytes; `size_h` must be [`lhs_size`](Self::lhs_size)`(h)`
+    /// (callers that know it pass it, others compute it).
+    pub(crate) fn check_pack(
+        &self,
+        h: usize,
+        src: (*const u8, usize),
+        stride: usize,
+        out_len: usize,
+        size_h: usize,
+    ) -> Result<()> {
+        debug_assert_eq!(size_h, self.lhs_size(h));
+        let k = self.k;
         crate::error::nonzero(h, "LHS rows")?;
-        if (src.as_ptr() as usize) % 4 != 0 {
+        if (src.0 as usize) % 4 != 0 {
             return Err(Error::Misaligned { what: "LHS rows", align: 4 });
         }
         if stride % 4 != 0 || stride < k * 4 {
@@ -632,21 +657,8 @@ impl PartKernel {
             return Err(Error::Stride { what: "LHS rows", stride, why });
         }
         let rows_len = (h - 1).checked_mul(stride).and_then(|v| v.checked_add(k * 4));
-        crate::error::at_least_bytes(
-            src.len(),
-            rows_len.ok_or_else(|| Error::Overflow("LHS rows".into()))?,
-            "LHS rows",
-        )?;
-        crate::error::at_least_bytes(out.len(), self.lhs_size(h), "packed LHS part")?;
-        #[cfg(target_arch = "aarch64")]
-        // SAFETY: the CPU runs the packer's kernel at its vector length
-        // (`ok`, for this kernel); `src` holds `h` rows of k f32 `stride`
-        // bytes apart, 4-byte aligned, and `out` the bytes h rows pack to
-        // (both checked above); the packer's parameters passed `check`.
-        unsafe {
-            ffi::pack(self.packer, h, k, self.lhs_bl, &self.t, src.as_ptr().cast(), stride, out.as_mut_ptr())
-        };
-        Ok(())
+        crate::error::at_least_bytes(src.1, rows_len.ok_or_else(|| Error::Overflow("LHS rows".into()))?, "LHS rows")?;
+        crate::error::at_least_bytes(out_len, size_h, "packed LHS part")
     }
 
     /// The checks of [`run_cols`](Self::run_cols) that do not depend on the
@@ -660,6 +672,21 @@ impl PartKernel {
         lhs_stride: usize,
         rhs_len: usize,
     ) -> Result<()> {
+        let size = if self.packer == LhsPacker::Direct { 0 } else { self.lhs_size(m) };
+        self.check_operands_sized(m, lhs, lhs_stride, rhs_len, size)
+    }
+
+    /// [`check_operands`](Self::check_operands) for a caller that knows
+    /// `lhs_size_m`, which must be [`lhs_size`](Self::lhs_size)`(m)`.
+    pub(crate) fn check_operands_sized(
+        &self,
+        m: usize,
+        lhs: (*const u8, usize),
+        lhs_stride: usize,
+        rhs_len: usize,
+        lhs_size_m: usize,
+    ) -> Result<()> {
+        debug_assert_eq!(lhs_size_m, if self.packer == LhsPacker::Direct { 0 } else { self.lhs_size(m) });
         let k = self.k;
         if m == 0 {
             return Err(Error::ZeroDimension { what: "m" });
@@ -682,7 +709,7 @@ impl PartKernel {
             }
             crate::error::at_least_bytes(lhs.1, len.ok_or_else(|| Error::Overflow("LHS".into()))?, "LHS")?;
         } else {
-            crate::error::at_least_bytes(lhs.1, self.lhs_size(m), "packed LHS")?;
+            crate::error::at_least_bytes(lhs.1, lhs_size_m, "packed LHS")?;
         }
         Ok(())
     }
