@@ -27,7 +27,7 @@ use super::{BlockQ8_0, kernel_table};
 use crate::cpu::{CpuFeature, Features};
 use crate::error::{Error, Result};
 use crate::formats::{BlockInt4, FloatWeights, Order, Q4_0};
-use crate::weights::parts::{OnThread, PartSlot};
+use crate::weights::parts::{OnThread, PartKernel, PartSlot};
 use crate::weights::{PackedWeights, WeightKind, WeightsRef};
 use core::marker::PhantomData;
 use core::ops::Range;
@@ -226,6 +226,11 @@ pub struct ThreadedWeights {
     /// The last `work_size` answer, `m << 32 | bytes` (0: none yet): ggml
     /// asks it for every node of every graph it plans.
     last_work: core::sync::atomic::AtomicU64,
+    /// `disabled mask + 1` when every kernel of every slot was found
+    /// supported under that mask (0: not yet): then a first call checks
+    /// only its thread's vector length. Tiers only ever get disabled, so
+    /// a mask seen once is the mask of now or of before.
+    verified: core::sync::atomic::AtomicU64,
 }
 
 /// One layout's share of a mul_mat: its threads and its packed LHS.
@@ -290,12 +295,6 @@ thread_local! {
     static REPLAYS: core::cell::RefCell<[Option<Replay>; 64]> = const { core::cell::RefCell::new([None; 64]) };
 }
 
-impl Replay {
-    fn keep(self) {
-        REPLAYS.with(|r| r.borrow_mut()[(self.key.id() % 64) as usize] = Some(self));
-    }
-}
-
 /// How one mul_mat runs: which layouts, on which threads.
 #[derive(Clone, Copy, Debug)]
 struct Run {
@@ -311,6 +310,27 @@ struct Run {
 /// Checks an F32 tensor `[ne0, ne1, ne2, 1]` with contiguous rows lies in
 /// `len` bytes, rows and batches not overlapping; returns `[ne0, ne1, ne2]`.
 pub(super) fn f32_rows(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static str) -> Result<[usize; 3]> {
+    // Every mul_mat checks two tensors: the usual answer first, in plain
+    // arithmetic (ne positive, so the casts are exact), the error's detail
+    // only when it fails.
+    if ne[0] > 0 && ne[1] > 0 && ne[2] > 0 && ne[3] == 1 && nb[0] == 4 {
+        let d = [ne[0] as u64 as usize, ne[1] as u64 as usize, ne[2] as u64 as usize];
+        let row = d[0].checked_mul(4);
+        let batch = row.and_then(|r| (d[1] - 1).checked_mul(nb[1])?.checked_add(r));
+        let end = batch.and_then(|b| (d[2] - 1).checked_mul(nb[2])?.checked_add(b));
+        if let (Some(row), Some(batch), Some(end)) = (row, batch, end) {
+            if (d[1] == 1 || nb[1] >= row) && (d[2] == 1 || nb[2] >= batch) && end <= len {
+                return Ok(d);
+            }
+        }
+    }
+    f32_rows_refused(ne, nb, len, what)
+}
+
+/// [`f32_rows`]'s checks one by one, for the error naming the first that fails.
+#[cold]
+#[inline(never)]
+fn f32_rows_refused(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static str) -> Result<[usize; 3]> {
     let d = super::tensor::dims(ne, what)?;
     let row = d[0].checked_mul(4);
     let batch = (d[1] - 1).checked_mul(nb[1]).and_then(|v| v.checked_add(row?));
@@ -504,7 +524,7 @@ impl ThreadedWeights {
         let sme_cap = if slots[0].gemm.info.is_sme() { sme.cap() } else { 0 };
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(ThreadedWeights {
+        let w = ThreadedWeights {
             id,
             typ: src0.typ,
             k: weights.k(),
@@ -513,7 +533,11 @@ impl ThreadedWeights {
             slots,
             sme_cap,
             last_work: core::sync::atomic::AtomicU64::new(0),
-        })
+            verified: core::sync::atomic::AtomicU64::new(0),
+        };
+        // Ahead of the first call (ggml makes one per weights and prompt).
+        w.verify();
+        Ok(w)
     }
 
     /// The weight type.
@@ -688,32 +712,42 @@ impl ThreadedWeights {
     unsafe fn run_call<T: ThreadTeam>(&self, call: &RawCall, team: &T) -> Result<()> {
         let (ith, nth) = (team.ith(), team.nth());
         let key = self.key(call, ith, nth);
-        if let Some(done) = self.replay_if_kept(&key, call, team) {
-            return done;
-        }
-        match self.prepare(key, call, ith, nth) {
-            Ok((r, ok)) => {
-                // SAFETY: `prepare` passed every check for this call (see
-                // `execute`), `ok` vouches for its kernel on this thread,
-                // and the bytes are valid (the caller's guarantees).
-                unsafe { self.execute(&r, &ok, call, team) };
-                r.keep();
-                Ok(())
-            }
-            Err((e, batches)) => {
-                // Every thread takes part in every barrier, even after an error.
-                for b in 0..batches {
-                    if ith == 0 {
-                        team.chunk_set(if self.typ == GgmlType::F32 { 0 } else { nth });
-                    }
-                    team.barrier();
-                    if b + 1 != batches {
-                        team.barrier();
-                    }
+        // The thread's entry for these weights, used in place (a Replay is
+        // some 50 words: not copied in or out).
+        REPLAYS.with(|t| {
+            let mut t = t.borrow_mut();
+            let e = &mut t[(key.id() % 64) as usize];
+            if let Some(r) = e.as_ref().filter(|r| r.key == key) {
+                if let Some(done) = self.replay(r, call, team) {
+                    return done;
                 }
-                Err(e)
             }
-        }
+            match self.prepare(key, call, ith, nth, e) {
+                Ok(ok) => {
+                    if let Some(r) = e.as_ref() {
+                        // SAFETY: `prepare` passed every check for this
+                        // call and kept `r` for it (see `execute`), `ok`
+                        // vouches for its kernel on this thread, and the
+                        // bytes are valid (the caller's guarantees).
+                        unsafe { self.execute(r, &ok, call, team) };
+                    }
+                    Ok(())
+                }
+                Err((err, batches)) => {
+                    // Every thread takes part in every barrier, even after an error.
+                    for b in 0..batches {
+                        if ith == 0 {
+                            team.chunk_set(if self.typ == GgmlType::F32 { 0 } else { nth });
+                        }
+                        team.barrier();
+                        if b + 1 != batches {
+                            team.barrier();
+                        }
+                    }
+                    Err(err)
+                }
+            }
+        })
     }
 
     fn key(&self, call: &RawCall, ith: usize, nth: usize) -> CallKey {
@@ -792,17 +826,44 @@ impl ThreadedWeights {
         self.replay_if_kept(&key, &call, team)
     }
 
+    /// `kern.on_this_thread()`, its CPU feature check done once per
+    /// disabled-feature mask for all the kernels of these weights.
+    fn on_this_thread<'k>(&self, kern: &'k PartKernel) -> Result<OnThread<'k>> {
+        if self.verified.load(core::sync::atomic::Ordering::Relaxed) == u64::from(crate::cpu::disabled_mask()) + 1 {
+            return kern.still_on_this_thread();
+        }
+        let ok = kern.on_this_thread()?;
+        self.verify();
+        Ok(ok)
+    }
+
+    /// Records the disabled-feature mask under which every kernel of these
+    /// weights is supported, when it is.
+    fn verify(&self) {
+        let mask = u64::from(crate::cpu::disabled_mask()) + 1;
+        // Read after the mask: as many features disabled or more.
+        let f = Features::current();
+        let mut kernels = self.slots.iter().flat_map(|s| core::iter::once(&s.gemm).chain(s.gemv.as_ref()));
+        if kernels.all(|k| k.info.supported(&f).is_ok()) {
+            self.verified.store(mask, core::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// Every check of a mul_mat call, on its raw parts, before any barrier
     /// (the same answer on every thread but for the thread's own kernel):
-    /// what [`execute`](Self::execute) needs to run it without checks, or
-    /// the error with the number of batches the call's barriers span.
+    /// what [`execute`](Self::execute) needs to run it without checks,
+    /// stored in `kept` (emptied first: it holds a call only once that call
+    /// passed), or the error with the number of batches the call's
+    /// barriers span.
     fn prepare(
         &self,
         key: CallKey,
         call: &RawCall,
         ith: usize,
         nth: usize,
-    ) -> core::result::Result<(Replay, OnThread<'_>), (Error, usize)> {
+        kept: &mut Option<Replay>,
+    ) -> core::result::Result<OnThread<'_>, (Error, usize)> {
+        *kept = None;
         let (t1, ne1, nb1, p1, l1) = call.src1;
         let (ned, nbd, pd, ld) = call.dst;
         let (pw, lw) = call.work;
@@ -850,7 +911,7 @@ impl ThreadedWeights {
         let part = &run.parts[index];
         let slot = &self.slots[part.slot];
         let kern = slot.kernel(m);
-        let ok = kern.on_this_thread().map_err(fail)?;
+        let ok = self.on_this_thread(kern).map_err(fail)?;
         let rhs_len = slot.rhs.as_bytes().len();
         // The columns: chunks start at multiples of the kernel's column step.
         if run.chunk_cols % kern.t.n_step.max(1) != 0 {
@@ -901,8 +962,8 @@ impl ThreadedWeights {
                 pack_at = off;
             }
         }
-        let r = Replay { key, m, batches, run, part: index, rows: (rows.start, rows.end), pack_at };
-        Ok((r, ok))
+        *kept = Some(Replay { key, m, batches, run, part: index, rows: (rows.start, rows.end), pack_at });
+        Ok(ok)
     }
 
     /// Runs a kept call again (`r.key` equals this call's), or None when
@@ -1052,7 +1113,6 @@ impl ThreadedWeights {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::weights::parts::PartKernel;
 
     #[test]
     fn sme_setting_parses_like_ggml() {
@@ -1065,6 +1125,43 @@ mod tests {
             assert_eq!(s, SmeSetting::Auto, "{bad}");
             assert!(w.is_some(), "{bad}");
         }
+    }
+
+    /// f32_rows' quick answer is its detailed one's: the same sizes when
+    /// both accept, both refuse otherwise (edges of every condition).
+    #[test]
+    fn f32_rows_quick_path_agrees_with_its_checks() {
+        let (mut both, mut refused) = (0, 0);
+        for ne0 in [-1i64, 0, 1, 3, 1 << 61, i64::MAX] {
+            for ne1 in [0i64, 1, 2, 5] {
+                for ne2 in [1i64, 2, 3] {
+                    for ne3 in [0i64, 1, 2] {
+                        let ne = [ne0, ne1, ne2, ne3];
+                        let row = (ne0.max(0) as usize).wrapping_mul(4);
+                        for nb0 in [2usize, 4] {
+                            for nb1 in [row.wrapping_sub(4), row, row.wrapping_add(8), usize::MAX / 2] {
+                                let batch = row.wrapping_add(nb1.wrapping_mul(ne1.max(1) as usize - 1));
+                                for nb2 in [batch.wrapping_sub(4), batch, batch.wrapping_add(16)] {
+                                    let end = batch.wrapping_add(nb2.wrapping_mul(ne2 as usize - 1));
+                                    for len in [0, end.wrapping_sub(1), end, end.wrapping_add(1), usize::MAX] {
+                                        let nb = [nb0, nb1, nb2, nb2];
+                                        let quick = f32_rows(ne, nb, len, "t");
+                                        let slow = f32_rows_refused(ne, nb, len, "t");
+                                        assert_eq!(
+                                            quick.as_ref().ok(),
+                                            slow.as_ref().ok(),
+                                            "ne {ne:?} nb {nb:?} len {len}"
+                                        );
+                                        if quick.is_ok() { both += 1 } else { refused += 1 }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(both > 100 && refused > 1000, "accepted {both}, refused {refused}");
     }
 
     #[test]
