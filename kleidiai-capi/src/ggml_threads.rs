@@ -51,6 +51,20 @@ struct Team<'a> {
 
 impl<'a> Team<'a> {
     fn new(t: &'a KairsGgmlTeam) -> Result<Team<'a>, Error> {
+        // Every call of every thread comes here: the usual answer first.
+        if let (Some(barrier), Some(set), Some(add)) = (t.barrier, t.chunk_set, t.chunk_add) {
+            if 0 <= t.ith && t.ith < t.nth {
+                let (ith, nth) = (t.ith as usize, t.nth as usize);
+                return Ok(Team { t, ith, nth, barrier, set, add });
+            }
+        }
+        Team::refused(t)
+    }
+
+    /// [`new`](Self::new)'s checks one by one, for the error.
+    #[cold]
+    #[inline(never)]
+    fn refused(t: &'a KairsGgmlTeam) -> Result<Team<'a>, Error> {
         let (Some(barrier), Some(set), Some(add)) = (t.barrier, t.chunk_set, t.chunk_add) else {
             return Err(Error::Null { what: "team callback (barrier, chunk_set or chunk_add)" });
         };
@@ -525,8 +539,8 @@ pub unsafe extern "C" fn kairs_ggml_f16_mul_mat(
 mod tests {
     use super::*;
     use crate::{
-        KAIRS_ERR_ALIGNMENT, KAIRS_ERR_BUFFER, KAIRS_ERR_INVALID, KAIRS_OK, KAIRS_TYPE_F32, KAIRS_TYPE_Q4_0,
-        KAIRS_TYPE_Q8_0,
+        KAIRS_ERR_ALIGNMENT, KAIRS_ERR_BUFFER, KAIRS_ERR_INVALID, KAIRS_ERR_RANGE, KAIRS_ERR_TYPE, KAIRS_OK,
+        KAIRS_TYPE_F32, KAIRS_TYPE_Q4_0, KAIRS_TYPE_Q8_0,
     };
     use kleidiai::AlignedBuf;
     use kleidiai::ggml::{SingleThread, q4_0_as_bytes, q8_0_as_bytes, quantize_q4_0, quantize_q8_0};
@@ -590,6 +604,126 @@ mod tests {
         };
         assert_eq!(rc, KAIRS_OK, "{}", last_error());
         y
+    }
+
+    /// Every operand and team problem of `kairs_ggml_mul_mat` is an error
+    /// code with its message, never a kernel call; the handle computes the
+    /// same bits afterwards (a refused call keeps nothing).
+    #[test]
+    fn mul_mat_refuses_bad_operands_and_teams() {
+        let (n, k, m) = (64usize, 64usize, 2usize);
+        let vals: Vec<f32> = (0..n * k).map(|i| ((i * 31 % 97) as f32 - 48.0) / 24.0).collect();
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 23) as f32 - 11.0) / 5.0).collect();
+        let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let d = desc_of(KAIRS_TYPE_F32, [k as i64, n as i64, 1, 1]);
+        let mut size = 0usize;
+        // SAFETY: 4 sizes, a writable size.
+        if unsafe { kairs_ggml_packed_size(KAIRS_TYPE_F32, d.ne.as_ptr(), -1, &mut size) } != KAIRS_OK {
+            eprintln!("mul_mat_refuses_bad_operands_and_teams: no F32 kernel on this CPU, nothing to refuse");
+            return;
+        }
+        let mut buf = AlignedBuf::zeroed(size);
+        let mut w: *mut KairsGgmlWeights = std::ptr::null_mut();
+        // SAFETY: the weights readable, buf valid until the handle closes below.
+        let rc = unsafe {
+            kairs_ggml_repack(&d, data.as_ptr().cast(), data.len(), -1, buf.as_mut_ptr().cast(), size, &mut w)
+        };
+        assert_eq!(rc, KAIRS_OK, "{}", last_error());
+        let want = mul_mat(w, &x, m, k, n);
+        let mut work_size = 0;
+        // SAFETY: an open handle, a writable size.
+        assert_eq!(unsafe { kairs_ggml_work_size(w, m as i64, &mut work_size) }, KAIRS_OK);
+        let mut both = vec![0f32; m * k + m * n];
+        let mut work = vec![0u8; work_size.max(1)];
+        let mut counter: c_int = 0;
+        let ok_team = KairsGgmlTeam {
+            ith: 0,
+            nth: 1,
+            chunk_multiplier: 4,
+            barrier: Some(no_barrier),
+            chunk_set: Some(set),
+            chunk_add: Some(add),
+            ctx: (&raw mut counter).cast(),
+        };
+        let (xs, ys) = (4 * m * k, 4 * m * n);
+        let base = both.as_mut_ptr().cast::<u8>();
+        // SAFETY: inside `both`.
+        let (xp, yp) = (base, unsafe { base.add(xs) });
+        // SAFETY: x is m x k floats.
+        unsafe { std::ptr::copy_nonoverlapping(x.as_ptr().cast::<u8>(), xp, xs) };
+        let wp = work.as_mut_ptr();
+        struct Case {
+            what: &'static str,
+            src1_type: i32,
+            dst_type: i32,
+            x: (*const u8, usize),
+            y: (*mut u8, usize),
+            work: (*mut u8, usize),
+            team: KairsGgmlTeam,
+            code: c_int,
+        }
+        let good = |what| Case {
+            what,
+            src1_type: KAIRS_TYPE_F32,
+            dst_type: KAIRS_TYPE_F32,
+            x: (xp.cast_const(), xs),
+            y: (yp, ys),
+            work: (wp, work_size),
+            team: KairsGgmlTeam { ..ok_team },
+            code: KAIRS_OK,
+        };
+        let cases = [
+            Case { x: (std::ptr::null(), xs), code: KAIRS_ERR_INVALID, ..good("NULL src1") },
+            Case { y: (std::ptr::null_mut(), ys), code: KAIRS_ERR_INVALID, ..good("NULL dst") },
+            Case { work: (std::ptr::null_mut(), 64), code: KAIRS_ERR_INVALID, ..good("NULL work") },
+            // SAFETY: inside `both`.
+            Case { y: (unsafe { yp.sub(4) }, ys), code: KAIRS_ERR_INVALID, ..good("dst overlapping src1") },
+            Case { x: (xp.cast_const(), xs - 1), code: KAIRS_ERR_BUFFER, ..good("src1 one byte short") },
+            Case { y: (yp, ys - 1), code: KAIRS_ERR_BUFFER, ..good("dst one byte short") },
+            Case { src1_type: -1, code: KAIRS_ERR_TYPE, ..good("src1 type -1") },
+            Case { src1_type: KAIRS_TYPE_Q8_0, code: KAIRS_ERR_TYPE, ..good("src1 Q8_0") },
+            Case { dst_type: KAIRS_TYPE_Q4_0, code: KAIRS_ERR_TYPE, ..good("dst Q4_0") },
+            Case { team: KairsGgmlTeam { nth: 0, ..ok_team }, code: KAIRS_ERR_RANGE, ..good("team nth 0") },
+            Case { team: KairsGgmlTeam { ith: 1, ..ok_team }, code: KAIRS_ERR_RANGE, ..good("team ith = nth") },
+            Case { team: KairsGgmlTeam { ith: -1, ..ok_team }, code: KAIRS_ERR_RANGE, ..good("team ith -1") },
+            Case { team: KairsGgmlTeam { barrier: None, ..ok_team }, code: KAIRS_ERR_INVALID, ..good("no barrier") },
+            good("the valid call"),
+        ];
+        for c in cases {
+            let (d1, dd) = (
+                desc_of(KAIRS_TYPE_F32, [k as i64, m as i64, 1, 1]),
+                desc_of(KAIRS_TYPE_F32, [n as i64, m as i64, 1, 1]),
+            );
+            let (d1, dd) = (KairsDesc { type_: c.src1_type, ..d1 }, KairsDesc { type_: c.dst_type, ..dd });
+            // SAFETY: every non-NULL pointer valid for its size (or
+            // overlapping on purpose, refused before any access).
+            let rc = unsafe {
+                kairs_ggml_mul_mat(
+                    w,
+                    &d1,
+                    c.x.0.cast(),
+                    c.x.1,
+                    &dd,
+                    c.y.0.cast(),
+                    c.y.1,
+                    c.work.0.cast(),
+                    c.work.1,
+                    &c.team,
+                )
+            };
+            assert_eq!(rc, c.code, "{}: {}", c.what, last_error());
+            if rc != KAIRS_OK {
+                assert!(!last_error().is_empty(), "{}: a message", c.what);
+            }
+        }
+        // SAFETY: the valid case wrote dst.
+        let got = unsafe { std::slice::from_raw_parts(yp.cast::<f32>().cast_const(), m * n) };
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        // SAFETY: the handle from repack, closed once, before `buf` goes.
+        unsafe { kairs_ggml_close(w) };
     }
 
     #[test]

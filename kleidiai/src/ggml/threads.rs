@@ -886,7 +886,7 @@ impl ThreadedWeights {
             }
             let (x, y, w) = ((p1 as usize, l1), (pd as usize, ld), (pw as usize, lw));
             if !disjoint(x, y) || !disjoint(x, w) || !disjoint(y, w) {
-                return Err(Error::bad_value("src1, dst and work", "overlapping", "must not overlap"));
+                return Err(Error::InvalidArgument("src1, dst and work overlap".into()));
             }
             let a = f32_rows(ne1, nb1, l1, "src1")?;
             let o = f32_rows(ned, nbd, ld, "dst")?;
@@ -999,6 +999,9 @@ impl ThreadedWeights {
         let (n, m, cc) = (self.n, r.m, r.run.chunk_cols);
         let (src, s1, s2) = (call.src1.3, call.src1.2[1], call.src1.2[2]);
         let (dst, dst_nb, work) = (call.dst.2, call.dst.1, call.work.0);
+        // One thread needs neither barriers nor the team's counter: it
+        // computes every chunk, in order.
+        let alone = nth == 1;
         for b in 0..r.batches {
             if r.rows.1 > r.rows.0 {
                 // SAFETY: prepare's check_pack passed for these rows of
@@ -1018,10 +1021,12 @@ impl ThreadedWeights {
                     )
                 };
             }
-            if ith == 0 {
-                team.chunk_set(if f32_scheme { 0 } else { nth });
+            if !alone {
+                if ith == 0 {
+                    team.chunk_set(if f32_scheme { 0 } else { nth });
+                }
+                team.barrier();
             }
-            team.barrier();
             let (lhs, lhs_stride) = if part.lhs_size == 0 {
                 // SAFETY: b * nb[2] lies inside src1 (f32_rows, in prepare).
                 (unsafe { src.add(b * s2) }, s1)
@@ -1029,7 +1034,13 @@ impl ThreadedWeights {
                 // SAFETY: region + lhs_size lies inside work (prepare).
                 (unsafe { work.add(part.region) }.cast_const(), 0)
             };
-            let mut next = if f32_scheme { team.chunk_add(cc) / cc } else { ith };
+            let mut next = if alone {
+                0
+            } else if f32_scheme {
+                team.chunk_add(cc) / cc
+            } else {
+                ith
+            };
             while next < r.run.n_chunks {
                 let start = next * cc;
                 if start >= n {
@@ -1037,8 +1048,8 @@ impl ThreadedWeights {
                 }
                 let cols = start..(start + cc).min(n);
                 // SAFETY: the chunk came from the team's counter (or is
-                // this thread's first, `ith`, the counter starting at nth),
-                // so only this thread writes these columns; every column < n
+                // this thread's first, `ith`, the counter starting at nth;
+                // or the thread is alone), so only this thread writes these columns; every column < n
                 // of every row and batch lies inside dst (f32_rows), f32
                 // aligned, rows nb[1] >= 4 n bytes apart (prepare); the
                 // chunk starts at a multiple of the kernel's column step and
@@ -1055,9 +1066,15 @@ impl ThreadedWeights {
                         dst_nb[1],
                     )
                 };
-                next = if f32_scheme { team.chunk_add(cc) / cc } else { team.chunk_add(1) };
+                next = if alone {
+                    next + 1
+                } else if f32_scheme {
+                    team.chunk_add(cc) / cc
+                } else {
+                    team.chunk_add(1)
+                };
             }
-            if b + 1 != r.batches {
+            if b + 1 != r.batches && !alone {
                 team.barrier();
             }
         }
