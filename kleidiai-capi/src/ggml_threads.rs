@@ -563,6 +563,19 @@ mod tests {
         v
     }
 
+    /// A team of one thread counting chunks in `counter`.
+    fn one_thread(counter: &mut c_int) -> KairsGgmlTeam {
+        KairsGgmlTeam {
+            ith: 0,
+            nth: 1,
+            chunk_multiplier: 4,
+            barrier: Some(no_barrier),
+            chunk_set: Some(set),
+            chunk_add: Some(add),
+            ctx: (counter as *mut c_int).cast(),
+        }
+    }
+
     fn desc_of(type_: i32, ne: [i64; 4]) -> KairsDesc {
         let nb = Tensor::contiguous_strides(typ_of(type_).unwrap(), ne).unwrap();
         KairsDesc { type_, ne, nb }
@@ -578,15 +591,7 @@ mod tests {
         let mut work = vec![0u8; size.max(1)];
         let mut y = vec![0f32; m * n];
         let mut counter: c_int = 0;
-        let team = KairsGgmlTeam {
-            ith: 0,
-            nth: 1,
-            chunk_multiplier: 4,
-            barrier: Some(no_barrier),
-            chunk_set: Some(set),
-            chunk_add: Some(add),
-            ctx: (&raw mut counter).cast(),
-        };
+        let team = one_thread(&mut counter);
         // SAFETY: every buffer valid for its size; a team of one thread.
         let rc = unsafe {
             kairs_ggml_mul_mat(
@@ -636,15 +641,7 @@ mod tests {
         let mut both = vec![0f32; m * k + m * n];
         let mut work = vec![0u8; work_size.max(1)];
         let mut counter: c_int = 0;
-        let ok_team = KairsGgmlTeam {
-            ith: 0,
-            nth: 1,
-            chunk_multiplier: 4,
-            barrier: Some(no_barrier),
-            chunk_set: Some(set),
-            chunk_add: Some(add),
-            ctx: (&raw mut counter).cast(),
-        };
+        let ok_team = one_thread(&mut counter);
         let (xs, ys) = (4 * m * k, 4 * m * n);
         let base = both.as_mut_ptr().cast::<u8>();
         // SAFETY: inside `both`.

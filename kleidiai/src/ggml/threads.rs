@@ -799,19 +799,13 @@ impl ThreadedWeights {
         })
     }
 
-    /// [`mul_mat`](Self::mul_mat)'s steady state for callers holding raw
-    /// pointers (the C ABI): when this thread's last successful `mul_mat`
-    /// on these weights had exactly these arguments, runs it again without
-    /// building slices or repeating checks and returns its result; None
-    /// otherwise (then call `mul_mat`, which checks everything). `src1` is
-    /// (ggml type id, ne, nb, data, bytes), `dst` (ne, nb, data, bytes),
-    /// `work` (data, bytes).
+    /// The replay half of [`mul_mat_raw`](Self::mul_mat_raw): runs the
+    /// call when it equals this thread's last successful one on these
+    /// weights, None otherwise (nothing checked, nothing run).
     ///
     /// # Safety
-    /// As for the slices `mul_mat` would be given: `src1` readable for its
-    /// bytes and not written during the call, `dst` and `work` valid for
-    /// reads and writes of their bytes and used only by the team's threads
-    /// during the call, every thread of the team calling.
+    /// [`mul_mat_raw`](Self::mul_mat_raw)'s.
+    #[deprecated(since = "0.1.0", note = "use mul_mat_raw: the same replay, and every other call checked and run")]
     #[allow(clippy::type_complexity)]
     pub unsafe fn mul_mat_again<T: ThreadTeam>(
         &self,
@@ -1345,7 +1339,9 @@ mod tests {
                     r3.unwrap();
                 }
                 assert_ne!(outs[0], outs[1], "{typ:?}: new activations, new outputs");
-                // The raw lane (the C ABI's): the kept call again, by its parts.
+                // The raw lane (the deprecated replay half of the C ABI's):
+                // the kept call again, by its parts.
+                #[allow(deprecated)]
                 let raw = |x: &[u8], dst: &mut [u8], work: &mut [u8], mult: usize| {
                     let src = (GgmlType::F32 as u32, [k as i64, m as i64, 1, 1], src_nb, x.as_ptr(), x.len());
                     let team = SingleThread::default();
@@ -1368,6 +1364,21 @@ mod tests {
                 assert!(raw(&x, &mut dst[..dl - 4], &mut work, 4).is_none(), "{typ:?}: other dst, no replay");
                 assert!(raw(&x, &mut dst, &mut work[..wl / 2], 4).is_none() || wl == 0, "{typ:?}: other work");
                 assert!(raw(&x[..x.len() - 4], &mut dst, &mut work, 4).is_none(), "{typ:?}: other src1");
+                // mul_mat_raw (the C ABI's): the kept call replays, a short dst is refused.
+                let raw_all = |x: &[u8], dst: &mut [u8], work: &mut [u8]| {
+                    let src = (GgmlType::F32 as u32, [k as i64, m as i64, 1, 1], src_nb, x.as_ptr(), x.len());
+                    let team = SingleThread::default();
+                    let (d, wk) = ((dne, dnb, dst.as_mut_ptr(), dst.len()), (work.as_mut_ptr(), work.len()));
+                    // SAFETY: slices of this test, used by this thread alone.
+                    unsafe { w.mul_mat_raw(src, d, wk, &team, 4) }
+                };
+                raw_all(&x, &mut dst, &mut work).unwrap();
+                let before = REPLAYED.with(|c| c.get());
+                dst.fill(0);
+                raw_all(&x, &mut dst, &mut work).unwrap();
+                assert_eq!(REPLAYED.with(|c| c.get()), before + 1, "{typ:?} m={m}: mul_mat_raw replays");
+                assert_eq!(dst, kept, "{typ:?} m={m}: mul_mat_raw bits");
+                assert!(raw_all(&x, &mut dst[..dl - 4], &mut work).is_err(), "{typ:?}: short dst refused");
                 // The work size, asked again and for another m, from its cache.
                 assert_eq!(w.work_size(m).unwrap(), w.work_size(m).unwrap());
                 assert_eq!(w.work_size(m + 7).unwrap(), w.plan(m + 7, 1, 1).work);
