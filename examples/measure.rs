@@ -28,17 +28,11 @@ use std::time::{Duration, Instant};
 #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 const SIZE: usize = 1024;
 
-/// Deterministic data (xorshift), uniform in [-1, 1).
+/// Deterministic data (the repository's one test generator, `fastrand`,
+/// seeded), uniform in [-1, 1).
 fn data(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
+    let mut r = fastrand::Rng::with_seed(seed);
+    (0..len).map(|_| r.f32() * 2.0 - 1.0).collect()
 }
 
 /// ggml Q4_0 bytes made directly (random nibbles, small f16 scales): cheap

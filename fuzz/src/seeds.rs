@@ -142,16 +142,10 @@ pub fn packed_file() -> Vec<(String, Vec<u8>)> {
 pub fn validation(tries: usize, per_tag: usize) -> Vec<(String, Vec<u8>)> {
     let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
     let mut out = Vec::new();
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = fastrand::Rng::with_seed(0x2545_F491_4F6C_DD1D);
     for i in 0..tries {
-        let len = 8 + (next() % 200) as usize;
-        let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        let mut bytes = vec![0u8; 8 + rng.usize(..200)];
+        rng.fill(&mut bytes);
         let Some(calls) = decode(&bytes) else { continue };
         let tags: BTreeSet<String> = match std::panic::catch_unwind(|| run_tagged(calls)) {
             Ok(t) => t,

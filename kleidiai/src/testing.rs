@@ -7,31 +7,32 @@ use crate::registry::KernelInfo;
 use std::cell::Cell;
 use std::io::Write;
 
-/// xorshift64*: deterministic test data without a dependency.
-pub(crate) struct Rng(u64);
+/// Deterministic test data from a seed: the repository's one test
+/// generator (`fastrand`, seeded), with the shapes of data the tests use.
+pub(crate) struct Rng(fastrand::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Rng(fastrand::Rng::with_seed(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0.u64(..)
     }
     /// Uniform in [-1, 1).
     pub fn f32(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        self.0.f32() * 2.0 - 1.0
     }
     pub fn vec_f32(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.f32()).collect()
     }
+    /// Uniform in `0..n` (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
+        self.0.u64(..n.max(1))
     }
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next_u64() as u8).collect()
+        let mut b = vec![0u8; n];
+        self.0.fill(&mut b);
+        b
     }
 }
 

@@ -57,19 +57,17 @@ impl Kind {
     }
 }
 
-/// A small deterministic generator (xorshift), so every run sees the same data.
-pub struct Rng(u64);
+/// Deterministic data from a seed (the repository's one test generator,
+/// `fastrand`), so every run sees the same data.
+pub struct Rng(fastrand::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Rng(fastrand::Rng::with_seed(seed))
     }
     /// Uniform in [-1, 1).
     pub fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+        self.0.f32() * 2.0 - 1.0
     }
     pub fn vec(&mut self, len: usize, scale: f32) -> Vec<f32> {
         (0..len).map(|_| self.next() * scale).collect()
