@@ -37,6 +37,8 @@ use crate::par::Parallelism;
 use crate::weights::policy::Pairing;
 use crate::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
 use half::f16;
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// Environment variable with ggml's meaning (see the module docs).
 pub const SME_ENV: &str = "GGML_KLEIDIAI_SME";
@@ -182,6 +184,34 @@ pub struct GgmlWeights {
 const CONTAINER_MAGIC: [u8; 8] = *b"KAIRSGGM";
 const CONTAINER_FIXED: usize = 64;
 
+/// The container's fixed header as stored: magic, version (1), ggml type,
+/// k, n, batches, flags (bit 0: hybrid), CRC-32 of the header and batch
+/// table with this field zeroed, reserved zeros; then the batch table
+/// (offset, length per batch), padded to 64 bytes.
+#[derive(FromBytes, IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable, zerocopy::Unaligned)]
+#[repr(C)]
+struct RawContainer {
+    magic: [u8; 8],
+    version: U32,
+    typ: U32,
+    k: U64,
+    n: U64,
+    batches: U32,
+    flags: U32,
+    crc32: U32,
+    reserved: [u8; 20],
+}
+
+/// One batch table entry as stored.
+#[derive(FromBytes, IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable, zerocopy::Unaligned)]
+#[repr(C)]
+struct RawBatch {
+    offset: U64,
+    len: U64,
+}
+
+const _: () = assert!(size_of::<RawContainer>() == CONTAINER_FIXED && size_of::<RawBatch>() == 16);
+
 /// A range of shared bytes, itself shareable (a batch inside a container).
 struct SubBytes {
     parent: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
@@ -302,24 +332,31 @@ impl GgmlWeights {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let files: Vec<Vec<u8>> = self.batches.iter().map(PackedWeights::to_bytes).collect::<Result<_>>()?;
         let table = CONTAINER_FIXED + (files.len() * 16).div_ceil(64) * 64;
-        let mut out = vec![0u8; table];
-        out[0..8].copy_from_slice(&CONTAINER_MAGIC);
-        out[8..12].copy_from_slice(&1u32.to_le_bytes());
-        out[12..16].copy_from_slice(&(self.typ as u32).to_le_bytes());
-        out[16..24].copy_from_slice(&(self.k as u64).to_le_bytes());
-        out[24..32].copy_from_slice(&(self.n as u64).to_le_bytes());
-        out[32..36].copy_from_slice(&(files.len() as u32).to_le_bytes());
-        out[36..40].copy_from_slice(&u32::from(self.hybrid).to_le_bytes());
-        for (i, f) in files.iter().enumerate() {
-            out.resize(out.len().div_ceil(64) * 64, 0);
-            let at = CONTAINER_FIXED + 16 * i;
-            let off = out.len() as u64;
-            out[at..at + 8].copy_from_slice(&off.to_le_bytes());
-            out[at + 8..at + 16].copy_from_slice(&(f.len() as u64).to_le_bytes());
+        let mut head = RawContainer::new_zeroed();
+        head.magic = CONTAINER_MAGIC;
+        head.version = 1.into();
+        head.typ = (self.typ as u32).into();
+        (head.k, head.n) = ((self.k as u64).into(), (self.n as u64).into());
+        head.batches = u32::try_from(files.len()).map_err(|_| Error::Overflow("batches".into()))?.into();
+        head.flags = u32::from(self.hybrid).into();
+        let mut entries = Vec::with_capacity(files.len());
+        let mut at = table as u64;
+        for f in &files {
+            entries.push(RawBatch { offset: at.into(), len: (f.len() as u64).into() });
+            at = (at + f.len() as u64).div_ceil(64) * 64;
+        }
+        let mut out = Vec::with_capacity(at as usize);
+        out.extend_from_slice(head.as_bytes());
+        out.extend_from_slice(entries.as_bytes());
+        out.resize(table, 0);
+        let crc = crc32fast::hash(&out);
+        if let Ok((h, _)) = RawContainer::mut_from_prefix(&mut out) {
+            h.crc32 = crc.into();
+        }
+        for (f, e) in files.iter().zip(&entries) {
+            out.resize(e.offset.get() as usize, 0);
             out.extend_from_slice(f);
         }
-        let crc = crc32fast::hash(&out[..table]);
-        out[40..44].copy_from_slice(&crc.to_le_bytes());
         Ok(out)
     }
 
@@ -336,21 +373,18 @@ impl GgmlWeights {
     pub fn from_shared(bytes: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>, verify: bool) -> Result<GgmlWeights> {
         let data = (*bytes).as_ref();
         let bad = |why: String| Error::ggml_container(FileError::Header(why));
-        if data.len() < CONTAINER_FIXED || data[0..8] != CONTAINER_MAGIC {
-            return Err(Error::ggml_container(FileError::Magic));
+        let head = RawContainer::ref_from_prefix(data).ok().map(|(h, _)| h).filter(|h| h.magic == CONTAINER_MAGIC);
+        let Some(head) = head else { return Err(Error::ggml_container(FileError::Magic)) };
+        if head.version.get() != 1 {
+            return Err(Error::ggml_container(FileError::Version { found: head.version.get(), supported: 1 }));
         }
-        let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().expect("4 bytes"));
-        let u64_at = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes"));
-        if u32_at(8) != 1 {
-            return Err(Error::ggml_container(FileError::Version { found: u32_at(8), supported: 1 }));
-        }
-        let typ = GgmlType::from_id(u32_at(12)).map_err(|e| bad(e.to_string()))?;
-        let (k, n) = (usize::try_from(u64_at(16)), usize::try_from(u64_at(24)));
+        let typ = GgmlType::from_id(head.typ.get()).map_err(|e| bad(e.to_string()))?;
+        let (k, n) = (usize::try_from(head.k.get()), usize::try_from(head.n.get()));
         let (Ok(k), Ok(n)) = (k, n) else { return Err(Error::Overflow("container shape".into())) };
-        if data[44..CONTAINER_FIXED].iter().any(|b| *b != 0) {
+        if head.reserved.iter().any(|b| *b != 0) {
             return Err(bad("reserved header bytes are not zero".into()));
         }
-        let count = u32_at(32) as usize;
+        let count = head.batches.get() as usize;
         if count == 0 || count > 1 << 16 {
             return Err(bad(format!("{count} batches")));
         }
@@ -359,17 +393,21 @@ impl GgmlWeights {
             let (need, have) = (table as u64, data.len() as u64);
             return Err(Error::ggml_container(FileError::Truncated { part: "batch table".into(), need, have }));
         }
-        let mut head = data[..table].to_vec();
-        head[40..44].fill(0);
-        if crc32fast::hash(&head) != u32_at(40) {
+        // The checksum covers the header and table with its own field zeroed.
+        let mut checked = data[..table].to_vec();
+        if let Ok((h, _)) = RawContainer::mut_from_prefix(&mut checked) {
+            h.crc32 = U32::ZERO;
+        }
+        if crc32fast::hash(&checked) != head.crc32.get() {
             return Err(Error::ggml_container(FileError::Checksum { part: "container header".into() }));
         }
+        let entries = <[RawBatch]>::ref_from_prefix_with_elems(&data[CONTAINER_FIXED..], count);
+        let Ok((entries, _)) = entries else { return Err(bad(format!("{count} batches in {table} bytes"))) };
         let mut batches = Vec::with_capacity(count);
         // Where the last batch ends: the writer stops there.
         let mut last_end = table as u64;
-        for i in 0..count {
-            let at = CONTAINER_FIXED + 16 * i;
-            let (off, len) = (u64_at(at), u64_at(at + 8));
+        for (i, e) in entries.iter().enumerate() {
+            let (off, len) = (e.offset.get(), e.len.get());
             let end = off.checked_add(len).filter(|e| *e <= data.len() as u64);
             let Some(end) = end else {
                 let (part, need, have) = (format!("batch {i}"), off.saturating_add(len), data.len() as u64);
@@ -392,7 +430,7 @@ impl GgmlWeights {
         if data.len() as u64 > last_end {
             return Err(Error::ggml_container(FileError::TrailingBytes { extra: data.len() as u64 - last_end }));
         }
-        Ok(GgmlWeights { typ, k, n, batches, hybrid: u32_at(36) & 1 == 1 })
+        Ok(GgmlWeights { typ, k, n, batches, hybrid: head.flags.get() & 1 == 1 })
     }
 
     #[cfg(test)]

@@ -38,6 +38,8 @@
 //! [`FileError::TrailingBytes`].
 
 use crate::error::{Error, FileError, Result};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// First bytes of every packed-weight file.
 pub const MAGIC: [u8; 8] = *b"KAIRSPW\0";
@@ -49,6 +51,43 @@ const HEADER_FIXED: usize = 64;
 const SLOT_SIZE: usize = 256;
 const NAME_LEN: usize = 88;
 const FORMAT_LEN: usize = 32;
+
+/// The fixed part of the header as stored (offsets 0..64 of the table above).
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct RawFixed {
+    magic: [u8; 8],
+    version: U32,
+    header_len: U32,
+    kleidiai_version: [u8; 16],
+    weight_kind: U32,
+    output: U32,
+    n: U64,
+    k: U64,
+    slots: U32,
+    crc32: U32,
+}
+
+/// One entry of the slot table as stored.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct RawSlot {
+    gemm_kernel: [u8; NAME_LEN],
+    gemv_kernel: [u8; NAME_LEN],
+    format: [u8; FORMAT_LEN],
+    r: U32,
+    kr: U32,
+    sr: U32,
+    bl: U32,
+    vector_bytes: U32,
+    reserved0: U32,
+    offset: U64,
+    len: U64,
+    crc32: U32,
+    reserved1: U32,
+}
+
+const _: () = assert!(size_of::<RawFixed>() == HEADER_FIXED && size_of::<RawSlot>() == SLOT_SIZE);
 
 /// One packed layout in a file.
 #[doc(hidden)] // the file's layout is documented above; this parser is internal
@@ -125,13 +164,6 @@ fn bad(why: String) -> Error {
     Error::packed_file(FileError::Header(why))
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
 impl FileHeader {
     /// Header length in bytes for `slots` slots (payloads start after it).
     pub fn header_len(slots: usize) -> usize {
@@ -169,39 +201,39 @@ impl FileHeader {
         let len32 = u32::try_from(len)
             .map_err(|_| Error::Overflow(format!("{} non-finite channels do not fit a header", non_finite.len())))?;
         let version: u32 = if non_finite.is_empty() { 1 } else { 2 };
-        let mut h = vec![0u8; len];
-        h[0..8].copy_from_slice(&MAGIC);
-        h[8..12].copy_from_slice(&version.to_le_bytes());
-        h[12..16].copy_from_slice(&len32.to_le_bytes());
-        put_str(&mut h[16..32], &self.kleidiai_version, "KleidiAI version")?;
-        h[32..36].copy_from_slice(&self.weight_kind.to_le_bytes());
-        h[36..40].copy_from_slice(&self.output.to_le_bytes());
-        h[40..48].copy_from_slice(&self.n.to_le_bytes());
-        h[48..56].copy_from_slice(&self.k.to_le_bytes());
-        h[56..60].copy_from_slice(&(self.slots.len() as u32).to_le_bytes());
-        for (i, s) in self.slots.iter().enumerate() {
-            let b = &mut h[HEADER_FIXED + i * SLOT_SIZE..HEADER_FIXED + (i + 1) * SLOT_SIZE];
-            put_str(&mut b[0..NAME_LEN], &s.gemm_kernel, "GEMM kernel name")?;
-            put_str(&mut b[NAME_LEN..2 * NAME_LEN], &s.gemv_kernel, "GEMV kernel name")?;
-            put_str(&mut b[2 * NAME_LEN..2 * NAME_LEN + FORMAT_LEN], &s.format, "format")?;
-            let mut at = 2 * NAME_LEN + FORMAT_LEN;
-            for v in [s.r, s.kr, s.sr, s.bl, s.vector_bytes, 0] {
-                b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-                at += 4;
-            }
-            b[at..at + 8].copy_from_slice(&s.offset.to_le_bytes());
-            b[at + 8..at + 16].copy_from_slice(&s.len.to_le_bytes());
-            b[at + 16..at + 20].copy_from_slice(&s.crc32.to_le_bytes());
+        let slots = u32::try_from(self.slots.len()).map_err(|_| Error::Overflow("slots".into()))?;
+        let mut fixed = RawFixed::new_zeroed();
+        fixed.magic = MAGIC;
+        fixed.version = version.into();
+        fixed.header_len = len32.into();
+        put_str(&mut fixed.kleidiai_version, &self.kleidiai_version, "KleidiAI version")?;
+        fixed.weight_kind = self.weight_kind.into();
+        fixed.output = self.output.into();
+        fixed.n = self.n.into();
+        fixed.k = self.k.into();
+        fixed.slots = slots.into();
+        let mut h = Vec::with_capacity(len);
+        h.extend_from_slice(fixed.as_bytes());
+        for s in &self.slots {
+            let mut r = RawSlot::new_zeroed();
+            put_str(&mut r.gemm_kernel, &s.gemm_kernel, "GEMM kernel name")?;
+            put_str(&mut r.gemv_kernel, &s.gemv_kernel, "GEMV kernel name")?;
+            put_str(&mut r.format, &s.format, "format")?;
+            (r.r, r.kr, r.sr, r.bl, r.vector_bytes) =
+                (s.r.into(), s.kr.into(), s.sr.into(), s.bl.into(), s.vector_bytes.into());
+            (r.offset, r.len, r.crc32) = (s.offset.into(), s.len.into(), s.crc32.into());
+            h.extend_from_slice(r.as_bytes());
         }
         if !non_finite.is_empty() {
-            let mut at = HEADER_FIXED + self.slots.len() * SLOT_SIZE;
-            for v in core::iter::once(non_finite.len() as u64).chain(non_finite.iter().copied()) {
-                h[at..at + 8].copy_from_slice(&v.to_le_bytes());
-                at += 8;
-            }
+            let list: Vec<U64> =
+                core::iter::once(non_finite.len() as u64).chain(non_finite.iter().copied()).map(U64::new).collect();
+            h.extend_from_slice(list.as_bytes());
         }
+        h.resize(len, 0);
         let crc = crc32fast::hash(&h);
-        h[60..64].copy_from_slice(&crc.to_le_bytes());
+        if let Ok((f, _)) = RawFixed::mut_from_prefix(&mut h) {
+            f.crc32 = crc.into();
+        }
         Ok(h)
     }
 
@@ -225,22 +257,22 @@ impl FileHeader {
     /// output channels whose weights are not finite (version 2; empty for
     /// version 1).
     pub fn parse_with(file: &[u8], verify_payloads: bool) -> Result<(FileHeader, Vec<u64>)> {
-        if file.len() < HEADER_FIXED {
+        let Ok((fixed, _)) = RawFixed::ref_from_prefix(file) else {
             let (need, have) = (HEADER_FIXED as u64, file.len() as u64);
             return Err(Error::packed_file(FileError::Truncated { part: "fixed header".into(), need, have }));
-        }
-        if file[0..8] != MAGIC {
+        };
+        if fixed.magic != MAGIC {
             return Err(Error::packed_file(FileError::Magic));
         }
-        let version = u32_at(file, 8);
+        let version = fixed.version.get();
         if version != 1 && version != 2 {
             return Err(Error::packed_file(FileError::Version { found: version, supported: FORMAT_VERSION }));
         }
-        let slots = u32_at(file, 56) as usize;
+        let slots = fixed.slots.get() as usize;
         if slots == 0 || slots > MAX_SLOTS {
             return Err(bad(format!("{slots} slots (1..={MAX_SLOTS})")));
         }
-        let len = u32_at(file, 12) as usize;
+        let len = fixed.header_len.get() as usize;
         // Version 2: at least one channel after the table (the count is
         // checked against the length once the checksum vouches for it).
         let least = if version == 1 { Self::header_len(slots) } else { Self::header_len_with(slots, 1) };
@@ -251,18 +283,24 @@ impl FileHeader {
             let (need, have) = (len as u64, file.len() as u64);
             return Err(Error::packed_file(FileError::Truncated { part: "header".into(), need, have }));
         }
+        // The checksum covers the header with its own field zeroed.
+        let stored_crc = fixed.crc32.get();
         let mut h = file[..len].to_vec();
-        let stored_crc = u32_at(&h, 60);
-        h[60..64].fill(0);
+        if let Ok((f, _)) = RawFixed::mut_from_prefix(&mut h) {
+            f.crc32 = U32::ZERO;
+        }
         if crc32fast::hash(&h) != stored_crc {
             return Err(Error::packed_file(FileError::Checksum { part: "header".into() }));
         }
+        // `len` holds the fixed part and `slots` table entries (checked above).
+        let table = h.get(HEADER_FIXED..).and_then(|t| <[RawSlot]>::ref_from_prefix_with_elems(t, slots).ok());
+        let Some((table, after)) = table else { return Err(bad(format!("header length {len} for {slots} slots"))) };
         let mut out = FileHeader {
-            kleidiai_version: get_str(&h[16..32], "KleidiAI version")?,
-            weight_kind: u32_at(&h, 32),
-            output: u32_at(&h, 36),
-            n: u64_at(&h, 40),
-            k: u64_at(&h, 48),
+            kleidiai_version: get_str(&fixed.kleidiai_version, "KleidiAI version")?,
+            weight_kind: fixed.weight_kind.get(),
+            output: fixed.output.get(),
+            n: fixed.n.get(),
+            k: fixed.k.get(),
             slots: Vec::with_capacity(slots),
         };
         if out.n == 0 || out.k == 0 {
@@ -270,44 +308,46 @@ impl FileHeader {
         }
         let mut non_finite = Vec::new();
         if version == 2 {
-            let table = HEADER_FIXED + slots * SLOT_SIZE;
-            let c = u64_at(&h, table);
+            // The count, then the channels, then zeros to the header's end.
+            let (count, list) =
+                <[U64]>::ref_from_prefix_with_elems(after, 1).map_err(|_| bad("no non-finite count".into()))?;
+            let c = count[0].get();
             // `len` bounds `c` before any allocation by it.
             let fits = c >= 1 && c <= out.n && c <= (len as u64) / 8;
             if !fits || Self::header_len_with(slots, c as usize) != len {
                 return Err(bad(format!("{c} non-finite channels in a header of {len} bytes (n = {})", out.n)));
             }
-            non_finite = (0..c as usize).map(|i| u64_at(&h, table + 8 + 8 * i)).collect();
+            let (channels, rest) = <[U64]>::ref_from_prefix_with_elems(list, c as usize)
+                .map_err(|_| bad(format!("{c} non-finite channels in a header of {len} bytes")))?;
+            non_finite = channels.iter().map(|v| v.get()).collect();
             if non_finite.windows(2).any(|p| p[0] >= p[1]) || non_finite.last().is_some_and(|&j| j >= out.n) {
                 return Err(bad(format!("non-finite channels {non_finite:?} are not ascending below n = {}", out.n)));
             }
-            if h[table + 8 + 8 * c as usize..].iter().any(|&b| b != 0) {
+            if rest.iter().any(|&b| b != 0) {
                 return Err(bad("non-zero bytes after the non-finite channels".into()));
             }
         }
         let mut prev_end = len as u64;
-        for i in 0..slots {
-            let b = &h[HEADER_FIXED + i * SLOT_SIZE..HEADER_FIXED + (i + 1) * SLOT_SIZE];
-            let at = 2 * NAME_LEN + FORMAT_LEN;
+        for (i, r) in table.iter().enumerate() {
             let s = SlotHeader {
-                gemm_kernel: get_str(&b[0..NAME_LEN], "GEMM kernel name")?,
-                gemv_kernel: get_str(&b[NAME_LEN..2 * NAME_LEN], "GEMV kernel name")?,
-                format: get_str(&b[2 * NAME_LEN..at], "format")?,
-                r: u32_at(b, at),
-                kr: u32_at(b, at + 4),
-                sr: u32_at(b, at + 8),
-                bl: u32_at(b, at + 12),
-                vector_bytes: u32_at(b, at + 16),
-                offset: u64_at(b, at + 24),
-                len: u64_at(b, at + 32),
-                crc32: u32_at(b, at + 40),
+                gemm_kernel: get_str(&r.gemm_kernel, "GEMM kernel name")?,
+                gemv_kernel: get_str(&r.gemv_kernel, "GEMV kernel name")?,
+                format: get_str(&r.format, "format")?,
+                r: r.r.get(),
+                kr: r.kr.get(),
+                sr: r.sr.get(),
+                bl: r.bl.get(),
+                vector_bytes: r.vector_bytes.get(),
+                offset: r.offset.get(),
+                len: r.len.get(),
+                crc32: r.crc32.get(),
             };
             if s.gemm_kernel.is_empty() {
                 return Err(bad(format!("slot {i} names no kernel")));
             }
             // Reserved fields are written as zero: anything else is not a
             // file this version wrote (and would not survive a round trip).
-            if u32_at(b, at + 20) != 0 || u32_at(b, at + 44) != 0 {
+            if r.reserved0 != U32::ZERO || r.reserved1 != U32::ZERO {
                 return Err(bad(format!("slot {i} has non-zero reserved bytes")));
             }
             if s.offset % 64 != 0 || s.offset < prev_end {
@@ -370,6 +410,37 @@ mod tests {
     fn round_trip() {
         let (h, file) = sample();
         assert_eq!(FileHeader::parse(&file).unwrap(), h);
+    }
+
+    /// The bytes at the offsets the format table above gives (the structs
+    /// that read and write them must agree with it).
+    #[test]
+    fn fields_sit_at_the_documented_offsets() {
+        let (h, file) = sample();
+        let u32_at = |at: usize| u32::from_le_bytes(file[at..at + 4].try_into().unwrap());
+        let u64_at = |at: usize| u64::from_le_bytes(file[at..at + 8].try_into().unwrap());
+        assert_eq!(&file[0..8], b"KAIRSPW\0");
+        assert_eq!((u32_at(8), u32_at(12) as usize), (1, FileHeader::header_len(1)));
+        assert_eq!(&file[16..22], b"1.30.0");
+        assert!(file[22..32].iter().all(|b| *b == 0));
+        assert_eq!(
+            (u32_at(32), u32_at(36), u64_at(40), u64_at(48), u32_at(56)),
+            (h.weight_kind, h.output, h.n, h.k, 1)
+        );
+        let mut zeroed = file[..FileHeader::header_len(1)].to_vec();
+        zeroed[60..64].fill(0);
+        assert_eq!(u32_at(60), crc32fast::hash(&zeroed));
+        let s = &h.slots[0];
+        assert_eq!(&file[64..64 + s.gemm_kernel.len()], s.gemm_kernel.as_bytes());
+        assert_eq!(&file[64 + 88..64 + 88 + s.gemv_kernel.len()], s.gemv_kernel.as_bytes());
+        assert_eq!(&file[64 + 176..64 + 176 + s.format.len()], s.format.as_bytes());
+        let at = 64 + 208;
+        assert_eq!(
+            [u32_at(at), u32_at(at + 4), u32_at(at + 8), u32_at(at + 12), u32_at(at + 16)],
+            [s.r, s.kr, s.sr, s.bl, s.vector_bytes]
+        );
+        assert_eq!((u64_at(at + 24), u64_at(at + 32), u32_at(at + 40)), (s.offset, s.len, s.crc32));
+        assert_eq!((u32_at(at + 20), u32_at(at + 44)), (0, 0));
     }
 
     #[test]
@@ -456,7 +527,7 @@ mod tests {
         let channels = vec![1, 7];
         h.slots[0].offset = FileHeader::header_len_with(1, 2) as u64;
         let mut file = h.to_bytes_with(&channels).unwrap();
-        assert_eq!(u32_at(&file, 8), 2);
+        assert_eq!(RawFixed::ref_from_prefix(&file).unwrap().0.version.get(), 2);
         file.extend_from_slice(&payload);
         (h, file, channels)
     }
