@@ -1,0 +1,489 @@
+//! What a resolved kernel does on a thread: its checks, its packing of
+//! LHS rows and its column runs, each a call into [`ffi`](super::ffi).
+
+use super::*;
+
+impl PartKernel {
+    pub(super) fn resolve(
+        info: &'static KernelInfo,
+        rhs: &PackedLayout,
+        rhs_len: usize,
+        f: &Features,
+    ) -> Result<PartKernel> {
+        info.supported(f).map_err(|why| Error::Unsupported { kernel: info.name, why })?;
+        let packer = LhsPacker::from_info(info).ok_or_else(|| Error::Unsupported {
+            kernel: info.name,
+            why: format!("no per-thread form for its LHS packer {:?}", info.lhs_packer),
+        })?;
+        #[cfg(target_arch = "aarch64")]
+        {
+            // SAFETY: `info.supported(f)` passed with the features in force,
+            // so the kernel's getters (SME ones execute SME instructions) may run.
+            let (fns, t) = unsafe { ffi::resolve(info)? };
+            if (t.nr, t.kr, t.sr) != (rhs.r, rhs.kr, rhs.sr) {
+                return Err(Error::LayoutMismatch {
+                    what: "RHS",
+                    kernel: info.name,
+                    got: rhs.to_string(),
+                    want: format!("nr={} kr={} sr={}", t.nr, t.kr, t.sr),
+                });
+            }
+            // The quantised-block LHS packers take the weights' block length.
+            let lhs_bl = match packer {
+                LhsPacker::Qsi8d32p | LhsPacker::Qsi8d32pNeon | LhsPacker::Qsi8d32p4x8sb | LhsPacker::F16pmrx2 => 32,
+                _ => 0,
+            };
+            if lhs_bl != 0 && rhs.bl != 32 {
+                return Err(Error::bad_value("bl", rhs.bl, format!("{} takes weights in blocks of 32", info.name)));
+            }
+            packer.check(rhs.k, lhs_bl, &t)?;
+            Ok(PartKernel {
+                info,
+                t,
+                packer,
+                lhs_bl,
+                vector_bytes: rhs.vector_bytes,
+                n: rhs.rows,
+                k: rhs.k,
+                bl: rhs.bl,
+                rhs_len,
+                f: fns,
+            })
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        {
+            let _ = (rhs, rhs_len, packer);
+            Err(Error::Unsupported { kernel: info.name, why: "kernels run on aarch64 only".into() })
+        }
+    }
+
+    /// The kernel of ggml's F16 table (`name`, an SME2 bf16 kernel) for
+    /// `n x k` weights packed per call, with ggml's LHS packer for it
+    /// (`kai_lhs_pack_bf16p2vlx2_f32_sme`, the same packed format as the
+    /// `_sme2` one the crate's family pairs with it).
+    ///
+    /// Remembered per thread for the last few `(name, n, k, features)`:
+    /// ggml asks for it on every F16 call (work size, then every thread's
+    /// part), and the answer depends on nothing else (the thread's vector
+    /// length is checked again by `on_this_thread`).
+    pub(crate) fn for_f16_per_call(name: &str, n: usize, k: usize, f: &Features) -> Result<PartKernel> {
+        type Entry = Option<((usize, usize, usize, usize, Features), PartKernel)>;
+        thread_local! {
+            static KEPT: core::cell::RefCell<[Entry; 8]> = const { core::cell::RefCell::new([None; 8]) };
+        }
+        let key = (name.as_ptr() as usize, name.len(), n, k, *f);
+        let slot = n.wrapping_mul(31).wrapping_add(k) % 8;
+        if let Some(kern) = KEPT.with(|c| c.borrow()[slot].filter(|(k0, _)| *k0 == key).map(|(_, kern)| kern)) {
+            return Ok(kern);
+        }
+        let kern = Self::resolve_f16_per_call(name, n, k, f)?;
+        KEPT.with(|c| c.borrow_mut()[slot] = Some((key, kern)));
+        Ok(kern)
+    }
+
+    pub(super) fn resolve_f16_per_call(name: &str, n: usize, k: usize, f: &Features) -> Result<PartKernel> {
+        crate::error::nonzero(n, "n")?;
+        crate::error::nonzero(k, "k")?;
+        let info = backend_for(WeightKind::F16, DType::F32, name)
+            .map(|b| b.info())
+            .ok_or_else(|| Error::UnknownKernel(name.to_string()))?;
+        if info.family != "matmul_clamp_fp32_bf16p_bf16p" {
+            return Err(Error::Unsupported { kernel: info.name, why: "not a bf16 kernel packed per call".into() });
+        }
+        info.supported(f).map_err(|why| Error::Unsupported { kernel: info.name, why })?;
+        #[cfg(target_arch = "aarch64")]
+        {
+            // SAFETY: the kernel runs with `f` (checked above), so its SME
+            // getters may run; the size query is arithmetic on n, k and the
+            // streaming vector length (SME present).
+            let (t, size, packer_nr) = unsafe {
+                let (_, t) = ffi::resolve(info)?;
+                (
+                    t,
+                    crate::sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme(n, k),
+                    crate::sys::kai_get_n_step_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme(),
+                )
+            };
+            if packer_nr != t.nr {
+                return Err(Error::ShapeMismatch {
+                    what: "RHS packer block (the kernel's nr)",
+                    got: packer_nr.to_string(),
+                    want: t.nr.to_string(),
+                });
+            }
+            let layout = PackedLayout {
+                format: "bf16p2vlx2b",
+                rows: n,
+                k,
+                r: t.nr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: 0,
+                vector_bytes: crate::families::engine::layout_vector_bytes(info, f),
+            };
+            let mut kern = Self::resolve(info, &layout, size, f)?;
+            kern.packer = LhsPacker::Bf16p2vlx2Sme;
+            kern.packer.check(k, 0, &kern.t)?;
+            Ok(kern)
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        Err(Error::Unsupported { kernel: info.name, why: "kernels run on aarch64 only".into() })
+    }
+
+    /// Bytes of the packed weights this kernel reads.
+    pub(crate) fn rhs_len(&self) -> usize {
+        self.rhs_len
+    }
+
+    /// ggml's per-call packing of F16 weights for a bf16 kernel: `n` rows of
+    /// `k` f16 values (`src`, rows `stride` bytes apart) transposed to f32
+    /// `k x n` in `kxn`, a zero bias in `bias`, then packed into `out`
+    /// ([`rhs_len`](Self::rhs_len) bytes).
+    pub(crate) fn pack_rhs_f16(
+        &self,
+        ok: &OnThread<'_>,
+        src: &[u8],
+        stride: usize,
+        kxn: &mut [f32],
+        bias: &mut [f32],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (n, k) = (self.n, self.k);
+        if !core::ptr::eq(ok.kernel, self) || self.info.family != "matmul_clamp_fp32_bf16p_bf16p" {
+            let why = "per-call F16 packing needs its own bf16 kernel's thread check";
+            return Err(Error::bad_value("thread check", "OnThread", why));
+        }
+        let rows = (n - 1).checked_mul(stride).and_then(|v| v.checked_add(2 * k));
+        crate::error::at_least_bytes(
+            src.len(),
+            rows.ok_or_else(|| Error::Overflow("F16 rows".into()))?,
+            "F16 weights",
+        )?;
+        if stride < 2 * k {
+            return Err(Error::Stride { what: "F16 weights", stride, why: format!("hold fewer than {k} values") });
+        }
+        crate::error::at_least(kxn.len(), crate::error::mul(k, n, "k x n")?, "transposed weights")?;
+        crate::error::at_least(bias.len(), n, "bias")?;
+        crate::error::at_least_bytes(out.len(), self.rhs_len, "packed weights")?;
+        crate::weights::f16_kxn::f16_rows_to_f32_kxn(src, stride, n, k, kxn);
+        bias[..n].fill(0.0);
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the CPU runs the kernel (and so the SME packer) at its
+        // vector length (`ok`); `kxn` holds k rows of n f32 (stride 4n bytes),
+        // `bias` n f32, `out` the packer's size for (n, k) (= rhs_len, checked);
+        // nr, kr, sr are the kernel's, which `resolve` matched to the layout.
+        unsafe {
+            crate::sys::kai_run_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme(
+                1,
+                n,
+                k,
+                self.t.nr,
+                self.t.kr,
+                self.t.sr,
+                n * 4,
+                kxn.as_ptr().cast(),
+                bias.as_ptr().cast(),
+                core::ptr::null(),
+                out.as_mut_ptr().cast(),
+                0,
+                core::ptr::null(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Proof that the calling thread runs this kernel now: its CPU
+    /// features are there and its vector length is the one the weights
+    /// were packed for (Linux lets a thread change its own). Checked once
+    /// per operation; [`pack_rows`](Self::pack_rows) and
+    /// [`run_cols`](Self::run_cols) take it.
+    pub(crate) fn on_this_thread(&self) -> Result<OnThread<'_>> {
+        let f = Features::current();
+        self.info.supported(&f).map_err(|why| Error::Unsupported { kernel: self.info.name, why })?;
+        let live = crate::families::engine::live_vector_bytes(self.info);
+        if self.vector_bytes != 0 && live != self.vector_bytes {
+            return Err(Error::Unsupported {
+                kernel: self.info.name,
+                why: format!(
+                    "this thread's vector length is {} bits, the weights were packed for {}",
+                    live * 8,
+                    self.vector_bytes * 8
+                ),
+            });
+        }
+        Ok(OnThread { kernel: self, _thread: PhantomData })
+    }
+
+    /// [`on_this_thread`](Self::on_this_thread) for a thread on which it
+    /// passed before with the features of now (the caller compares them):
+    /// only the vector length, which a thread can change, is read again.
+    pub(crate) fn still_on_this_thread(&self) -> Result<OnThread<'_>> {
+        let live = crate::families::engine::live_vector_bytes(self.info);
+        if self.vector_bytes != 0 && live != self.vector_bytes {
+            return self.on_this_thread(); // the full check, and its message
+        }
+        Ok(OnThread { kernel: self, _thread: PhantomData })
+    }
+
+    /// Bytes of the packed LHS of `m` rows (0 for `Direct` kernels).
+    pub(crate) fn lhs_size(&self, m: usize) -> usize {
+        #[cfg(target_arch = "aarch64")]
+        {
+            // SAFETY: size query of a packer whose parameters passed `check`.
+            unsafe { ffi::lhs_size(self.packer, m.max(1), self.k, self.lhs_bl, &self.t) }
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        {
+            let _ = m;
+            0
+        }
+    }
+
+    /// Byte offset of row `row` (a multiple of `mr`) in the packed LHS.
+    pub(crate) fn lhs_offset(&self, row: usize) -> usize {
+        #[cfg(target_arch = "aarch64")]
+        {
+            // SAFETY: offset query of a packer whose parameters passed `check`.
+            unsafe { ffi::lhs_offset(self.packer, row, self.k, self.lhs_bl, &self.t) }
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        {
+            let _ = row;
+            0
+        }
+    }
+
+    /// Packs `h` rows of f32 (`src`, rows `stride` bytes apart, `k` values
+    /// each) into `out`, at least [`lhs_size`](Self::lhs_size)`(h)` bytes:
+    /// the part of a packed LHS from the offset of its first row (a
+    /// multiple of `mr`) on.
+    pub(crate) fn pack_rows(
+        &self,
+        ok: &OnThread<'_>,
+        h: usize,
+        src: &[u8],
+        stride: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
+        if self.packer == LhsPacker::Direct {
+            return Ok(());
+        }
+        if !core::ptr::eq(ok.kernel, self) {
+            return Err(Error::bad_value(
+                "thread check",
+                "OnThread",
+                format!("made for another kernel than {}", self.info.name),
+            ));
+        }
+        self.check_pack(h, (src.as_ptr(), src.len()), stride, out.len(), self.lhs_size(h))?;
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the CPU runs the packer's kernel at its vector length
+        // (`ok`, for this kernel); `src` holds `h` rows of k f32 `stride`
+        // bytes apart, 4-byte aligned, and `out` the bytes h rows pack to
+        // (both checked above); the packer's parameters passed `check`.
+        unsafe {
+            ffi::pack(self.packer, h, self.k, self.lhs_bl, &self.t, src.as_ptr().cast(), stride, out.as_mut_ptr())
+        };
+        Ok(())
+    }
+
+    /// [`pack_rows`](Self::pack_rows)' checks of its operands: `h` rows of
+    /// `k` f32 at `src` (`src.1` bytes readable), `stride` bytes apart, into
+    /// `out_len` bytes; `size_h` must be [`lhs_size`](Self::lhs_size)`(h)`
+    /// (callers that know it pass it, others compute it).
+    pub(crate) fn check_pack(
+        &self,
+        h: usize,
+        src: (*const u8, usize),
+        stride: usize,
+        out_len: usize,
+        size_h: usize,
+    ) -> Result<()> {
+        debug_assert_eq!(size_h, self.lhs_size(h));
+        let k = self.k;
+        crate::error::nonzero(h, "LHS rows")?;
+        if (src.0 as usize) % 4 != 0 {
+            return Err(Error::Misaligned { what: "LHS rows", align: 4 });
+        }
+        if stride % 4 != 0 || stride < k * 4 {
+            return Err(Error::Stride { what: "LHS rows", stride, why: format!("do not hold {k} f32 values each") });
+        }
+        if !self.packer.takes_stride() && stride != k * 4 && h > 1 {
+            let why = format!("but {} needs them k floats ({} bytes) apart", self.packer.name(), k * 4);
+            return Err(Error::Stride { what: "LHS rows", stride, why });
+        }
+        let rows_len = (h - 1).checked_mul(stride).and_then(|v| v.checked_add(k * 4));
+        crate::error::at_least_bytes(src.1, rows_len.ok_or_else(|| Error::Overflow("LHS rows".into()))?, "LHS rows")?;
+        crate::error::at_least_bytes(out_len, size_h, "packed LHS part")
+    }
+
+    /// The checks of [`run_cols`](Self::run_cols) that do not depend on the
+    /// columns: the packed weights' length, and the LHS (packed: its size
+    /// for `m` rows; read directly: `m` aligned f32 rows `lhs_stride` bytes
+    /// apart).
+    pub(crate) fn check_operands(
+        &self,
+        m: usize,
+        lhs: (*const u8, usize),
+        lhs_stride: usize,
+        rhs_len: usize,
+    ) -> Result<()> {
+        let size = if self.packer == LhsPacker::Direct { 0 } else { self.lhs_size(m) };
+        self.check_operands_sized(m, lhs, lhs_stride, rhs_len, size)
+    }
+
+    /// [`check_operands`](Self::check_operands) for a caller that knows
+    /// `lhs_size_m`, which must be [`lhs_size`](Self::lhs_size)`(m)`.
+    pub(crate) fn check_operands_sized(
+        &self,
+        m: usize,
+        lhs: (*const u8, usize),
+        lhs_stride: usize,
+        rhs_len: usize,
+        lhs_size_m: usize,
+    ) -> Result<()> {
+        debug_assert_eq!(lhs_size_m, if self.packer == LhsPacker::Direct { 0 } else { self.lhs_size(m) });
+        let k = self.k;
+        if m == 0 {
+            return Err(Error::ZeroDimension { what: "m" });
+        }
+        if rhs_len != self.rhs_len {
+            return Err(Error::ByteLength {
+                what: "packed weights of the resolved kernel",
+                got: rhs_len,
+                need: self.rhs_len,
+            });
+        }
+        if self.packer == LhsPacker::Direct {
+            let len = (m - 1).checked_mul(lhs_stride).and_then(|v| v.checked_add(k * 4));
+            if (lhs.0 as usize) % 4 != 0 {
+                return Err(Error::Misaligned { what: "LHS", align: 4 });
+            }
+            if lhs_stride % 4 != 0 || (m > 1 && lhs_stride < k * 4) {
+                let why = format!("do not hold {k} f32 values each");
+                return Err(Error::Stride { what: "LHS rows", stride: lhs_stride, why });
+            }
+            crate::error::at_least_bytes(lhs.1, len.ok_or_else(|| Error::Overflow("LHS".into()))?, "LHS")?;
+        } else {
+            crate::error::at_least_bytes(lhs.1, lhs_size_m, "packed LHS")?;
+        }
+        Ok(())
+    }
+
+    /// [`pack_rows`](Self::pack_rows) without its checks: the steady-state
+    /// path of a call whose arguments passed them before.
+    ///
+    /// # Safety
+    /// `pack_rows(ok, h, src_slice, stride, out_slice)` passed its checks
+    /// for slices at `src` and `out` of the lengths it checks, those bytes
+    /// are still valid (reads of `src`, exclusive writes of `out`), and `ok`
+    /// vouches for this kernel on this thread.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn pack_rows_unchecked(
+        &self,
+        ok: &OnThread<'_>,
+        h: usize,
+        src: *const u8,
+        stride: usize,
+        out: *mut u8,
+    ) {
+        debug_assert!(core::ptr::eq(ok.kernel, self));
+        let _ = ok;
+        if self.packer == LhsPacker::Direct {
+            return;
+        }
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the caller's guarantee: the same arguments passed
+        // `pack_rows`' checks (see its SAFETY comment).
+        unsafe {
+            ffi::pack(self.packer, h, self.k, self.lhs_bl, &self.t, src.cast(), stride, out)
+        };
+        #[cfg(not(target_arch = "aarch64"))]
+        let _ = (h, src, stride, out);
+    }
+
+    /// [`run_cols`](Self::run_cols) without its checks: the steady-state
+    /// path of a call whose operands passed them before.
+    ///
+    /// # Safety
+    /// [`check_operands`](Self::check_operands) passed for `m`, the LHS at
+    /// `lhs` and the RHS at `rhs` (lengths as it checks, still valid for
+    /// reads); `cols` is non-empty, within `n`, starts at a multiple of
+    /// `n_step`; `out` is an exclusive `m x cols.len()` block of aligned f32
+    /// rows `row_stride` bytes apart (as `OutputBlock::from_raw_parts`
+    /// requires and checks); `ok` vouches for this kernel on this thread.
+    #[allow(clippy::too_many_arguments)] // the kernel's operands
+    pub(crate) unsafe fn run_cols_unchecked(
+        &self,
+        ok: &OnThread<'_>,
+        m: usize,
+        cols: Range<usize>,
+        lhs: *const u8,
+        lhs_stride: usize,
+        rhs: *const u8,
+        out: *mut f32,
+        row_stride: usize,
+    ) {
+        debug_assert!(core::ptr::eq(ok.kernel, self));
+        let _ = ok;
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the caller's guarantees are run_cols' checks, passed.
+        unsafe {
+            ffi::run(self, m, cols, lhs, lhs_stride, rhs, out, row_stride)
+        };
+        #[cfg(not(target_arch = "aarch64"))]
+        let _ = (m, cols, lhs, lhs_stride, rhs, out, row_stride);
+    }
+
+    /// Computes columns `cols` (`cols.start` a multiple of `n_step`) of all
+    /// `m` output rows into `out` (`m x cols.len()`). `lhs` is the packed
+    /// LHS of `m` rows, or for `Direct` kernels the f32 rows themselves,
+    /// `lhs_stride` bytes apart.
+    #[allow(clippy::too_many_arguments)] // the kernel's operands
+    pub(crate) fn run_cols(
+        &self,
+        ok: &OnThread<'_>,
+        m: usize,
+        cols: Range<usize>,
+        lhs: &[u8],
+        lhs_stride: usize,
+        rhs: &[u8],
+        out: &mut OutputBlock<'_>,
+    ) -> Result<()> {
+        let n = self.n;
+        if !core::ptr::eq(ok.kernel, self) {
+            return Err(Error::bad_value(
+                "thread check",
+                "OnThread",
+                format!("made for another kernel than {}", self.info.name),
+            ));
+        }
+        if cols.start >= cols.end || cols.end > n || cols.start % self.t.n_step.max(1) != 0 {
+            let why = format!("not a non-empty range of the {n} columns starting at a multiple of {}", self.t.n_step);
+            return Err(Error::bad_value("columns", format!("{cols:?}"), why));
+        }
+        crate::error::nonzero(m, "m")?;
+        if out.rows != m || out.cols != cols.len() {
+            return Err(Error::ShapeMismatch {
+                what: "output block (rows x columns)",
+                got: format!("{}x{}", out.rows, out.cols),
+                want: format!("{m}x{}", cols.len()),
+            });
+        }
+        self.check_operands(m, (lhs.as_ptr(), lhs.len()), lhs_stride, rhs.len())?;
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the CPU runs the kernel at the vector length the weights
+        // were packed for (`ok`, for this kernel); `rhs` has the length of
+        // the layout it was resolved for (n x k), `cols.start` is a
+        // multiple of n_step and `cols` lies within n, so the RHS offset and
+        // the columns read stay inside it; `lhs` holds the packed LHS of m
+        // rows (or m f32 rows `lhs_stride` apart); `out` is an exclusive
+        // m x cols block (OutputBlock's contract), rows `row_stride` bytes apart.
+        unsafe {
+            ffi::run(self, m, cols, lhs.as_ptr(), lhs_stride, rhs.as_ptr(), out.ptr.as_ptr(), out.row_stride)
+        };
+        #[cfg(not(target_arch = "aarch64"))]
+        let _ = (lhs, rhs, out);
+        Ok(())
+    }
+}
