@@ -3,6 +3,8 @@
 
 mod depthwise;
 mod float;
+/// ggml's Q4_0 and Q8_0 blocks (public as `kleidiai::ggml::BlockQ4_0`, ...).
+pub(crate) mod ggml_blocks;
 mod indirection;
 mod int4;
 mod int4_asym_block;

@@ -11,7 +11,7 @@
 //! crash (tested). [`crate::weights::PackedWeights::matmul`] has one policy
 //! for every kernel: NaN in the rows and output channels they touch.
 
-mod blocks;
+use crate::formats::ggml_blocks as blocks;
 mod f16_per_call;
 mod loaders;
 mod mul_mat;

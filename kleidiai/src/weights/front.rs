@@ -9,11 +9,11 @@
 
 use super::WeightsRef;
 use crate::error::Result;
+use crate::formats::ggml_blocks::BlockQ8_0;
 use crate::formats::{
     BlockInt4, BlockScales, FloatWeights, Int4AsymBlock, Int4Blocks, Int4Encoding, Int4PerChannel, Int8PerChannel,
     NibbleOrder, Order, Q4_0,
 };
-use crate::ggml::BlockQ8_0;
 use half::{bf16, f16};
 
 /// Unpacked weights to pack: another name of [`WeightsRef`], for its
@@ -232,8 +232,8 @@ mod tests {
         let nib: Vec<u8> = (0..n * k / 2).map(|i| (i % 251) as u8).collect();
         let s = vec![0.25f32; n * k / 32];
         let hs = vec![f16::from_f32(0.25); n * k / 32];
-        let q4 = crate::ggml::quantize_q4_0(&f, k).unwrap();
-        let q8 = crate::ggml::quantize_q8_0(&f, k).unwrap();
+        let q4 = crate::formats::ggml_blocks::quantize_q4_0(&f, k).unwrap();
+        let q8 = crate::formats::ggml_blocks::quantize_q8_0(&f, k).unwrap();
         let weights = |name: &str| -> WeightsRef<'_> {
             match name {
                 "f32" => Weights::f32(n, k, &f),
@@ -243,7 +243,7 @@ mod tests {
                 "q8_0" => Weights::q8_0(n, k, &q8),
                 "int4_per_channel" => Weights::int4_per_channel(n, k, &nib, &s),
                 "int4_blocks" => Weights::int4_blocks(n, k, 32, &nib, &hs),
-                "q4_0" => Weights::q4_0(n, k, crate::ggml::q4_0_as_bytes(&q4)),
+                "q4_0" => Weights::q4_0(n, k, crate::formats::ggml_blocks::q4_0_as_bytes(&q4)),
                 "int4_asym_blocks" => Weights::int4_asym_blocks(n, k, 32, &nib, &s, &s),
                 other => panic!("the table names a constructor the test does not know: {other}"),
             }

@@ -67,11 +67,11 @@ use crate::buffer::AlignedBuf;
 use crate::cpu::Features;
 use crate::error::{Error, FileError, Result};
 use crate::families::engine::Prepared;
+use crate::formats::ggml_blocks::{BlockQ8_0, QK8_0};
 use crate::formats::{
     BlockInt4, BlockScales, FloatElement, FloatWeights, Int4AsymBlock, Int4Blocks, Int4Encoding, Int4PerChannel,
     Int8PerChannel, NibbleOrder, Order, Q4_0,
 };
-use crate::ggml::{BlockQ8_0, QK8_0};
 use crate::packed::{Clamp, PackedLayout, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::{self, TileKind};

@@ -16,8 +16,8 @@
 //! channel is non-finite are its outputs overwritten with NaN.
 
 use super::{Activation, ActivationMut, WeightsRef};
+use crate::formats::ggml_blocks::QK8_0;
 use crate::formats::{FloatElement, Order, ScaleType};
-use crate::ggml::QK8_0;
 use half::{bf16, f16};
 
 /// A float type whose values are scanned for NaN and infinities.

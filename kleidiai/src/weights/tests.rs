@@ -75,8 +75,8 @@ fn cases(rng: &mut Rng, n: usize, k: usize) -> Vec<Case> {
     // ggml Q4_0 bytes: the selected kernel may quantise the LHS per block
     // (qsi8d32) rather than per row (qai8dx) like the reference: allow one
     // LHS quantisation step per product.
-    let q4 = crate::ggml::quantize_q4_0(&data, k).unwrap();
-    let q4 = OwnedWeights::Q4_0 { n, k, data: crate::ggml::q4_0_as_bytes(&q4).to_vec(), bias: None };
+    let q4 = crate::formats::ggml_blocks::quantize_q4_0(&data, k).unwrap();
+    let q4 = OwnedWeights::Q4_0 { n, k, data: crate::formats::ggml_blocks::q4_0_as_bytes(&q4).to_vec(), bias: None };
     v.push(Case { weights: q4.clone(), act: DType::F32, tol: 2e-2 });
     v.push(Case { weights: q4, act: DType::Bf16, tol: 3e-2 });
     let blocks = k / 64;

@@ -48,9 +48,9 @@ fn rows_and_columns_are_filled_exactly() {
 }
 
 use super::super::{DType, NonFinite, PackOptions, PackedWeights, Scratch, operation_exists};
+use crate::formats::ggml_blocks::BlockQ8_0;
 use crate::formats::{BlockInt4, BlockScales, FloatWeights, Int4AsymBlock, Int4Blocks, Int4Encoding};
 use crate::formats::{Int4PerChannel, Int8PerChannel, NibbleOrder, Q4_0};
-use crate::ggml::BlockQ8_0;
 use crate::{Clamp, Parallelism};
 
 const N: usize = 20;
@@ -94,7 +94,7 @@ struct Data {
 impl Data {
     fn new() -> Data {
         let f: Vec<f32> = (0..N * K).map(|i| ((i * 5 % 9) as f32 - 4.0) * 0.125).collect();
-        let q4 = crate::ggml::quantize_q4_0(&f, K).unwrap();
+        let q4 = crate::formats::ggml_blocks::quantize_q4_0(&f, K).unwrap();
         let bias: Vec<f32> = (0..N).map(|j| j as f32 * 0.25 - 2.0).collect();
         Data {
             h: f.iter().map(|v| f16::from_f32(*v)).collect(),
@@ -104,8 +104,8 @@ impl Data {
             s: (0..N * K / 32).map(|i| 0.125 + (i % 3) as f32 * 0.0625).collect(),
             hs: (0..N * K / 32).map(|i| f16::from_f32(0.125 + (i % 3) as f32 * 0.0625)).collect(),
             off: (0..N * K / 32).map(|i| (i % 5) as f32 * 0.25 - 0.5).collect(),
-            q4: crate::ggml::q4_0_as_bytes(&q4).to_vec(),
-            q8: crate::ggml::quantize_q8_0(&f, K).unwrap(),
+            q4: crate::formats::ggml_blocks::q4_0_as_bytes(&q4).to_vec(),
+            q8: crate::formats::ggml_blocks::quantize_q8_0(&f, K).unwrap(),
             bias_h: bias.iter().map(|v| f16::from_f32(*v)).collect(),
             bias_b: bias.iter().map(|v| bf16::from_f32(*v)).collect(),
             bias,
