@@ -14,117 +14,66 @@ pub(crate) mod qai8dxp_common;
 #[cfg(target_arch = "aarch64")]
 mod uker;
 
-pub mod dwconv_f16_f16_f16p;
-pub mod dwconv_f32_f32_f32p;
-pub mod imatmul_clamp_f16_f16p_f16p;
-pub mod imatmul_clamp_f32_f32_f32p;
-pub mod imatmul_clamp_f32_f32p_f32p;
-pub mod imatmul_clamp_qai8_qai8p_qsi8cxp;
-pub mod matmul_clamp_bf16_qai8dxp_qsi4c32p;
-pub mod matmul_clamp_bf16_qai8dxp_qsi4cxp;
-pub mod matmul_clamp_f16_bf16p_bf16p;
-pub mod matmul_clamp_f16_f16_f16p;
-pub mod matmul_clamp_f16_f16p_f16p;
-pub mod matmul_clamp_f16_qai8dxp_qsi4cxp;
-pub mod matmul_clamp_f16_qai8dxp_qsi8cxp;
-pub mod matmul_clamp_f16_qsi8d32p_qai4c32p;
-pub mod matmul_clamp_f32_bf16p_bf16p;
-pub mod matmul_clamp_f32_f16p_qsi4c32p;
-pub mod matmul_clamp_f32_f32_f32p;
-pub mod matmul_clamp_f32_f32p_f32p;
-pub mod matmul_clamp_f32_qai8dxp_qsi4c32p;
-pub mod matmul_clamp_f32_qai8dxp_qsi4cxp;
-pub mod matmul_clamp_f32_qai8dxp_qsi8cxp;
-pub mod matmul_clamp_f32_qai8dxp_qsu2cxp;
-pub mod matmul_clamp_f32_qsi8d32p_qai4c32p;
-pub mod matmul_clamp_f32_qsi8d32p_qsi4c32p;
-pub mod matmul_clamp_f32_u8p_u8p;
-pub mod matmul_clamp_fp32_bf16p_bf16p;
-pub mod matmul_clamp_qai8_qai8_qsi4cxp;
-pub mod matmul_clamp_qai8_qai8_qsi8cxp;
-pub mod matmul_clamp_qai8_qai8p_qsi4cxp;
-pub mod matmul_clamp_qai8_qai8p_qsi8cxp;
-pub mod matmul_i32_u8p_u8p;
-
 mod float_common;
 mod qai8;
 mod qsi8d32p_qai4c32p;
 mod u8p_u8p;
 
-/// Every upstream compute family of KleidiAI v1.30.0 (directory names).
-pub const FAMILIES: &[&str] = &[
-    "dwconv_f16_f16_f16p",
-    "dwconv_f32_f32_f32p",
-    "imatmul_clamp_f16_f16p_f16p",
-    "imatmul_clamp_f32_f32_f32p",
-    "imatmul_clamp_f32_f32p_f32p",
-    "imatmul_clamp_qai8_qai8p_qsi8cxp",
-    "matmul_clamp_bf16_qai8dxp_qsi4c32p",
-    "matmul_clamp_bf16_qai8dxp_qsi4cxp",
-    "matmul_clamp_f16_bf16p_bf16p",
-    "matmul_clamp_f16_f16_f16p",
-    "matmul_clamp_f16_f16p_f16p",
-    "matmul_clamp_f16_qai8dxp_qsi4cxp",
-    "matmul_clamp_f16_qai8dxp_qsi8cxp",
-    "matmul_clamp_f16_qsi8d32p_qai4c32p",
-    "matmul_clamp_f32_bf16p_bf16p",
-    "matmul_clamp_f32_f16p_qsi4c32p",
-    "matmul_clamp_f32_f32_f32p",
-    "matmul_clamp_f32_f32p_f32p",
-    "matmul_clamp_f32_qai8dxp_qsi4c32p",
-    "matmul_clamp_f32_qai8dxp_qsi4cxp",
-    "matmul_clamp_f32_qai8dxp_qsi8cxp",
-    "matmul_clamp_f32_qai8dxp_qsu2cxp",
-    "matmul_clamp_f32_qsi8d32p_qai4c32p",
-    "matmul_clamp_f32_qsi8d32p_qsi4c32p",
-    "matmul_clamp_f32_u8p_u8p",
-    "matmul_clamp_fp32_bf16p_bf16p",
-    "matmul_clamp_qai8_qai8_qsi4cxp",
-    "matmul_clamp_qai8_qai8_qsi8cxp",
-    "matmul_clamp_qai8_qai8p_qsi4cxp",
-    "matmul_clamp_qai8_qai8p_qsi8cxp",
-    "matmul_i32_u8p_u8p",
-];
+/// The families, named once: their modules, [`FAMILIES`] and
+/// `all_kernel_infos` come from this list (a test checks it against the
+/// `kleidiai-sys` manifest: every compiled compute kernel's family is here).
+macro_rules! families {
+    ($($name:ident),* $(,)?) => {
+        $(pub mod $name;)*
 
-/// Registry entries of every implemented family (empty off aarch64).
-pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
-    #[allow(unused_mut)]
-    let mut v = Vec::new();
-    #[cfg(target_arch = "aarch64")]
-    {
-        v.extend(dwconv_f16_f16_f16p::infos());
-        v.extend(dwconv_f32_f32_f32p::infos());
-        v.extend(imatmul_clamp_f16_f16p_f16p::infos());
-        v.extend(imatmul_clamp_f32_f32_f32p::infos());
-        v.extend(imatmul_clamp_f32_f32p_f32p::infos());
-        v.extend(imatmul_clamp_qai8_qai8p_qsi8cxp::infos());
-        v.extend(matmul_clamp_bf16_qai8dxp_qsi4c32p::infos());
-        v.extend(matmul_clamp_bf16_qai8dxp_qsi4cxp::infos());
-        v.extend(matmul_clamp_f16_bf16p_bf16p::infos());
-        v.extend(matmul_clamp_f16_f16_f16p::infos());
-        v.extend(matmul_clamp_f16_f16p_f16p::infos());
-        v.extend(matmul_clamp_f16_qai8dxp_qsi4cxp::infos());
-        v.extend(matmul_clamp_f16_qai8dxp_qsi8cxp::infos());
-        v.extend(matmul_clamp_f16_qsi8d32p_qai4c32p::infos());
-        v.extend(matmul_clamp_f32_bf16p_bf16p::infos());
-        v.extend(matmul_clamp_f32_f16p_qsi4c32p::infos());
-        v.extend(matmul_clamp_f32_f32_f32p::infos());
-        v.extend(matmul_clamp_f32_f32p_f32p::infos());
-        v.extend(matmul_clamp_f32_qai8dxp_qsi4c32p::infos());
-        v.extend(matmul_clamp_f32_qai8dxp_qsi4cxp::infos());
-        v.extend(matmul_clamp_f32_qai8dxp_qsi8cxp::infos());
-        v.extend(matmul_clamp_f32_qai8dxp_qsu2cxp::infos());
-        v.extend(matmul_clamp_f32_qsi8d32p_qai4c32p::infos());
-        v.extend(matmul_clamp_f32_qsi8d32p_qsi4c32p::infos());
-        v.extend(matmul_clamp_f32_u8p_u8p::infos());
-        v.extend(matmul_clamp_fp32_bf16p_bf16p::infos());
-        v.extend(matmul_clamp_qai8_qai8_qsi4cxp::infos());
-        v.extend(matmul_clamp_qai8_qai8_qsi8cxp::infos());
-        v.extend(matmul_clamp_qai8_qai8p_qsi4cxp::infos());
-        v.extend(matmul_clamp_qai8_qai8p_qsi8cxp::infos());
-        v.extend(matmul_i32_u8p_u8p::infos());
-    }
-    v
+        /// Every upstream compute family of KleidiAI v1.30.0 (directory names).
+        pub const FAMILIES: &[&str] = &[$(stringify!($name)),*];
+
+        /// Registry entries of every implemented family (empty off aarch64).
+        pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
+            #[allow(unused_mut)]
+            let mut v = Vec::new();
+            #[cfg(target_arch = "aarch64")]
+            {
+                $(v.extend($name::infos());)*
+            }
+            v
+        }
+    };
+}
+
+families! {
+    dwconv_f16_f16_f16p,
+    dwconv_f32_f32_f32p,
+    imatmul_clamp_f16_f16p_f16p,
+    imatmul_clamp_f32_f32_f32p,
+    imatmul_clamp_f32_f32p_f32p,
+    imatmul_clamp_qai8_qai8p_qsi8cxp,
+    matmul_clamp_bf16_qai8dxp_qsi4c32p,
+    matmul_clamp_bf16_qai8dxp_qsi4cxp,
+    matmul_clamp_f16_bf16p_bf16p,
+    matmul_clamp_f16_f16_f16p,
+    matmul_clamp_f16_f16p_f16p,
+    matmul_clamp_f16_qai8dxp_qsi4cxp,
+    matmul_clamp_f16_qai8dxp_qsi8cxp,
+    matmul_clamp_f16_qsi8d32p_qai4c32p,
+    matmul_clamp_f32_bf16p_bf16p,
+    matmul_clamp_f32_f16p_qsi4c32p,
+    matmul_clamp_f32_f32_f32p,
+    matmul_clamp_f32_f32p_f32p,
+    matmul_clamp_f32_qai8dxp_qsi4c32p,
+    matmul_clamp_f32_qai8dxp_qsi4cxp,
+    matmul_clamp_f32_qai8dxp_qsi8cxp,
+    matmul_clamp_f32_qai8dxp_qsu2cxp,
+    matmul_clamp_f32_qsi8d32p_qai4c32p,
+    matmul_clamp_f32_qsi8d32p_qsi4c32p,
+    matmul_clamp_f32_u8p_u8p,
+    matmul_clamp_fp32_bf16p_bf16p,
+    matmul_clamp_qai8_qai8_qsi4cxp,
+    matmul_clamp_qai8_qai8_qsi8cxp,
+    matmul_clamp_qai8_qai8p_qsi4cxp,
+    matmul_clamp_qai8_qai8p_qsi8cxp,
+    matmul_i32_u8p_u8p,
 }
 
 #[cfg(test)]
