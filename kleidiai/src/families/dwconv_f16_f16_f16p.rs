@@ -51,7 +51,7 @@ pub fn reference(
     clamp: Clamp,
     dst: &mut [f16],
 ) -> Result<()> {
-    super::dwconv_f32_f32_f32p::dwconv3x3_core(shape, src, w, clamp, dst)
+    super::depthwise::dwconv3x3_core(shape, src, w, clamp, dst)
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -63,7 +63,7 @@ mod imp {
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::Features;
     use crate::error;
-    use crate::families::dwconv_f32_f32_f32p::dw_unpack;
+    use crate::families::depthwise::dw_unpack;
     use crate::families::engine::{self, Tiles};
     use crate::packed::{PackedLayout, PackedRhs};
     use crate::par::Parallelism;
@@ -293,7 +293,7 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::dwconv_f32_f32_f32p::test_support::*;
+    use crate::families::depthwise::test_support::*;
     use crate::par::Parallelism;
     use crate::testing::{self, Rng, THREADS, bit_identical, compare};
 

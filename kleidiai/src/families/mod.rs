@@ -14,6 +14,7 @@ pub(crate) mod qai8dxp_common;
 #[cfg(target_arch = "aarch64")]
 mod uker;
 
+mod depthwise;
 mod float_common;
 mod qai8;
 mod qsi8d32p_qai4c32p;
