@@ -23,7 +23,7 @@
 //! `|err| <= (k + 3) · 2⁻²⁴ · M + 2⁻¹⁰ · |want| + 2⁻²⁴`.
 
 use crate::error::{self, Result};
-use crate::families::imatmul_clamp_f32_f32p_f32p::{check_k, f32_core};
+use crate::families::indirect::{check_k, f32_core};
 use crate::formats::{FloatWeights, Indirection};
 use crate::packed::Clamp;
 use half::f16;
@@ -75,7 +75,7 @@ mod imp {
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
-    use crate::families::imatmul_clamp_f32_f32p_f32p::{IndirectLhsPacker, imatmul_rhs_offset, pack_indirect_lhs};
+    use crate::families::indirect::{IndirectLhsPacker, imatmul_rhs_offset, pack_indirect_lhs};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
@@ -393,7 +393,7 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::imatmul_clamp_f32_f32p_f32p::test_support::*;
+    use crate::families::indirect::test_support::*;
     use crate::formats::Order;
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;

@@ -39,7 +39,7 @@ pub const FAMILY: &str = "imatmul_clamp_f32_f32_f32p";
 /// assert_eq!(y, [21.0, 32.0]);
 /// ```
 pub fn reference(lhs: &Indirection<'_, f32>, w: &FloatWeights<'_, f32>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
-    super::imatmul_clamp_f32_f32p_f32p::reference(lhs, w, clamp, dst)
+    super::indirect::reference_f32(lhs, w, clamp, dst)
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -52,7 +52,7 @@ mod imp {
     use crate::cpu::Features;
     use crate::error;
     use crate::families::engine::{self, Tiles};
-    use crate::families::imatmul_clamp_f32_f32p_f32p::{check_k, imatmul_rhs_offset};
+    use crate::families::indirect::{check_k, imatmul_rhs_offset};
     use crate::packed::{PackedLayout, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
@@ -306,7 +306,7 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::imatmul_clamp_f32_f32p_f32p::test_support::*;
+    use crate::families::indirect::test_support::*;
     use crate::formats::Order;
     use crate::par::Parallelism;
     use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};

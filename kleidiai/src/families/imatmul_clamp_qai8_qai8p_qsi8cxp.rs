@@ -32,7 +32,7 @@
 //! outputs must be identical.
 
 use crate::error::{self, Result};
-use crate::families::imatmul_clamp_f32_f32p_f32p::check_k;
+use crate::families::indirect::check_k;
 use crate::formats::{Indirection, Order};
 
 /// Upstream family directory.
@@ -197,7 +197,7 @@ mod imp {
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
-    use crate::families::imatmul_clamp_f32_f32p_f32p::{IndirectLhsPacker, imatmul_rhs_offset, pack_indirect_lhs};
+    use crate::families::indirect::{IndirectLhsPacker, imatmul_rhs_offset, pack_indirect_lhs};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
@@ -571,7 +571,7 @@ mod reference_tests {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::imatmul_clamp_f32_f32p_f32p::test_support::chunks;
+    use crate::families::indirect::test_support::chunks;
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
     use crate::testing::{self, Rng, THREADS, tail_shapes};

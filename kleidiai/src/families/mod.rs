@@ -16,6 +16,7 @@ mod uker;
 
 mod depthwise;
 mod float_common;
+mod indirect;
 mod qai8;
 mod qsi8d32p_qai4c32p;
 mod u8p_u8p;
