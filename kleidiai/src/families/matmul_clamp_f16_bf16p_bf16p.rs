@@ -19,7 +19,7 @@
 //! `|err| <= E + 2⁻¹⁰ · |want| + 2⁻²⁴`.
 
 use crate::error::{self, Result};
-use crate::families::matmul_clamp_f32_bf16p_bf16p::bf16_core;
+use crate::families::bf16p_bf16p::{bf16_core, round_bf16};
 use crate::formats::FloatWeights;
 use crate::packed::Clamp;
 use half::f16;
@@ -52,7 +52,7 @@ pub fn reference(m: usize, lhs: &[f16], w: &FloatWeights<'_, f16>, clamp: Clamp,
     error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
     let x: Vec<f32> = lhs[..m * k].iter().map(|v| v.to_f32()).collect();
     let wq: Vec<f32> =
-        w.to_nxk()?.into_iter().map(|v| super::matmul_clamp_f32_bf16p_bf16p::round_bf16(v.to_f32())).collect();
+        w.to_nxk()?.into_iter().map(|v| round_bf16(v.to_f32())).collect();
     let bias: Vec<f32> = (0..n).map(|j| w.bias_f32(j)).collect();
     let mut y = vec![0f32; m * n];
     bf16_core(m, &x, k, &wq, &bias, clamp, &mut y);
@@ -71,7 +71,7 @@ mod imp {
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
-    use crate::families::matmul_clamp_f32_bf16p_bf16p::{unpack_bf16_row, zero_k_padding_with_bias};
+    use crate::families::bf16p_bf16p::{unpack_bf16_row, zero_k_padding_with_bias};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
@@ -382,8 +382,8 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::matmul_clamp_f32_bf16p_bf16p::round_bf16;
-    use crate::families::matmul_clamp_f32_bf16p_bf16p::test_support::*;
+    use crate::families::bf16p_bf16p::round_bf16;
+    use crate::families::bf16p_bf16p::test_support::*;
     use crate::formats::Order;
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;

@@ -41,7 +41,7 @@ pub const FAMILY: &str = "matmul_clamp_fp32_bf16p_bf16p";
 /// assert_eq!(y, [5.0, -2.0]);
 /// ```
 pub fn reference(m: usize, lhs: &[f32], w: &FloatWeights<'_, f32>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
-    super::matmul_clamp_f32_bf16p_bf16p::reference(m, lhs, w, clamp, dst)
+    super::bf16p_bf16p::reference_f32(m, lhs, w, clamp, dst)
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -54,7 +54,7 @@ mod imp {
     use crate::cpu::{CpuFeature, Features};
     use crate::error;
     use crate::families::engine::{self, Tiles};
-    use crate::families::matmul_clamp_f32_bf16p_bf16p::{unpack_bf16_row, zero_k_padding_with_bias};
+    use crate::families::bf16p_bf16p::{unpack_bf16_row, zero_k_padding_with_bias};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
@@ -470,8 +470,8 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::matmul_clamp_f32_bf16p_bf16p::round_bf16;
-    use crate::families::matmul_clamp_f32_bf16p_bf16p::test_support::*;
+    use crate::families::bf16p_bf16p::round_bf16;
+    use crate::families::bf16p_bf16p::test_support::*;
     use crate::formats::Order;
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;

@@ -14,6 +14,7 @@ pub(crate) mod qai8dxp_common;
 #[cfg(target_arch = "aarch64")]
 mod uker;
 
+mod bf16p_bf16p;
 mod depthwise;
 mod float_common;
 mod indirect;
