@@ -17,7 +17,7 @@ use crate::error::{self, Result};
 use crate::formats::U8Weights;
 use crate::packed::Clamp;
 
-pub use super::matmul_i32_u8p_u8p::AccBias;
+pub use super::u8p_u8p::AccBias;
 
 /// Upstream family directory.
 pub const FAMILY: &str = "matmul_clamp_f32_u8p_u8p";

@@ -13,22 +13,13 @@
 //! Tolerance of the conformance test: none. Integer arithmetic modulo 2^32
 //! is exact; results must equal the reference bit for bit.
 
+pub use super::u8p_u8p::AccBias;
 use super::u8p_u8p as shared;
 use crate::error::{self, Result};
 use crate::formats::U8Weights;
 
 /// Upstream family directory.
 pub const FAMILY: &str = "matmul_i32_u8p_u8p";
-
-/// The int32 biases added to the accumulator: one per output row and one per
-/// output column (either may be absent: zero).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AccBias<'a> {
-    /// `m` values, added to every column of row `i`.
-    pub per_row: Option<&'a [i32]>,
-    /// `n` values, added to every row of column `j`.
-    pub per_col: Option<&'a [i32]>,
-}
 
 /// The portable reference (test oracle and fallback): `lhs` is dense
 /// `m x w.k`, `dst` dense `m x w.n`.

@@ -10,9 +10,18 @@
 //! element type: blocks of `4 * vscale` rows, groups of 4 K values, K padded
 //! to a multiple of 4 with zeros).
 
-use super::matmul_i32_u8p_u8p::AccBias;
 use crate::error::{self, Result};
 use crate::formats::U8Weights;
+
+/// The int32 biases added to the accumulator: one per output row and one per
+/// output column (either may be absent: zero).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AccBias<'a> {
+    /// `m` values, added to every column of row `i`.
+    pub per_row: Option<&'a [i32]>,
+    /// `n` values, added to every row of column `j`.
+    pub per_col: Option<&'a [i32]>,
+}
 
 /// Checks an `m x k` LHS with rows `stride` bytes apart.
 pub(crate) fn check_lhs(m: usize, k: usize, lhs: &[u8], stride: usize) -> Result<()> {
