@@ -205,6 +205,127 @@ where
     assert!(failures.is_empty(), "conformance failures:\n{}", failures.join("\n"));
 }
 
+/// Test weights and error scales shared by the qsi4c32p families.
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod qsi4c32 {
+    use super::Rng;
+    use crate::formats::{BlockInt4, BlockScales, Int4Blocks, Int4Encoding, Order, Q4_0};
+    use half::{bf16, f16};
+
+    /// Random weights: nibbles, f16 and bf16 scales (same values), bias,
+    /// and the same matrix in ggml Q4_0 bytes (bl 32 only).
+    pub(crate) struct TestWeights {
+        pub n: usize,
+        pub k: usize,
+        pub bl: usize,
+        pub nxk: Vec<u8>,
+        pub kxn: Vec<u8>,
+        pub f16: Vec<f16>,
+        pub bf16: Vec<bf16>,
+        pub bias: Vec<f32>,
+        pub q4_0: Vec<u8>,
+        /// `nxk` and `kxn` with the offset-8 encoding.
+        pub nxk_off8: Vec<u8>,
+        pub kxn_off8: Vec<u8>,
+    }
+
+    impl TestWeights {
+        pub fn new(rng: &mut Rng, n: usize, k: usize, bl: usize) -> TestWeights {
+            let v: Vec<i8> = (0..n * k).map(|_| rng.below(16) as i8 - 8).collect();
+            let e = Int4Encoding::Signed;
+            let mut nxk = vec![0u8; n * k / 2];
+            for i in 0..n * k {
+                nxk[i / 2] |= e.encode(v[i]) << (4 * (i % 2));
+            }
+            let rb = n.div_ceil(2);
+            let mut kxn = vec![0u8; k * rb];
+            for i in 0..n {
+                for p in 0..k {
+                    kxn[p * rb + i / 2] |= e.encode(v[i * k + p]) << (4 * (i % 2));
+                }
+            }
+            // Scales exact in both f16 and bf16 (8 significant bits, normal range).
+            let s: Vec<f32> = (0..n * k / bl).map(|_| (16 + rng.below(240)) as f32 / 4096.0).collect();
+            let mut q4_0 = Vec::new();
+            if bl == 32 {
+                for i in 0..n {
+                    for b in 0..k / 32 {
+                        q4_0.extend_from_slice(&f16::from_f32(s[i * k / 32 + b]).to_bits().to_le_bytes());
+                        for j in 0..16 {
+                            let (lo, hi) = (v[i * k + b * 32 + j], v[i * k + b * 32 + j + 16]);
+                            q4_0.push((lo + 8) as u8 | ((hi + 8) as u8) << 4);
+                        }
+                    }
+                }
+            }
+            TestWeights {
+                n,
+                k,
+                bl,
+                f16: s.iter().map(|x| f16::from_f32(*x)).collect(),
+                bf16: s.iter().map(|x| bf16::from_f32(*x)).collect(),
+                bias: rng.vec_f32(n),
+                q4_0,
+                nxk_off8: nxk.iter().map(|b| b ^ 0x88).collect(),
+                kxn_off8: kxn.iter().map(|b| b ^ 0x88).collect(),
+                nxk,
+                kxn,
+            }
+        }
+
+        /// Case `ci`'s view: cycles through N x K, K x N (if `kxn_ok`) and
+        /// Q4_0 input, f16 and bf16 scales, both nibble encodings, with and
+        /// without bias.
+        pub fn view(&self, ci: usize, kxn_ok: bool, bias: bool) -> BlockInt4<'_> {
+            let bias = if bias { Some(&self.bias[..]) } else { None };
+            if ci % 3 == 2 && self.bl == 32 {
+                return Q4_0 { n: self.n, k: self.k, data: &self.q4_0, bias }.into();
+            }
+            let kxn = kxn_ok && ci % 3 == 1;
+            let off8 = (ci / 3) % 2 == 1;
+            Int4Blocks {
+                n: self.n,
+                k: self.k,
+                bl: self.bl,
+                order: if kxn { Order::KxN } else { Order::NxK },
+                encoding: if off8 { Int4Encoding::Offset8 } else { Int4Encoding::Signed },
+                data: match (kxn, off8) {
+                    (false, false) => &self.nxk,
+                    (true, false) => &self.kxn,
+                    (false, true) => &self.nxk_off8,
+                    (true, true) => &self.kxn_off8,
+                },
+                scales: if ci % 2 == 0 { BlockScales::Bf16(&self.bf16) } else { BlockScales::F16(&self.f16) },
+                bias,
+            }
+            .into()
+        }
+    }
+
+    /// `M[i][j] = Σ_k (|x_ik| + z_i) |w_jk|` for an `m x k` LHS and
+    /// `n x k` weights, with `z_i = zp_term(row i)`.
+    pub(crate) fn magnitudes(
+        m: usize,
+        n: usize,
+        k: usize,
+        lhs: &[f32],
+        w: &[f32],
+        zp_term: impl Fn(&[f32]) -> f32,
+    ) -> Vec<f32> {
+        let mut out = Vec::with_capacity(m * n);
+        for x in lhs.chunks(k).take(m) {
+            let z = zp_term(x);
+            for wr in w.chunks(k).take(n) {
+                out.push(x.iter().zip(wr).map(|(x, w)| (x.abs() + z) * w.abs()).sum());
+            }
+        }
+        out
+    }
+
+    /// (bl, k) pairs: one block, several blocks, a longer block.
+    pub(crate) const BL_K: [(usize, usize); 3] = [(32, 32), (32, 96), (64, 128)];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@
 //! (`|want| / 128`): a kernel value a few f32 ulps from the reference's may
 //! round to the neighbouring bf16.
 
-use super::matmul_clamp_f32_qai8dxp_qsi4c32p::{check_weights, reference_core};
+use super::qai8dxp_qsi4c32p::{check_weights, reference_core};
 use crate::error::{self, Result};
 use crate::formats::BlockInt4;
 use crate::packed::Clamp;
@@ -81,7 +81,7 @@ mod imp {
     use crate::buffer::SendPtr;
     use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
-    use crate::families::matmul_clamp_f32_qai8dxp_qsi4c32p::{
+    use crate::families::qai8dxp_qsi4c32p::{
         FORMAT_QSI4C32P, LHS_FORMAT, check_bl, neon_rhs_packers, pack_qsi4c32p_rhs,
     };
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
@@ -349,15 +349,15 @@ mod imp {
     /// Weight row `row` of a packed RHS of this family (format
     /// `qsi4c32p`), as f32 (`value * bf16 scale`; bias not included).
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
-        super::super::matmul_clamp_f32_qai8dxp_qsi4c32p::unpack_rhs_row(rhs, row, out)
+        crate::families::qai8dxp_qsi4c32p::unpack_rhs_row(rhs, row, out)
     }
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::matmul_clamp_f32_qai8dxp_qsi4c32p::SCALE_TYPE;
-    use crate::families::matmul_clamp_f32_qai8dxp_qsi4c32p::tests::{BL_K, TestWeights, magnitudes};
+    use crate::families::qai8dxp_qsi4c32p::SCALE_TYPE;
+    use crate::testing::qsi4c32::{BL_K, TestWeights, magnitudes};
     use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;

@@ -822,7 +822,7 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod tests {
     use super::*;
-    use crate::families::matmul_clamp_f32_qai8dxp_qsi4c32p::tests::{TestWeights, magnitudes};
+    use crate::testing::qsi4c32::{TestWeights, magnitudes};
     use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order, Q4_0};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;

@@ -19,6 +19,7 @@ mod depthwise;
 mod float_common;
 mod indirect;
 mod qai8;
+mod qai8dxp_qsi4c32p;
 mod qsi8d32p_qai4c32p;
 mod u8p_u8p;
 
