@@ -21,7 +21,7 @@
 //! `k <= 128`, where that is below `1e-5 · M`: the check is
 //! `1e-5 · (|want| + M) + 1e-6`.
 
-use super::matmul_clamp_f32_qsi8d32p_qsi4c32p::{SCALE_TYPE, check_weights_no_bias};
+use super::qsi8d32p_qsi4c32p::{SCALE_TYPE, check_weights_no_bias};
 use crate::error::{self, Result};
 use crate::formats::BlockInt4;
 use crate::packed::Clamp;
@@ -86,7 +86,7 @@ mod imp {
     use crate::buffer::SendPtr;
     use crate::cpu::{CpuFeature, Features};
     use crate::families::engine::{self, Tiles};
-    use crate::families::matmul_clamp_f32_qsi8d32p_qsi4c32p::{
+    use crate::families::qsi8d32p_qsi4c32p::{
         FORMAT_PS1S0SCALEF16, check_bl, dense_lhs, max_bl, pack_f16_rhs,
     };
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
@@ -373,7 +373,7 @@ mod imp {
     /// `qsi4c32ps1s0scalef16`), as f32 (`value * f16 scale`; note the
     /// kernel itself multiplies in f16, see [`kernel_weights`]).
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
-        super::super::matmul_clamp_f32_qsi8d32p_qsi4c32p::unpack_rhs_row(rhs, row, out)
+        crate::families::qsi8d32p_qsi4c32p::unpack_rhs_row(rhs, row, out)
     }
 }
 

@@ -21,6 +21,7 @@ mod indirect;
 mod qai8;
 mod qai8dxp_qsi4c32p;
 mod qsi8d32p_qai4c32p;
+mod qsi8d32p_qsi4c32p;
 mod u8p_u8p;
 
 /// The families, named once: their modules, [`FAMILIES`] and
