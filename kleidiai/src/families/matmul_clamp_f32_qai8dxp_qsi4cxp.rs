@@ -496,54 +496,7 @@ mod imp {
     /// Weight row `row` of a packed RHS of this family, as f32
     /// (`value * scale`; bias not included): what ggml's `get_rows` needs.
     pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
-        let l = *rhs.layout();
-        if row >= l.rows {
-            return Err(crate::Error::out_of_range("row", row, l.rows));
-        }
-        error::at_least(out.len(), l.k, "row output")?;
-        let bytes = rhs.as_bytes();
-        let k_internal = l.k.div_ceil(32) * 32;
-        let nr = l.r;
-        let stride = nr * (k_internal / 2) + nr * 12;
-        let block = &bytes[(row / nr) * stride..(row / nr + 1) * stride];
-        let r = row % nr;
-        let sums_at = nr * (k_internal / 2);
-        let scale_at = sums_at + nr * 4;
-        let scale = f32::from_le_bytes(block[scale_at + r * 4..scale_at + r * 4 + 4].try_into().unwrap());
-        let nib = |byte: u8, hi: bool| -> i8 { ((if hi { byte & 0xF0 } else { byte << 4 }) as i8) >> 4 };
-        match l.format {
-            FORMAT_QSI4CXP => {
-                // Inverse of the packer's index map: byte b of the row block
-                // holds k0 (low) and k0 + 16 (high) of channel nr_idx.
-                let bl_bytes = l.kr / l.sr;
-                for (b, &byte) in block.iter().enumerate().take(nr * (k_internal / 2)) {
-                    let block_idx = b / bl_bytes;
-                    let block_byte = b % bl_bytes;
-                    let super_block = block_idx / nr;
-                    if block_idx % nr != r {
-                        continue;
-                    }
-                    let base = block_byte + super_block * bl_bytes;
-                    let k0 = base + (base / 16) * 16;
-                    for (kk, hi) in [(k0, false), (k0 + 16, true)] {
-                        if kk < l.k {
-                            // Stored scale is scale / 16 and the nibble is the
-                            // value: both exact in f32.
-                            out[kk] = nib(byte, hi) as f32 * (scale * 16.0);
-                        }
-                    }
-                }
-            }
-            _ => {
-                let kr = l.kr;
-                for (kk, o) in out.iter_mut().enumerate().take(l.k) {
-                    let (chunk, within) = (kk / kr, kk % kr);
-                    let b = chunk * nr * (kr / 2) + r * (kr / 2) + within / 2;
-                    *o = nib(block[b], within % 2 == 1) as f32 * scale;
-                }
-            }
-        }
-        Ok(())
+        crate::families::qai8dxp_common::unpack_qsi4cxp_row(rhs, row, out)
     }
 }
 
