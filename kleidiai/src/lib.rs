@@ -70,6 +70,8 @@ mod error;
 pub mod families;
 pub mod formats;
 pub mod ggml;
+#[cfg(all(test, target_arch = "aarch64"))]
+mod interplay_tests;
 pub mod packed;
 pub mod par;
 pub mod prelude;

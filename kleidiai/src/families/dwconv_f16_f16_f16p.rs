@@ -375,13 +375,6 @@ mod tests {
         let mut dst = vec![f16::ZERO; 48];
         kern.run(&s, &src, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential).unwrap();
         assert_eq!((dst[0].to_f32(), dst[3].to_f32(), dst[5 * 3].to_f32()), (4.0, 6.0, 9.0));
-        // The f32 family's packed weights are refused.
-        if let Some(k32) = crate::families::dwconv_f32_f32_f32p::Kernel::select(&feats) {
-            let t32 = vec![1.0f32; 27];
-            let p = k32.pack_rhs(&DepthwiseWeights { channels: 3, data: &t32, bias: None }).unwrap();
-            let r = kern.run(&s, &src, &p, &mut dst, Clamp::NONE, Parallelism::Sequential);
-            assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
-        }
     }
 
     #[test]

@@ -427,35 +427,6 @@ mod tests {
         });
     }
 
-    /// A weight packed for the f32-output family serves this family's
-    /// kernel of the same layout, and the other way round.
-    #[test]
-    fn packed_weights_shared_with_the_f32_family() {
-        use crate::families::matmul_clamp_f32_qai8dxp_qsi4c32p::Kernel as F32Kernel;
-        let f = crate::cpu::Features::current();
-        let Some(kb) = Kernel::select(1, &f) else {
-            return;
-        };
-        let mut rng = Rng::new(11);
-        let tw = TestWeights::new(&mut rng, 8, 64, 32);
-        let w = tw.view(0, false, true);
-        let mine = kb.pack_rhs(w).unwrap();
-        let lhs = vec![bf16::ONE; 64];
-        let mut shared = 0;
-        for other in F32Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
-            if other.rhs_layout(8, 64, 32).unwrap() != *mine.layout() {
-                continue;
-            }
-            let theirs = other.pack_rhs(w).unwrap();
-            let (mut a, mut b) = (vec![bf16::ZERO; 8], vec![bf16::ZERO; 8]);
-            kb.matmul(1, &lhs, &mine, &mut a, Clamp::NONE, Parallelism::Sequential).unwrap();
-            kb.matmul(1, &lhs, &theirs, &mut b, Clamp::NONE, Parallelism::Sequential).unwrap();
-            assert_eq!(a, b);
-            shared += 1;
-        }
-        assert!(shared > 0 || !f.has(crate::cpu::CpuFeature::Bf16));
-    }
-
     #[test]
     fn bad_input_is_an_error() {
         let f = crate::cpu::Features::current();

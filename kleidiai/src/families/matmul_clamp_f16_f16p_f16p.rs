@@ -220,7 +220,6 @@ mod imp {
 mod tests {
     use super::*;
     use crate::families::float_common::test_support::{self as ts, Accum};
-    use crate::families::matmul_clamp_f16_f16_f16p as gemv;
     use crate::formats::Order;
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
@@ -245,42 +244,6 @@ mod tests {
         });
     }
 
-    /// A weight packed for a MOPA kernel serves the SME GEMV kernels of
-    /// `matmul_clamp_f16_f16_f16p`.
-    #[test]
-    fn one_packed_rhs_serves_gemm_and_gemv() {
-        let f = crate::cpu::Features::current();
-        let (n, k) = (37, 19);
-        let mut rng = testing::Rng::new(8);
-        let h = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<f16>>();
-        let data = h(rng.vec_f32(n * k));
-        let bias = h(rng.vec_f32(n));
-        let lhs = h(rng.vec_f32(k));
-        let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: Some(&bias) };
-        let mut want = vec![f16::ZERO; n];
-        reference(1, &lhs, &w, Clamp::NONE, &mut want).unwrap();
-        let mut pairs = 0;
-        for gemm in Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
-            let packed = gemm.pack_rhs(&w).unwrap();
-            for gv in gemv::Kernel::all().filter(|g| g.info().supported(&f).is_ok()) {
-                if gv.rhs_layout(n, k).unwrap() != *packed.layout() {
-                    continue;
-                }
-                let (mut a, mut b) = (vec![f16::ZERO; n], vec![f16::ZERO; n]);
-                gemm.matmul(1, &lhs, &packed, &mut a, Clamp::NONE, Parallelism::Sequential).unwrap();
-                gv.matmul(1, &lhs, &packed, &mut b, Clamp::NONE, Parallelism::Sequential).unwrap();
-                for j in 0..n {
-                    let (x, y, z) = (a[j].to_f32(), b[j].to_f32(), want[j].to_f32());
-                    assert!((x - z).abs() < 1e-2 && (y - z).abs() < 1e-2, "{gemm:?} / {gv:?}");
-                }
-                pairs += 1;
-            }
-        }
-        if f.has(crate::cpu::CpuFeature::Sme2) {
-            assert!(pairs >= 4, "both MOPA kernels share a format with both SME GEMV kernels");
-        }
-    }
-
     #[test]
     fn mixing_layouts_is_an_error() {
         let f = crate::cpu::Features::current();
@@ -302,14 +265,6 @@ mod tests {
             let wrong_k = other.pack_lhs(2, k - 1, &lhs, k, Parallelism::Sequential).unwrap();
             let r = k1.run(&wrong_k, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential);
             assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{other:?}: {r:?}");
-        }
-        // An f32 family's packed RHS is refused by layout (format differs).
-        if let Some(k32) = crate::families::matmul_clamp_f32_f32p_f32p::Kernel::select(4, &f) {
-            let d32 = vec![0.5f32; n * k];
-            let p32 = k32.pack_rhs(&FloatWeights { n, k, order: Order::NxK, data: &d32, bias: None }).unwrap();
-            let mut dst = vec![f16::ZERO; 2 * n];
-            let r = k1.matmul(2, &lhs, &p32, &mut dst, Clamp::NONE, Parallelism::Sequential);
-            assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
         }
     }
 

@@ -227,7 +227,6 @@ mod imp {
 mod tests {
     use super::*;
     use crate::families::float_common::test_support::{self as ts, Accum};
-    use crate::families::matmul_clamp_f32_f32_f32p as gemv;
     use crate::formats::Order;
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
@@ -250,40 +249,6 @@ mod tests {
             let api = ts::Api { pack: &pack, run: &run, unpack: &unpack_rhs_row };
             ts::conformance(kernel.float_kernel(), Accum::F32, &[1, 17, 40], api)
         });
-    }
-
-    /// A weight packed for a MOPA kernel serves the GEMV kernel of the
-    /// other family that reads the same format, and the results agree.
-    #[test]
-    fn one_packed_rhs_serves_gemm_and_gemv() {
-        let f = crate::cpu::Features::current();
-        let (n, k) = (37, 19);
-        let mut rng = testing::Rng::new(7);
-        let data = rng.vec_f32(n * k);
-        let bias = rng.vec_f32(n);
-        let lhs = rng.vec_f32(k);
-        let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: Some(&bias) };
-        let mut pairs = 0;
-        for gemm in Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
-            let packed = gemm.pack_rhs(&w).unwrap();
-            for gv in gemv::Kernel::all().filter(|g| g.info().supported(&f).is_ok()) {
-                if gv.rhs_layout(n, k).unwrap() != *packed.layout() {
-                    continue;
-                }
-                let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
-                gemm.matmul(1, &lhs, &packed, &mut a, Clamp::NONE, Parallelism::Sequential).unwrap();
-                gv.matmul(1, &lhs, &packed, &mut b, Clamp::NONE, Parallelism::Sequential).unwrap();
-                let mut want = vec![0f32; n];
-                reference(1, &lhs, &w, Clamp::NONE, &mut want).unwrap();
-                for j in 0..n {
-                    assert!((a[j] - want[j]).abs() < 1e-4 && (b[j] - want[j]).abs() < 1e-4, "{gemm:?} / {gv:?}");
-                }
-                pairs += 1;
-            }
-        }
-        if f.has(crate::cpu::CpuFeature::Sme2) {
-            assert!(pairs >= 3, "the SME2 GEMM kernels share a format with a GEMV kernel");
-        }
     }
 
     #[test]
@@ -342,10 +307,5 @@ mod tests {
         assert!(kern.pack_rhs(&FloatWeights { k: usize::MAX / 2, ..w }).is_err(), "overflowing k");
         let mut row = vec![0f32; 8];
         assert!(unpack_rhs_row(&packed, 4, &mut row).is_err(), "row out of range");
-        // Another family's packed RHS is not this family's to unpack.
-        if let Some(g) = gemv::Kernel::all().find(|g| g.info().supported(&f).is_ok() && !g.info().is_sme()) {
-            let other = g.pack_rhs(&w).unwrap();
-            assert!(unpack_rhs_row(&other, 0, &mut row).is_err());
-        }
     }
 }

@@ -202,13 +202,6 @@ mod tests {
         let mut dst = [0f32; 6];
         let r = kern.run(&lhs, &packed, &AccBias::default(), &out, Clamp::NONE, &mut dst, seq);
         assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
-        // The i32 family's packing is this family's: one packed RHS serves both.
-        let other = super::super::matmul_i32_u8p_u8p::Kernel::select(4, &f).unwrap();
-        let packed_i32 = other.pack_rhs(&w).unwrap();
-        assert_eq!(packed_i32.layout(), packed.layout());
-        let lhs = kern.pack_lhs(2, 8, &[1; 16], 8, seq).unwrap();
-        kern.run(&lhs, &packed_i32, &AccBias::default(), &out, Clamp::NONE, &mut dst, seq).unwrap();
-        assert_eq!(dst, [8.0; 6]);
     }
 
     #[test]

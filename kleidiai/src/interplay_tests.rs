@@ -1,0 +1,319 @@
+//! Tests that involve two families at once: packed weights one family's
+//! kernels share with another's, and the other family's layouts each one
+//! refuses. They live here, outside `families`, because no family imports
+//! another (each family's own tests cover it alone).
+
+use crate::cpu::{CpuFeature, Features};
+use crate::families::{
+    dwconv_f16_f16_f16p, dwconv_f32_f32_f32p, imatmul_clamp_f32_f32_f32p, imatmul_clamp_f32_f32p_f32p,
+    matmul_clamp_bf16_qai8dxp_qsi4c32p, matmul_clamp_f16_bf16p_bf16p, matmul_clamp_f16_f16_f16p,
+    matmul_clamp_f16_f16p_f16p, matmul_clamp_f32_bf16p_bf16p, matmul_clamp_f32_f16p_qsi4c32p,
+    matmul_clamp_f32_f32_f32p, matmul_clamp_f32_f32p_f32p, matmul_clamp_f32_qai8dxp_qsi4c32p,
+    matmul_clamp_f32_qsi8d32p_qsi4c32p, matmul_clamp_f32_u8p_u8p, matmul_clamp_fp32_bf16p_bf16p, matmul_i32_u8p_u8p,
+};
+use crate::formats::{DepthwiseShape, DepthwiseWeights, FloatWeights, Indirection, Order, Q4_0, U8Weights};
+use crate::packed::Clamp;
+use crate::par::Parallelism;
+use crate::testing::qsi4c32::TestWeights;
+use crate::testing::{self, Rng};
+use half::{bf16, f16};
+
+/// A weight packed for a MOPA kernel of `matmul_clamp_f32_f32p_f32p` serves
+/// the GEMV kernel of `matmul_clamp_f32_f32_f32p` that reads the same
+/// format, and the results agree.
+#[test]
+fn f32_gemm_and_gemv_share_one_packed_rhs() {
+    use matmul_clamp_f32_f32_f32p as gemv;
+    use matmul_clamp_f32_f32p_f32p::{Kernel, reference};
+    let f = Features::current();
+    let (n, k) = (37, 19);
+    let mut rng = testing::Rng::new(7);
+    let data = rng.vec_f32(n * k);
+    let bias = rng.vec_f32(n);
+    let lhs = rng.vec_f32(k);
+    let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: Some(&bias) };
+    let mut pairs = 0;
+    for gemm in Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
+        let packed = gemm.pack_rhs(&w).unwrap();
+        for gv in gemv::Kernel::all().filter(|g| g.info().supported(&f).is_ok()) {
+            if gv.rhs_layout(n, k).unwrap() != *packed.layout() {
+                continue;
+            }
+            let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+            gemm.matmul(1, &lhs, &packed, &mut a, Clamp::NONE, Parallelism::Sequential).unwrap();
+            gv.matmul(1, &lhs, &packed, &mut b, Clamp::NONE, Parallelism::Sequential).unwrap();
+            let mut want = vec![0f32; n];
+            reference(1, &lhs, &w, Clamp::NONE, &mut want).unwrap();
+            for j in 0..n {
+                assert!((a[j] - want[j]).abs() < 1e-4 && (b[j] - want[j]).abs() < 1e-4, "{gemm:?} / {gv:?}");
+            }
+            pairs += 1;
+        }
+    }
+    if f.has(CpuFeature::Sme2) {
+        assert!(pairs >= 3, "the SME2 GEMM kernels share a format with a GEMV kernel");
+    }
+}
+
+/// `matmul_clamp_f32_f32p_f32p::unpack_rhs_row` refuses a packed RHS of a
+/// (non-SME) `matmul_clamp_f32_f32_f32p` kernel.
+#[test]
+fn f32_gemm_does_not_unpack_a_gemv_rhs() {
+    use matmul_clamp_f32_f32_f32p as gemv;
+    use matmul_clamp_f32_f32p_f32p::{Kernel, unpack_rhs_row};
+    let f = Features::current();
+    if Kernel::select(8, &f).is_none() {
+        return;
+    }
+    let data = vec![1.0f32; 32];
+    let w = FloatWeights { n: 4, k: 8, order: Order::KxN, data: &data, bias: None };
+    let mut row = vec![0f32; 8];
+    if let Some(g) = gemv::Kernel::all().find(|g| g.info().supported(&f).is_ok() && !g.info().is_sme()) {
+        let other = g.pack_rhs(&w).unwrap();
+        assert!(unpack_rhs_row(&other, 0, &mut row).is_err());
+    }
+}
+
+/// A weight packed for a MOPA kernel of `matmul_clamp_f16_f16p_f16p` serves
+/// the SME GEMV kernels of `matmul_clamp_f16_f16_f16p`.
+#[test]
+fn f16_gemm_and_gemv_share_one_packed_rhs() {
+    use matmul_clamp_f16_f16_f16p as gemv;
+    use matmul_clamp_f16_f16p_f16p::{Kernel, reference};
+    let f = Features::current();
+    let (n, k) = (37, 19);
+    let mut rng = testing::Rng::new(8);
+    let h = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<f16>>();
+    let data = h(rng.vec_f32(n * k));
+    let bias = h(rng.vec_f32(n));
+    let lhs = h(rng.vec_f32(k));
+    let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: Some(&bias) };
+    let mut want = vec![f16::ZERO; n];
+    reference(1, &lhs, &w, Clamp::NONE, &mut want).unwrap();
+    let mut pairs = 0;
+    for gemm in Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
+        let packed = gemm.pack_rhs(&w).unwrap();
+        for gv in gemv::Kernel::all().filter(|g| g.info().supported(&f).is_ok()) {
+            if gv.rhs_layout(n, k).unwrap() != *packed.layout() {
+                continue;
+            }
+            let (mut a, mut b) = (vec![f16::ZERO; n], vec![f16::ZERO; n]);
+            gemm.matmul(1, &lhs, &packed, &mut a, Clamp::NONE, Parallelism::Sequential).unwrap();
+            gv.matmul(1, &lhs, &packed, &mut b, Clamp::NONE, Parallelism::Sequential).unwrap();
+            for j in 0..n {
+                let (x, y, z) = (a[j].to_f32(), b[j].to_f32(), want[j].to_f32());
+                assert!((x - z).abs() < 1e-2 && (y - z).abs() < 1e-2, "{gemm:?} / {gv:?}");
+            }
+            pairs += 1;
+        }
+    }
+    if f.has(CpuFeature::Sme2) {
+        assert!(pairs >= 4, "both MOPA kernels share a format with both SME GEMV kernels");
+    }
+}
+
+/// `matmul_clamp_f16_f16p_f16p` refuses a packed RHS of
+/// `matmul_clamp_f32_f32p_f32p` by layout (the format differs).
+#[test]
+fn f16_gemm_refuses_an_f32_gemm_rhs() {
+    let f = Features::current();
+    let Some(k1) = matmul_clamp_f16_f16p_f16p::Kernel::select(4, &f) else {
+        return;
+    };
+    let (n, k) = (9, 8);
+    let lhs = vec![f16::from_f32(0.5); 2 * k];
+    if let Some(k32) = matmul_clamp_f32_f32p_f32p::Kernel::select(4, &f) {
+        let d32 = vec![0.5f32; n * k];
+        let p32 = k32.pack_rhs(&FloatWeights { n, k, order: Order::NxK, data: &d32, bias: None }).unwrap();
+        let mut dst = vec![f16::ZERO; 2 * n];
+        let r = k1.matmul(2, &lhs, &p32, &mut dst, Clamp::NONE, Parallelism::Sequential);
+        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
+    }
+}
+
+/// ggml's SME2 pairing: the GEMM of `matmul_clamp_f32_f16p_qsi4c32p` and
+/// the SDOT GEMV of `matmul_clamp_f32_qsi8d32p_qsi4c32p` read one packed
+/// weight.
+#[test]
+fn f16p_qsi4c32p_gemm_and_qsi8d32p_gemv_share_one_packed_rhs() {
+    use matmul_clamp_f32_f16p_qsi4c32p::Kernel;
+    use matmul_clamp_f32_qsi8d32p_qsi4c32p::Kernel as Gemv;
+    let f = Features::current();
+    let (Some(gemm), Some(gemv)) =
+        (Kernel::select(8, &f), Gemv::by_name("kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot"))
+    else {
+        return;
+    };
+    if gemv.info().supported(&f).is_err() {
+        return;
+    }
+    let mut rng = Rng::new(9);
+    let tw = TestWeights::new(&mut rng, 40, 64, 32);
+    let w = Q4_0 { n: 40, k: 64, data: &tw.q4_0, bias: None };
+    let packed = gemm.pack_rhs(w).unwrap();
+    assert_eq!(*packed.layout(), gemv.rhs_layout(40, 64, 32).unwrap());
+    let lhs = rng.vec_f32(64);
+    let (mut a, mut b) = (vec![0f32; 40], vec![0f32; 40]);
+    gemv.matmul(1, &lhs, &packed, &mut a, Clamp::NONE, Parallelism::Sequential).unwrap();
+    gemv.matmul(1, &lhs, &gemv.pack_rhs(w).unwrap(), &mut b, Clamp::NONE, Parallelism::Sequential).unwrap();
+    assert_eq!(a, b);
+}
+
+/// `matmul_clamp_f32_f16p_qsi4c32p` runs a `matmul_clamp_f32_qsi8d32p_qsi4c32p`
+/// packed RHS of its own layout and refuses the others.
+#[test]
+fn f16p_qsi4c32p_takes_only_its_layout_of_qsi8d32p_rhs() {
+    use matmul_clamp_f32_f16p_qsi4c32p::Kernel;
+    use matmul_clamp_f32_qsi8d32p_qsi4c32p::Kernel as Other;
+    let f = Features::current();
+    let Some(kern) = Kernel::select(8, &f) else {
+        return;
+    };
+    let mut rng = Rng::new(4);
+    let tw = TestWeights::new(&mut rng, 8, 64, 32);
+    let w = Q4_0 { n: 8, k: 64, data: &tw.q4_0, bias: None };
+    let lhs = vec![0.25f32; 2 * 64];
+    let mut dst = vec![0f32; 16];
+    for other in Other::all().filter(|k| k.info().supported(&f).is_ok()) {
+        let p = other.pack_rhs(w).unwrap();
+        let r = kern.matmul(2, &lhs, &p, &mut dst, Clamp::NONE, Parallelism::Sequential);
+        if *p.layout() == kern.rhs_layout(8, 64, 32).unwrap() {
+            r.unwrap();
+        } else {
+            assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{:?}: {r:?}", other);
+        }
+    }
+}
+
+/// `matmul_clamp_fp32_bf16p_bf16p` (SME) refuses a packed RHS of
+/// `matmul_clamp_f32_bf16p_bf16p` (NEON).
+#[test]
+fn sme_bf16_refuses_a_neon_bf16_rhs() {
+    let f = Features::current();
+    let Some(k1) = matmul_clamp_fp32_bf16p_bf16p::Kernel::select(4, &f) else {
+        return;
+    };
+    let (n, k) = (8, 16);
+    let data = vec![0.5f32; n * k];
+    let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: None };
+    let lhs = vec![0.5f32; 2 * k];
+    if let Some(neon) = matmul_clamp_f32_bf16p_bf16p::Kernel::select(4, &f) {
+        let p = neon.pack_rhs(&w).unwrap();
+        let mut dst = vec![0f32; 2 * n];
+        let r = k1.matmul(2, &lhs, &p, &mut dst, Clamp::NONE, Parallelism::Sequential);
+        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
+    }
+}
+
+/// `matmul_clamp_f16_bf16p_bf16p` refuses a packed RHS of
+/// `matmul_clamp_f32_bf16p_bf16p` (f32 bias: another format).
+#[test]
+fn f16_bf16_refuses_an_f32_bf16_rhs() {
+    let feats = Features::current();
+    let Some(k1) = matmul_clamp_f16_bf16p_bf16p::Kernel::select(4, &feats) else {
+        return;
+    };
+    let (n, k) = (8, 16);
+    let lhs = vec![f16::from_f32(0.5); 2 * k];
+    let mut dst = vec![f16::ZERO; 2 * n];
+    if let Some(other) = matmul_clamp_f32_bf16p_bf16p::Kernel::select(4, &feats) {
+        let d32 = vec![0.5f32; n * k];
+        let p = other.pack_rhs(&FloatWeights { n, k, order: Order::NxK, data: &d32, bias: None }).unwrap();
+        let r = k1.matmul(2, &lhs, &p, &mut dst, Clamp::NONE, Parallelism::Sequential);
+        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
+    }
+}
+
+/// `imatmul_clamp_f32_f32_f32p` refuses a packed RHS of
+/// `imatmul_clamp_f32_f32p_f32p` (SME, another format).
+#[test]
+fn imatmul_f32_refuses_an_sme_imatmul_rhs() {
+    let f = Features::current();
+    let Some(k1) = imatmul_clamp_f32_f32_f32p::Kernel::select(4, &f) else {
+        return;
+    };
+    let (n, kcc, kcl) = (8, 2, 3);
+    let data = vec![0.5f32; n * kcc * kcl];
+    let w = FloatWeights { n, k: kcc * kcl, order: Order::NxK, data: &data, bias: None };
+    let src = vec![0.5f32; 8];
+    let chunks = [Some(0), Some(5), None, Some(2)];
+    let lhs = Indirection { m: 2, k_chunk_count: kcc, k_chunk_length: kcl, src: &src, chunks: &chunks, pad: 0.0 };
+    let mut dst = vec![0f32; 2 * n];
+    if let Some(sme) = imatmul_clamp_f32_f32p_f32p::Kernel::select(4, &f) {
+        let p3 = sme.pack_rhs(&w, kcc, kcl).unwrap();
+        let r = k1.run(&lhs, &p3, &mut dst, Clamp::NONE, Parallelism::Sequential);
+        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
+    }
+}
+
+/// A weight packed for `matmul_clamp_f32_qai8dxp_qsi4c32p` serves the
+/// `matmul_clamp_bf16_qai8dxp_qsi4c32p` kernel of the same layout, and the
+/// other way round.
+#[test]
+fn qai8dxp_qsi4c32p_bf16_and_f32_share_packed_weights() {
+    use matmul_clamp_bf16_qai8dxp_qsi4c32p::Kernel;
+    use matmul_clamp_f32_qai8dxp_qsi4c32p::Kernel as F32Kernel;
+    let f = Features::current();
+    let Some(kb) = Kernel::select(1, &f) else {
+        return;
+    };
+    let mut rng = Rng::new(11);
+    let tw = TestWeights::new(&mut rng, 8, 64, 32);
+    let w = tw.view(0, false, true);
+    let mine = kb.pack_rhs(w).unwrap();
+    let lhs = vec![bf16::ONE; 64];
+    let mut shared = 0;
+    for other in F32Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
+        if other.rhs_layout(8, 64, 32).unwrap() != *mine.layout() {
+            continue;
+        }
+        let theirs = other.pack_rhs(w).unwrap();
+        let (mut a, mut b) = (vec![bf16::ZERO; 8], vec![bf16::ZERO; 8]);
+        kb.matmul(1, &lhs, &mine, &mut a, Clamp::NONE, Parallelism::Sequential).unwrap();
+        kb.matmul(1, &lhs, &theirs, &mut b, Clamp::NONE, Parallelism::Sequential).unwrap();
+        assert_eq!(a, b);
+        shared += 1;
+    }
+    assert!(shared > 0 || !f.has(CpuFeature::Bf16));
+}
+
+/// `dwconv_f16_f16_f16p` refuses the packed weights of
+/// `dwconv_f32_f32_f32p`.
+#[test]
+fn dwconv_f16_refuses_an_f32_dwconv_rhs() {
+    let feats = Features::current();
+    let Some(kern) = dwconv_f16_f16_f16p::Kernel::select(&feats) else {
+        return;
+    };
+    let s = DepthwiseShape { in_h: 4, in_w: 4, channels: 3, pad_top: 1, pad_bottom: 1, pad_left: 1, pad_right: 1 };
+    let src = vec![f16::from_f32(1.0); 48];
+    let mut dst = vec![f16::ZERO; 48];
+    if let Some(k32) = dwconv_f32_f32_f32p::Kernel::select(&feats) {
+        let t32 = vec![1.0f32; 27];
+        let p = k32.pack_rhs(&DepthwiseWeights { channels: 3, data: &t32, bias: None }).unwrap();
+        let r = kern.run(&s, &src, &p, &mut dst, Clamp::NONE, Parallelism::Sequential);
+        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
+    }
+}
+
+/// The packing of `matmul_i32_u8p_u8p` is that of
+/// `matmul_clamp_f32_u8p_u8p`: one packed RHS serves both.
+#[test]
+fn u8p_i32_and_f32_share_one_packed_rhs() {
+    use matmul_clamp_f32_u8p_u8p::{AccBias, Kernel, OutputStage};
+    let f = Features::current();
+    let Some(kern) = Kernel::select(4, &f) else {
+        return;
+    };
+    let w = U8Weights { n: 3, k: 8, order: Order::NxK, data: &[1; 24] };
+    let packed = kern.pack_rhs(&w).unwrap();
+    let seq = Parallelism::Sequential;
+    let out = OutputStage { scale: 1.0, bias: None };
+    let mut dst = [0f32; 6];
+    let other = matmul_i32_u8p_u8p::Kernel::select(4, &f).unwrap();
+    let packed_i32 = other.pack_rhs(&w).unwrap();
+    assert_eq!(packed_i32.layout(), packed.layout());
+    let lhs = kern.pack_lhs(2, 8, &[1; 16], 8, seq).unwrap();
+    kern.run(&lhs, &packed_i32, &AccBias::default(), &out, Clamp::NONE, &mut dst, seq).unwrap();
+    assert_eq!(dst, [8.0; 6]);
+}
