@@ -4,7 +4,10 @@ use super::*;
 fn scans_find_every_non_finite_value_and_nothing_else() {
     let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -f32::NAN];
     let finite = [0.0, -0.0, 1.0, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45, -1e-45];
-    for len in [1, 3, 4, 7, 8, 17, 64, 65, 127, 128, 200] {
+    // Lengths around the NEON loop's 64 values and the SVE loop's 8 vectors
+    // (64, 128, 256 values at 256, 512, 1024 bits), every position in the
+    // tails.
+    for len in [1, 3, 4, 7, 8, 17, 64, 65, 127, 128, 200, 255, 256, 257, 383, 513, 1030] {
         let clean: Vec<f32> = (0..len).map(|i| finite[i % finite.len()]).collect();
         assert!(f32::all_finite(&clean));
         let h: Vec<f16> = clean.iter().map(|v| f16::from_f32(v.clamp(-65504.0, 65504.0))).collect();
@@ -13,7 +16,7 @@ fn scans_find_every_non_finite_value_and_nothing_else() {
         assert!(f16::all_finite(&[f16::MAX, f16::MIN]) && bf16::all_finite(&[bf16::MAX, bf16::MIN]));
         // Products that overflow (the fast filter's false alarm) are finite values.
         assert!(f32::all_finite(&vec![f32::MAX; len * 64]), "f32::MAX x {}", len * 64);
-        for at in [0, len / 2, len - 1] {
+        for at in (0..len).filter(|at| *at < 3 || *at == len / 2 || *at + 300 > len) {
             for s in specials {
                 let mut v = clean.clone();
                 v[at] = s;
@@ -363,4 +366,23 @@ fn non_finite_inputs_give_nan_on_every_kernel() {
     println!("non-finite policy: {cases} cases, {} failed", failures.len());
     assert!(failures.is_empty(), "{} of {cases} cases:\n{}", failures.len(), failures.join("\n"));
     assert!(cases >= 13 * 2 * 3 * 3, "every kind x activation x row count x special ran ({cases})");
+}
+
+/// The SVE filter runs exactly where its docs say (SVE usable, vectors of at
+/// least 256 bits), so the scan test above covers it on the SVE models.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn the_sve_filter_runs_where_promised() {
+    let f = crate::cpu::Features::current();
+    let wide = f.has(crate::cpu::CpuFeature::Sve) && crate::cpu::rdvl_bytes() >= 32;
+    let v = vec![1.5f32; 300];
+    let got = super::sve_filter(&v);
+    eprintln!("non-finite scan filter: {}", if wide { "SVE" } else { "NEON" });
+    assert_eq!(got.is_some(), wide);
+    if let Some(acc) = got {
+        // Whole rounds of 8 vectors take values in pairs, the tail one by one.
+        let step = 8 * crate::cpu::rdvl_bytes() / 4;
+        let whole = v.len() / step * step;
+        assert_eq!(acc, (whole / 2 + (v.len() - whole)) as f32 * 2.25, "1.5 * 1.5 per pair, then per tail value");
+    }
 }
