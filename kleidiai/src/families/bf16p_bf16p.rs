@@ -3,7 +3,8 @@
 //! rounding to bf16 and the reference math, the `bf16p{nr}x{kr}` packed RHS
 //! addressing, and the test helpers.
 
-use crate::error::{self, Result};
+use crate::error::Result;
+use crate::families::float_common::check_reference_operands;
 use crate::formats::FloatWeights;
 use crate::packed::Clamp;
 use half::bf16;
@@ -39,12 +40,7 @@ pub(crate) fn reference_f32(
     clamp: Clamp,
     dst: &mut [f32],
 ) -> Result<()> {
-    w.validate()?;
-    clamp.check()?;
-    error::nonzero(m, "m")?;
-    let (n, k) = (w.n, w.k);
-    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
-    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let (n, k) = check_reference_operands(w.validate().map(|()| (w.n, w.k)), clamp, m, lhs.len(), dst.len())?;
     let wq: Vec<f32> = w.to_nxk()?.into_iter().map(round_bf16).collect();
     let bias: Vec<f32> = (0..n).map(|j| w.bias_f32(j)).collect();
     bf16_core(m, lhs, k, &wq, &bias, clamp, dst);

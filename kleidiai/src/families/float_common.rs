@@ -17,6 +17,25 @@ use crate::error::{self, Result};
 use crate::formats::{FloatElement, FloatWeights};
 use crate::packed::Clamp;
 
+/// The operand checks a family reference starts with, in this order: the
+/// weights (`weights` is the result of validating them, giving their
+/// `(n, k)`), the clamp, `m` nonzero, then `lhs` holding at least `m x k`
+/// and `dst` at least `m x n` values. Returns `(n, k)`.
+pub(crate) fn check_reference_operands(
+    weights: Result<(usize, usize)>,
+    clamp: Clamp,
+    m: usize,
+    lhs_len: usize,
+    dst_len: usize,
+) -> Result<(usize, usize)> {
+    let (n, k) = weights?;
+    clamp.check()?;
+    error::nonzero(m, "m")?;
+    error::at_least(lhs_len, error::mul(m, k, "lhs")?, "lhs")?;
+    error::at_least(dst_len, error::mul(m, n, "dst")?, "dst")?;
+    Ok((n, k))
+}
+
 /// `dst = clamp(lhs · wᵀ + bias)` computed exactly enough (f64 accumulation
 /// of exact products) and rounded once to the element type.
 pub(crate) fn reference<T: FloatElement>(
@@ -26,12 +45,7 @@ pub(crate) fn reference<T: FloatElement>(
     clamp: Clamp,
     dst: &mut [T],
 ) -> Result<()> {
-    w.validate()?;
-    clamp.check()?;
-    error::nonzero(m, "m")?;
-    let (n, k) = (w.n, w.k);
-    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
-    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let (n, k) = check_reference_operands(w.validate().map(|()| (w.n, w.k)), clamp, m, lhs.len(), dst.len())?;
     let wt: Vec<f64> = w.data_in(crate::formats::Order::NxK).iter().map(|x| x.to_f64()).collect();
     for i in 0..m {
         let row: Vec<f64> = lhs[i * k..(i + 1) * k].iter().map(|x| x.to_f64()).collect();

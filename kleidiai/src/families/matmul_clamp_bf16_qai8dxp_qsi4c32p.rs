@@ -22,6 +22,7 @@
 
 use super::qai8dxp_qsi4c32p::{check_weights, reference_core};
 use crate::error::{self, Result};
+use crate::families::float_common::check_reference_operands;
 use crate::formats::BlockInt4;
 use crate::packed::Clamp;
 use crate::quant::{Rounding, qai8dx_row_with};
@@ -55,11 +56,8 @@ pub fn reference<'a>(
     dst: &mut [bf16],
 ) -> Result<()> {
     let w = w.into();
-    let (n, k, _) = check_weights(&w)?;
-    clamp.check()?;
-    error::nonzero(m, "m")?;
-    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
-    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let weights = check_weights(&w).map(|(n, k, _)| (n, k));
+    let (n, k) = check_reference_operands(weights, clamp, m, lhs.len(), dst.len())?;
     reference_core(
         m,
         &w,

@@ -19,6 +19,7 @@
 //! `|err| <= E + 2⁻¹⁰ · |want| + 2⁻²⁴`.
 
 use crate::error::{self, Result};
+use crate::families::float_common::check_reference_operands;
 use crate::families::bf16p_bf16p::{bf16_core, round_bf16};
 use crate::formats::FloatWeights;
 use crate::packed::Clamp;
@@ -44,12 +45,7 @@ pub const FAMILY: &str = "matmul_clamp_f16_bf16p_bf16p";
 /// assert_eq!(y[0], h(3.5));
 /// ```
 pub fn reference(m: usize, lhs: &[f16], w: &FloatWeights<'_, f16>, clamp: Clamp, dst: &mut [f16]) -> Result<()> {
-    w.validate()?;
-    clamp.check()?;
-    error::nonzero(m, "m")?;
-    let (n, k) = (w.n, w.k);
-    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
-    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let (n, k) = check_reference_operands(w.validate().map(|()| (w.n, w.k)), clamp, m, lhs.len(), dst.len())?;
     let x: Vec<f32> = lhs[..m * k].iter().map(|v| v.to_f32()).collect();
     let wq: Vec<f32> =
         w.to_nxk()?.into_iter().map(|v| round_bf16(v.to_f32())).collect();

@@ -23,6 +23,7 @@
 
 use super::qsi8d32p_qsi4c32p::{SCALE_TYPE, check_weights_no_bias};
 use crate::error::{self, Result};
+use crate::families::float_common::check_reference_operands;
 use crate::formats::BlockInt4;
 use crate::packed::Clamp;
 use half::f16;
@@ -61,11 +62,8 @@ pub fn kernel_weights(w: &BlockInt4<'_>) -> Result<Vec<f16>> {
 /// ```
 pub fn reference<'a>(m: usize, lhs: &[f32], w: impl Into<BlockInt4<'a>>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
     let w = w.into();
-    let (n, k, _) = check_weights_no_bias(&w, FAMILY)?;
-    clamp.check()?;
-    error::nonzero(m, "m")?;
-    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
-    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let weights = check_weights_no_bias(&w, FAMILY).map(|(n, k, _)| (n, k));
+    let (n, k) = check_reference_operands(weights, clamp, m, lhs.len(), dst.len())?;
     let wh = kernel_weights(&w)?;
     for i in 0..m {
         let x: Vec<f64> = lhs[i * k..(i + 1) * k].iter().map(|v| f16::from_f32(*v).to_f64()).collect();

@@ -33,6 +33,7 @@
 pub use super::qai8dxp_qsi4c32p::SCALE_TYPE;
 use super::qai8dxp_qsi4c32p::{check_weights, reference_core};
 use crate::error::{self, Result};
+use crate::families::float_common::check_reference_operands;
 use crate::formats::BlockInt4;
 use crate::packed::Clamp;
 use crate::quant::qai8dx_row;
@@ -58,11 +59,8 @@ pub const FAMILY: &str = "matmul_clamp_f32_qai8dxp_qsi4c32p";
 /// ```
 pub fn reference<'a>(m: usize, lhs: &[f32], w: impl Into<BlockInt4<'a>>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
     let w = w.into();
-    let (n, k, _) = check_weights(&w)?;
-    clamp.check()?;
-    error::nonzero(m, "m")?;
-    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
-    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let weights = check_weights(&w).map(|(n, k, _)| (n, k));
+    let (n, k) = check_reference_operands(weights, clamp, m, lhs.len(), dst.len())?;
     reference_core(m, &w, clamp, |i| qai8dx_row(&lhs[i * k..(i + 1) * k]), |i, j, y| dst[i * n + j] = y)
 }
 

@@ -16,6 +16,7 @@
 //! `|err| <= 1e-5 * (|want| + sum_k |x_k * w_k|)`.
 
 use crate::error::{self, Result};
+use crate::families::float_common::check_reference_operands;
 use crate::formats::{Int4PerChannel, Order};
 use crate::packed::Clamp;
 use crate::quant::qai8dx_row;
@@ -37,12 +38,7 @@ pub const FAMILY: &str = "matmul_clamp_f32_qai8dxp_qsi4cxp";
 /// assert!((y[0] - 3.5).abs() < 1e-6);
 /// ```
 pub fn reference(m: usize, lhs: &[f32], w: &Int4PerChannel<'_>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
-    w.validate()?;
-    clamp.check()?;
-    error::nonzero(m, "m")?;
-    let (n, k) = (w.n, w.k);
-    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
-    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let (n, k) = check_reference_operands(w.validate().map(|()| (w.n, w.k)), clamp, m, lhs.len(), dst.len())?;
     let wq: Vec<i32> = (0..n * k).map(|i| w.value_unchecked(i / k, i % k) as i32).collect();
     for i in 0..m {
         let row = qai8dx_row(&lhs[i * k..(i + 1) * k]);

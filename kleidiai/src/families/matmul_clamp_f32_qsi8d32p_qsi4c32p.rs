@@ -40,6 +40,7 @@
 pub use super::qsi8d32p_qsi4c32p::SCALE_TYPE;
 use super::qsi8d32p_qsi4c32p::check_weights_no_bias;
 use crate::error::{self, Result};
+use crate::families::float_common::check_reference_operands;
 use crate::formats::BlockInt4;
 use crate::packed::Clamp;
 use crate::quant::{Rounding, qsi8d32_row};
@@ -76,11 +77,9 @@ pub fn reference_with<'a>(
     dst: &mut [f32],
 ) -> Result<()> {
     let w = w.into();
-    let (n, k, bl) = check_weights_no_bias(&w, FAMILY)?;
-    clamp.check()?;
-    error::nonzero(m, "m")?;
-    error::at_least(lhs.len(), error::mul(m, k, "lhs")?, "lhs")?;
-    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let weights = check_weights_no_bias(&w, FAMILY).map(|(n, k, _)| (n, k));
+    let (n, k) = check_reference_operands(weights, clamp, m, lhs.len(), dst.len())?;
+    let bl = w.bl();
     let blocks = k / bl;
     let scales: Vec<f64> = w.scale_bits(SCALE_TYPE)?.iter().map(|b| SCALE_TYPE.value_of(*b) as f64).collect();
     let wq: Vec<i32> = (0..n * k).map(|i| w.value(i / k, i % k) as i32).collect();

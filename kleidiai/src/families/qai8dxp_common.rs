@@ -13,6 +13,7 @@
 //! nearest even for f16 and bf16, as `fcvtn`/`bfcvtn` do).
 
 use crate::error::{self, Result};
+use crate::families::float_common::check_reference_operands;
 use crate::formats::{Int4PerChannel, Int8PerChannel, UInt2PerChannel};
 use crate::packed::Clamp;
 use crate::quant::{Qai8dxF16Block, Qai8dxRow, qai8dx_row, qai8dx_rows_bf16, qai8dx_rows_f16};
@@ -367,13 +368,9 @@ pub(crate) fn reference<L: LhsElem, O: OutElem>(
     block: Qai8dxF16Block,
     dst: &mut [O],
 ) -> Result<()> {
-    w.validate()?;
-    clamp.check()?;
-    error::nonzero(m, "m")?;
-    let (n, k) = w.shape();
-    let mk = error::mul(m, k, "lhs")?;
-    error::at_least(lhs.len(), mk, "lhs")?;
-    error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+    let (n, k) = check_reference_operands(w.validate().map(|()| w.shape()), clamp, m, lhs.len(), dst.len())?;
+    // Checked not to overflow by `check_reference_operands`.
+    let mk = m * k;
     let nk = error::mul(n, k, "weights")?;
     let wq: Vec<i32> = (0..nk).map(|i| w.value(i / k, i % k)).collect();
     let (scales, bias) = w.scales_bias();
