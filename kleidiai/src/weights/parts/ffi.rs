@@ -101,56 +101,127 @@ pub(super) unsafe fn resolve(info: &KernelInfo) -> Result<(Fns, Tiles)> {
     })
 }
 
-/// # Safety
-/// The packer's parameters passed `LhsPacker::check`.
-pub(super) unsafe fn lhs_size(p: LhsPacker, m: usize, k: usize, bl: usize, t: &Tiles) -> usize {
-    let (mr, kr, sr) = (t.mr, t.kr, t.sr);
-    // SAFETY: size queries are arithmetic on checked parameters (the
-    // SME packer's reads the streaming vector length, which the
-    // kernel's support check made sure exists).
-    unsafe {
-        match p {
-            LhsPacker::Qsi8d32p => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32(m, k, bl, mr, kr, sr),
-            LhsPacker::Qsi8d32pNeon => {
-                sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon(m, k, bl, mr, kr, sr)
+/// An LHS packer's size or offset query, by signature: `(m or row, k,
+/// [bl,] mr, kr, sr)`.
+#[derive(Clone, Copy)]
+enum Query {
+    /// With the block length `bl`.
+    Bl(unsafe extern "C" fn(usize, usize, usize, usize, usize, usize) -> usize),
+    /// Without.
+    NoBl(unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize),
+}
+
+type PackBl<S> = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, usize, *const S, usize, *mut c_void);
+type PackNoBl<S> = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, *const S, usize, *mut c_void);
+
+/// An LHS packer's run function, by signature: `(m, k, [bl,] mr, kr, sr,
+/// m_idx_start, lhs, lhs_stride, lhs_packed)` with an f32 or an untyped
+/// `lhs`.
+#[derive(Clone, Copy)]
+enum Pack {
+    /// With the block length `bl`, f32 `lhs`.
+    Bl(PackBl<f32>),
+    /// With `bl`, untyped `lhs` (f32 all the same: `_f32` in the name).
+    BlUntyped(PackBl<c_void>),
+    /// Without `bl`, f32 `lhs`.
+    NoBl(PackNoBl<f32>),
+    /// Without `bl`, untyped `lhs` (f32 all the same).
+    NoBlUntyped(PackNoBl<c_void>),
+}
+
+/// The upstream functions of one LHS packer, each named once (in
+/// [`lhs_fns`]).
+struct LhsFns {
+    size: Query,
+    offset: Query,
+    pack: Pack,
+}
+
+/// The upstream functions of `p` (none for `Direct`: no packer).
+const fn lhs_fns(p: LhsPacker) -> Option<&'static LhsFns> {
+    use Pack as P;
+    use Query as Q;
+    Some(match p {
+        LhsPacker::Qsi8d32p => &LhsFns {
+            size: Q::Bl(sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32),
+            offset: Q::Bl(sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32),
+            pack: P::Bl(sys::kai_run_lhs_quant_pack_qsi8d32p_f32),
+        },
+        LhsPacker::Qsi8d32pNeon => &LhsFns {
+            size: Q::Bl(sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon),
+            offset: Q::Bl(sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32_neon),
+            pack: P::Bl(sys::kai_run_lhs_quant_pack_qsi8d32p_f32_neon),
+        },
+        LhsPacker::Qsi8d32p4x8sb => &LhsFns {
+            size: Q::Bl(sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon),
+            offset: Q::Bl(sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p4x8sb_f32_neon),
+            pack: P::Bl(sys::kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon),
+        },
+        LhsPacker::F16pmrx2 => &LhsFns {
+            size: Q::Bl(sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon),
+            offset: Q::Bl(sys::kai_get_lhs_packed_offset_lhs_pack_f16pmrx2_f32_neon),
+            pack: P::BlUntyped(sys::kai_run_lhs_pack_f16pmrx2_f32_neon),
+        },
+        LhsPacker::Qai8dxp => &LhsFns {
+            size: Q::NoBl(sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32),
+            offset: Q::NoBl(sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32),
+            pack: P::NoBl(sys::kai_run_lhs_quant_pack_qai8dxp_f32),
+        },
+        LhsPacker::F32p2vlx1Sme => &LhsFns {
+            size: Q::NoBl(sys::kai_get_lhs_packed_size_lhs_pack_f32p2vlx1_f32_sme),
+            offset: Q::NoBl(sys::kai_get_lhs_packed_offset_lhs_pack_f32p2vlx1_f32_sme),
+            pack: P::NoBlUntyped(sys::kai_run_lhs_pack_f32p2vlx1_f32_sme),
+        },
+        LhsPacker::Bf16p2vlx2Sme => &LhsFns {
+            size: Q::NoBl(sys::kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme),
+            offset: Q::NoBl(sys::kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme),
+            pack: P::NoBlUntyped(sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme),
+        },
+        LhsPacker::Bf16p2vlx2Sme2 => &LhsFns {
+            size: Q::NoBl(sys::kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme2),
+            offset: Q::NoBl(sys::kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme2),
+            pack: P::NoBlUntyped(sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme2),
+        },
+        LhsPacker::Direct => return None,
+    })
+}
+
+impl Query {
+    /// Calls the query with `(m_or_row, k, [bl,] t.mr, t.kr, t.sr)`.
+    ///
+    /// # Safety
+    /// `k`, `bl` and `t` passed `LhsPacker::check` for the packer this
+    /// query is of.
+    unsafe fn call(self, m_or_row: usize, k: usize, bl: usize, t: &Tiles) -> usize {
+        let (mr, kr, sr) = (t.mr, t.kr, t.sr);
+        // SAFETY: size and offset queries are arithmetic on parameters
+        // that passed `LhsPacker::check` (the caller's guarantee; the SME
+        // packers' queries read the streaming vector length, which the
+        // kernel's support check made sure exists).
+        unsafe {
+            match self {
+                Query::Bl(f) => f(m_or_row, k, bl, mr, kr, sr),
+                Query::NoBl(f) => f(m_or_row, k, mr, kr, sr),
             }
-            LhsPacker::Qsi8d32p4x8sb => {
-                sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, bl, mr, kr, sr)
-            }
-            LhsPacker::F16pmrx2 => sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon(m, k, bl, mr, kr, sr),
-            LhsPacker::Qai8dxp => sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr),
-            LhsPacker::F32p2vlx1Sme => sys::kai_get_lhs_packed_size_lhs_pack_f32p2vlx1_f32_sme(m, k, mr, kr, sr),
-            LhsPacker::Bf16p2vlx2Sme => sys::kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme(m, k, mr, kr, sr),
-            LhsPacker::Bf16p2vlx2Sme2 => sys::kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme2(m, k, mr, kr, sr),
-            LhsPacker::Direct => 0,
         }
     }
 }
 
 /// # Safety
+/// The packer's parameters passed `LhsPacker::check`.
+pub(super) unsafe fn lhs_size(p: LhsPacker, m: usize, k: usize, bl: usize, t: &Tiles) -> usize {
+    let Some(f) = lhs_fns(p) else { return 0 }; // `Direct`: nothing packed
+    // SAFETY: `p`'s own query; its parameters passed `LhsPacker::check`
+    // (the caller's guarantee), which is what `Query::call` needs.
+    unsafe { f.size.call(m, k, bl, t) }
+}
+
+/// # Safety
 /// As [`lhs_size`].
 pub(super) unsafe fn lhs_offset(p: LhsPacker, row: usize, k: usize, bl: usize, t: &Tiles) -> usize {
-    let (mr, kr, sr) = (t.mr, t.kr, t.sr);
+    let Some(f) = lhs_fns(p) else { return 0 }; // `Direct`: nothing packed
     // SAFETY: as in lhs_size.
-    unsafe {
-        match p {
-            LhsPacker::Qsi8d32p => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32(row, k, bl, mr, kr, sr),
-            LhsPacker::Qsi8d32pNeon => {
-                sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32_neon(row, k, bl, mr, kr, sr)
-            }
-            LhsPacker::Qsi8d32p4x8sb => {
-                sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(row, k, bl, mr, kr, sr)
-            }
-            LhsPacker::F16pmrx2 => sys::kai_get_lhs_packed_offset_lhs_pack_f16pmrx2_f32_neon(row, k, bl, mr, kr, sr),
-            LhsPacker::Qai8dxp => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(row, k, mr, kr, sr),
-            LhsPacker::F32p2vlx1Sme => sys::kai_get_lhs_packed_offset_lhs_pack_f32p2vlx1_f32_sme(row, k, mr, kr, sr),
-            LhsPacker::Bf16p2vlx2Sme => sys::kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme(row, k, mr, kr, sr),
-            LhsPacker::Bf16p2vlx2Sme2 => {
-                sys::kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme2(row, k, mr, kr, sr)
-            }
-            LhsPacker::Direct => 0,
-        }
-    }
+    unsafe { f.offset.call(row, k, bl, t) }
 }
 
 /// Packs `h` rows (m_idx_start 0, pointers pre-offset).
@@ -169,32 +240,17 @@ pub(super) unsafe fn pack(
     stride: usize,
     out: *mut u8,
 ) {
+    let Some(f) = lhs_fns(p) else { return }; // `Direct`: no packer
     let (mr, kr, sr) = (t.mr, t.kr, t.sr);
     let o = out.cast::<c_void>();
-    // SAFETY: the caller's guarantees.
+    // SAFETY: the caller's guarantees, for `p`'s own packer (all of them
+    // read f32 rows, whether their `lhs` is typed or not).
     unsafe {
-        match p {
-            LhsPacker::Qsi8d32p => sys::kai_run_lhs_quant_pack_qsi8d32p_f32(h, k, bl, mr, kr, sr, 0, src, stride, o),
-            LhsPacker::Qsi8d32pNeon => {
-                sys::kai_run_lhs_quant_pack_qsi8d32p_f32_neon(h, k, bl, mr, kr, sr, 0, src, stride, o)
-            }
-            LhsPacker::Qsi8d32p4x8sb => {
-                sys::kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(h, k, bl, mr, kr, sr, 0, src, stride, o)
-            }
-            LhsPacker::F16pmrx2 => {
-                sys::kai_run_lhs_pack_f16pmrx2_f32_neon(h, k, bl, mr, kr, sr, 0, src.cast(), stride, o)
-            }
-            LhsPacker::Qai8dxp => sys::kai_run_lhs_quant_pack_qai8dxp_f32(h, k, mr, kr, sr, 0, src, stride, o),
-            LhsPacker::F32p2vlx1Sme => {
-                sys::kai_run_lhs_pack_f32p2vlx1_f32_sme(h, k, mr, kr, sr, 0, src.cast(), stride, o)
-            }
-            LhsPacker::Bf16p2vlx2Sme => {
-                sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme(h, k, mr, kr, sr, 0, src.cast(), stride, o)
-            }
-            LhsPacker::Bf16p2vlx2Sme2 => {
-                sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme2(h, k, mr, kr, sr, 0, src.cast(), stride, o)
-            }
-            LhsPacker::Direct => {}
+        match f.pack {
+            Pack::Bl(run) => run(h, k, bl, mr, kr, sr, 0, src, stride, o),
+            Pack::BlUntyped(run) => run(h, k, bl, mr, kr, sr, 0, src.cast(), stride, o),
+            Pack::NoBl(run) => run(h, k, mr, kr, sr, 0, src, stride, o),
+            Pack::NoBlUntyped(run) => run(h, k, mr, kr, sr, 0, src.cast(), stride, o),
         }
     }
 }
