@@ -12,19 +12,96 @@ use crate::families::{
     matmul_clamp_f32_qsi8d32p_qsi4c32p, matmul_clamp_f32_u8p_u8p, matmul_clamp_fp32_bf16p_bf16p, matmul_i32_u8p_u8p,
 };
 use crate::formats::{DepthwiseShape, DepthwiseWeights, FloatWeights, Indirection, Order, Q4_0, U8Weights};
-use crate::packed::Clamp;
+use crate::packed::{Clamp, PackedLayout, PackedRhs};
 use crate::par::Parallelism;
 use crate::testing::qsi4c32::TestWeights;
 use crate::testing::{self, Rng};
+use core::fmt::Debug;
 use half::{bf16, f16};
+
+/// Checks every pair of a GEMM kernel of one family and a GEMV kernel of
+/// another that read one packed RHS, and returns how many there are.
+/// `gemms`: the GEMM kernels with the RHS each packed; `gemvs`: the GEMV
+/// kernels with their layout for the same weights; a GEMV kernel pairs with
+/// each GEMM kernel whose packed RHS has that layout. Each pair runs one row
+/// (`gemm_row`, `gemv_row`) on the GEMM kernel's packed RHS, and both
+/// outputs must be within `tol` of `want` (compared as f32).
+fn shared_rhs_pairs<T: Copy + Default + Into<f32>, G: Debug, V: Debug>(
+    gemms: Vec<(G, PackedRhs)>,
+    gemvs: Vec<(V, PackedLayout)>,
+    gemm_row: impl Fn(&G, &PackedRhs, &mut [T]) -> crate::Result<()>,
+    gemv_row: impl Fn(&V, &PackedRhs, &mut [T]) -> crate::Result<()>,
+    want: &[T],
+    tol: f32,
+) -> usize {
+    let n = want.len();
+    let mut pairs = 0;
+    for (gemm, packed) in &gemms {
+        for (gv, layout) in &gemvs {
+            if *layout != *packed.layout() {
+                continue;
+            }
+            let (mut a, mut b) = (vec![T::default(); n], vec![T::default(); n]);
+            gemm_row(gemm, packed, &mut a).unwrap();
+            gemv_row(gv, packed, &mut b).unwrap();
+            for j in 0..n {
+                let (x, y, z): (f32, f32, f32) = (a[j].into(), b[j].into(), want[j].into());
+                assert!((x - z).abs() < tol && (y - z).abs() < tol, "{gemm:?} / {gv:?}");
+            }
+            pairs += 1;
+        }
+    }
+    pairs
+}
+
+/// [`shared_rhs_pairs`] of the kernels of the float GEMM family `$gemm` and
+/// GEMV family `$gemv` that run on `$f`: weights `$w`, one row `$lhs`.
+macro_rules! float_shared_rhs_pairs {
+    ($gemm:ident, $gemv:ident, $f:expr, $w:expr, $lhs:expr, $want:expr, $tol:expr) => {{
+        let (f, w, seq) = ($f, $w, Parallelism::Sequential);
+        shared_rhs_pairs(
+            $gemm::Kernel::all()
+                .filter(|g| g.info().supported(f).is_ok())
+                .map(|g| (g, g.pack_rhs(w).unwrap()))
+                .collect(),
+            $gemv::Kernel::all()
+                .filter(|g| g.info().supported(f).is_ok())
+                .map(|g| (g, g.rhs_layout(w.n, w.k).unwrap()))
+                .collect(),
+            |gemm, packed, y| gemm.matmul(1, $lhs, packed, y, Clamp::NONE, seq),
+            |gv, packed, y| gv.matmul(1, $lhs, packed, y, Clamp::NONE, seq),
+            $want,
+            $tol,
+        )
+    }};
+}
+
+/// Checks that a kernel of one family (`mine`: selected for this CPU)
+/// refuses by its layout a packed RHS of a kernel of another (`other`,
+/// packed by `pack`), given it by `run`. Nothing to check where either
+/// family has no kernel for this CPU.
+fn assert_refuses_rhs<A, B, R: Debug>(
+    mine: impl FnOnce(&Features) -> Option<A>,
+    other: impl FnOnce(&Features) -> Option<B>,
+    pack: impl FnOnce(&B) -> PackedRhs,
+    run: impl FnOnce(&A, &PackedRhs) -> crate::Result<R>,
+) {
+    let f = Features::current();
+    let Some(mine) = mine(&f) else {
+        return;
+    };
+    if let Some(other) = other(&f) {
+        let r = run(&mine, &pack(&other));
+        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
+    }
+}
 
 /// A weight packed for a MOPA kernel of `matmul_clamp_f32_f32p_f32p` serves
 /// the GEMV kernel of `matmul_clamp_f32_f32_f32p` that reads the same
 /// format, and the results agree.
 #[test]
 fn f32_gemm_and_gemv_share_one_packed_rhs() {
-    use matmul_clamp_f32_f32_f32p as gemv;
-    use matmul_clamp_f32_f32p_f32p::{Kernel, reference};
+    use matmul_clamp_f32_f32p_f32p::reference;
     let f = Features::current();
     let (n, k) = (37, 19);
     let mut rng = testing::Rng::new(7);
@@ -32,24 +109,10 @@ fn f32_gemm_and_gemv_share_one_packed_rhs() {
     let bias = rng.vec_f32(n);
     let lhs = rng.vec_f32(k);
     let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: Some(&bias) };
-    let mut pairs = 0;
-    for gemm in Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
-        let packed = gemm.pack_rhs(&w).unwrap();
-        for gv in gemv::Kernel::all().filter(|g| g.info().supported(&f).is_ok()) {
-            if gv.rhs_layout(n, k).unwrap() != *packed.layout() {
-                continue;
-            }
-            let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
-            gemm.matmul(1, &lhs, &packed, &mut a, Clamp::NONE, Parallelism::Sequential).unwrap();
-            gv.matmul(1, &lhs, &packed, &mut b, Clamp::NONE, Parallelism::Sequential).unwrap();
-            let mut want = vec![0f32; n];
-            reference(1, &lhs, &w, Clamp::NONE, &mut want).unwrap();
-            for j in 0..n {
-                assert!((a[j] - want[j]).abs() < 1e-4 && (b[j] - want[j]).abs() < 1e-4, "{gemm:?} / {gv:?}");
-            }
-            pairs += 1;
-        }
-    }
+    let mut want = vec![0f32; n];
+    reference(1, &lhs, &w, Clamp::NONE, &mut want).unwrap();
+    let pairs =
+        float_shared_rhs_pairs!(matmul_clamp_f32_f32p_f32p, matmul_clamp_f32_f32_f32p, &f, &w, &lhs, &want, 1e-4);
     if f.has(CpuFeature::Sme2) {
         assert!(pairs >= 3, "the SME2 GEMM kernels share a format with a GEMV kernel");
     }
@@ -78,8 +141,7 @@ fn f32_gemm_does_not_unpack_a_gemv_rhs() {
 /// the SME GEMV kernels of `matmul_clamp_f16_f16_f16p`.
 #[test]
 fn f16_gemm_and_gemv_share_one_packed_rhs() {
-    use matmul_clamp_f16_f16_f16p as gemv;
-    use matmul_clamp_f16_f16p_f16p::{Kernel, reference};
+    use matmul_clamp_f16_f16p_f16p::reference;
     let f = Features::current();
     let (n, k) = (37, 19);
     let mut rng = testing::Rng::new(8);
@@ -90,23 +152,8 @@ fn f16_gemm_and_gemv_share_one_packed_rhs() {
     let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: Some(&bias) };
     let mut want = vec![f16::ZERO; n];
     reference(1, &lhs, &w, Clamp::NONE, &mut want).unwrap();
-    let mut pairs = 0;
-    for gemm in Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
-        let packed = gemm.pack_rhs(&w).unwrap();
-        for gv in gemv::Kernel::all().filter(|g| g.info().supported(&f).is_ok()) {
-            if gv.rhs_layout(n, k).unwrap() != *packed.layout() {
-                continue;
-            }
-            let (mut a, mut b) = (vec![f16::ZERO; n], vec![f16::ZERO; n]);
-            gemm.matmul(1, &lhs, &packed, &mut a, Clamp::NONE, Parallelism::Sequential).unwrap();
-            gv.matmul(1, &lhs, &packed, &mut b, Clamp::NONE, Parallelism::Sequential).unwrap();
-            for j in 0..n {
-                let (x, y, z) = (a[j].to_f32(), b[j].to_f32(), want[j].to_f32());
-                assert!((x - z).abs() < 1e-2 && (y - z).abs() < 1e-2, "{gemm:?} / {gv:?}");
-            }
-            pairs += 1;
-        }
-    }
+    let pairs =
+        float_shared_rhs_pairs!(matmul_clamp_f16_f16p_f16p, matmul_clamp_f16_f16_f16p, &f, &w, &lhs, &want, 1e-2);
     if f.has(CpuFeature::Sme2) {
         assert!(pairs >= 4, "both MOPA kernels share a format with both SME GEMV kernels");
     }
@@ -116,19 +163,16 @@ fn f16_gemm_and_gemv_share_one_packed_rhs() {
 /// `matmul_clamp_f32_f32p_f32p` by layout (the format differs).
 #[test]
 fn f16_gemm_refuses_an_f32_gemm_rhs() {
-    let f = Features::current();
-    let Some(k1) = matmul_clamp_f16_f16p_f16p::Kernel::select(4, &f) else {
-        return;
-    };
     let (n, k) = (9, 8);
     let lhs = vec![f16::from_f32(0.5); 2 * k];
-    if let Some(k32) = matmul_clamp_f32_f32p_f32p::Kernel::select(4, &f) {
-        let d32 = vec![0.5f32; n * k];
-        let p32 = k32.pack_rhs(&FloatWeights { n, k, order: Order::NxK, data: &d32, bias: None }).unwrap();
-        let mut dst = vec![f16::ZERO; 2 * n];
-        let r = k1.matmul(2, &lhs, &p32, &mut dst, Clamp::NONE, Parallelism::Sequential);
-        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
-    }
+    let d32 = vec![0.5f32; n * k];
+    let mut dst = vec![f16::ZERO; 2 * n];
+    assert_refuses_rhs(
+        |f| matmul_clamp_f16_f16p_f16p::Kernel::select(4, f),
+        |f| matmul_clamp_f32_f32p_f32p::Kernel::select(4, f),
+        |k32| k32.pack_rhs(&FloatWeights { n, k, order: Order::NxK, data: &d32, bias: None }).unwrap(),
+        |k1, p32| k1.matmul(2, &lhs, p32, &mut dst, Clamp::NONE, Parallelism::Sequential),
+    );
 }
 
 /// ggml's SME2 pairing: the GEMM of `matmul_clamp_f32_f16p_qsi4c32p` and
@@ -189,49 +233,39 @@ fn f16p_qsi4c32p_takes_only_its_layout_of_qsi8d32p_rhs() {
 /// `matmul_clamp_f32_bf16p_bf16p` (NEON).
 #[test]
 fn sme_bf16_refuses_a_neon_bf16_rhs() {
-    let f = Features::current();
-    let Some(k1) = matmul_clamp_fp32_bf16p_bf16p::Kernel::select(4, &f) else {
-        return;
-    };
     let (n, k) = (8, 16);
     let data = vec![0.5f32; n * k];
     let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: None };
     let lhs = vec![0.5f32; 2 * k];
-    if let Some(neon) = matmul_clamp_f32_bf16p_bf16p::Kernel::select(4, &f) {
-        let p = neon.pack_rhs(&w).unwrap();
-        let mut dst = vec![0f32; 2 * n];
-        let r = k1.matmul(2, &lhs, &p, &mut dst, Clamp::NONE, Parallelism::Sequential);
-        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
-    }
+    let mut dst = vec![0f32; 2 * n];
+    assert_refuses_rhs(
+        |f| matmul_clamp_fp32_bf16p_bf16p::Kernel::select(4, f),
+        |f| matmul_clamp_f32_bf16p_bf16p::Kernel::select(4, f),
+        |neon| neon.pack_rhs(&w).unwrap(),
+        |k1, p| k1.matmul(2, &lhs, p, &mut dst, Clamp::NONE, Parallelism::Sequential),
+    );
 }
 
 /// `matmul_clamp_f16_bf16p_bf16p` refuses a packed RHS of
 /// `matmul_clamp_f32_bf16p_bf16p` (f32 bias: another format).
 #[test]
 fn f16_bf16_refuses_an_f32_bf16_rhs() {
-    let feats = Features::current();
-    let Some(k1) = matmul_clamp_f16_bf16p_bf16p::Kernel::select(4, &feats) else {
-        return;
-    };
     let (n, k) = (8, 16);
     let lhs = vec![f16::from_f32(0.5); 2 * k];
     let mut dst = vec![f16::ZERO; 2 * n];
-    if let Some(other) = matmul_clamp_f32_bf16p_bf16p::Kernel::select(4, &feats) {
-        let d32 = vec![0.5f32; n * k];
-        let p = other.pack_rhs(&FloatWeights { n, k, order: Order::NxK, data: &d32, bias: None }).unwrap();
-        let r = k1.matmul(2, &lhs, &p, &mut dst, Clamp::NONE, Parallelism::Sequential);
-        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
-    }
+    let d32 = vec![0.5f32; n * k];
+    assert_refuses_rhs(
+        |f| matmul_clamp_f16_bf16p_bf16p::Kernel::select(4, f),
+        |f| matmul_clamp_f32_bf16p_bf16p::Kernel::select(4, f),
+        |other| other.pack_rhs(&FloatWeights { n, k, order: Order::NxK, data: &d32, bias: None }).unwrap(),
+        |k1, p| k1.matmul(2, &lhs, p, &mut dst, Clamp::NONE, Parallelism::Sequential),
+    );
 }
 
 /// `imatmul_clamp_f32_f32_f32p` refuses a packed RHS of
 /// `imatmul_clamp_f32_f32p_f32p` (SME, another format).
 #[test]
 fn imatmul_f32_refuses_an_sme_imatmul_rhs() {
-    let f = Features::current();
-    let Some(k1) = imatmul_clamp_f32_f32_f32p::Kernel::select(4, &f) else {
-        return;
-    };
     let (n, kcc, kcl) = (8, 2, 3);
     let data = vec![0.5f32; n * kcc * kcl];
     let w = FloatWeights { n, k: kcc * kcl, order: Order::NxK, data: &data, bias: None };
@@ -239,11 +273,12 @@ fn imatmul_f32_refuses_an_sme_imatmul_rhs() {
     let chunks = [Some(0), Some(5), None, Some(2)];
     let lhs = Indirection { m: 2, k_chunk_count: kcc, k_chunk_length: kcl, src: &src, chunks: &chunks, pad: 0.0 };
     let mut dst = vec![0f32; 2 * n];
-    if let Some(sme) = imatmul_clamp_f32_f32p_f32p::Kernel::select(4, &f) {
-        let p3 = sme.pack_rhs(&w, kcc, kcl).unwrap();
-        let r = k1.run(&lhs, &p3, &mut dst, Clamp::NONE, Parallelism::Sequential);
-        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
-    }
+    assert_refuses_rhs(
+        |f| imatmul_clamp_f32_f32_f32p::Kernel::select(4, f),
+        |f| imatmul_clamp_f32_f32p_f32p::Kernel::select(4, f),
+        |sme| sme.pack_rhs(&w, kcc, kcl).unwrap(),
+        |k1, p3| k1.run(&lhs, p3, &mut dst, Clamp::NONE, Parallelism::Sequential),
+    );
 }
 
 /// A weight packed for `matmul_clamp_f32_qai8dxp_qsi4c32p` serves the
@@ -281,19 +316,16 @@ fn qai8dxp_qsi4c32p_bf16_and_f32_share_packed_weights() {
 /// `dwconv_f32_f32_f32p`.
 #[test]
 fn dwconv_f16_refuses_an_f32_dwconv_rhs() {
-    let feats = Features::current();
-    let Some(kern) = dwconv_f16_f16_f16p::Kernel::select(&feats) else {
-        return;
-    };
     let s = DepthwiseShape { in_h: 4, in_w: 4, channels: 3, pad_top: 1, pad_bottom: 1, pad_left: 1, pad_right: 1 };
     let src = vec![f16::from_f32(1.0); 48];
     let mut dst = vec![f16::ZERO; 48];
-    if let Some(k32) = dwconv_f32_f32_f32p::Kernel::select(&feats) {
-        let t32 = vec![1.0f32; 27];
-        let p = k32.pack_rhs(&DepthwiseWeights { channels: 3, data: &t32, bias: None }).unwrap();
-        let r = kern.run(&s, &src, &p, &mut dst, Clamp::NONE, Parallelism::Sequential);
-        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
-    }
+    let t32 = vec![1.0f32; 27];
+    assert_refuses_rhs(
+        dwconv_f16_f16_f16p::Kernel::select,
+        dwconv_f32_f32_f32p::Kernel::select,
+        |k32| k32.pack_rhs(&DepthwiseWeights { channels: 3, data: &t32, bias: None }).unwrap(),
+        |kern, p| kern.run(&s, &src, p, &mut dst, Clamp::NONE, Parallelism::Sequential),
+    );
 }
 
 /// The packing of `matmul_i32_u8p_u8p` is that of
