@@ -1,7 +1,7 @@
 // kairs-llama: the small llama.cpp program of kleidiai-rs's `llama` test phase.
 //
-//   kairs-llama make-model OUT.gguf [--seed S]      a llama-architecture model, F32, fixed-seed weights
-//   kairs-llama quantize IN.gguf OUT.gguf TYPE      TYPE: q4_0 | q8_0 | f16 (llama_model_quantize, pure)
+//   kairs-llama make-model OUT.gguf [--seed S] [--odd]   a llama-architecture model, F32, fixed-seed weights
+//   kairs-llama quantize IN.gguf OUT.gguf TYPE      TYPE: q4_0 | q8_0 | f16 (llama_model_quantize, pure) | q4_0-mixed (not pure)
 //   kairs-llama run MODEL.gguf OUT.bin [--threads N] [--prompt P] [--gen G] [--mark]
 //
 // `run` loads the model (no mmap: the weights live in the backend's buffers),
@@ -43,7 +43,15 @@ namespace {
 
 // The model's shape: small enough for qemu, every weight dimension a
 // multiple of 32 (Q4_0/Q8_0 blocks), grouped-query attention (2 KV heads).
-constexpr int N_EMBD = 256, N_HEAD = 4, N_HEAD_KV = 2, N_LAYER = 4, N_FF = 1024, N_VOCAB = 1000, N_CTX = 256;
+struct Shape {
+    int embd, head, head_kv, layer, ff, vocab;
+};
+constexpr Shape SHAPE = { 256, 4, 2, 4, 1024, 1000 };
+// `make-model --odd`: dimensions that are multiples of 32 and of no power of
+// two beyond 64 (n_embd 576 = 9 x 64, KV 192 = 3 x 64, n_ff 1504 = 47 x 32),
+// 9 heads of 64, 3 KV heads, 2 layers: the kernels' k and n tails.
+constexpr Shape ODD = { 576, 9, 3, 2, 1504, 1000 };
+constexpr int N_CTX = 256;
 
 [[noreturn]] void die(const std::string & msg) {
     std::fprintf(stderr, "kairs-llama: %s\n", msg.c_str());
@@ -63,7 +71,9 @@ struct Rng {
     float uniform() { return (float) ((double) (next() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
 };
 
-void make_model(const char * path, uint64_t seed) {
+void make_model(const char * path, uint64_t seed, const Shape & sh) {
+    const int N_EMBD = sh.embd, N_HEAD = sh.head, N_HEAD_KV = sh.head_kv, N_LAYER = sh.layer, N_FF = sh.ff,
+              N_VOCAB = sh.vocab;
     const int n_embd_kv = N_EMBD / N_HEAD * N_HEAD_KV;
     struct Spec {
         std::string name;
@@ -134,16 +144,18 @@ void make_model(const char * path, uint64_t seed) {
 
 void quantize(const char * in, const char * out, const std::string & type) {
     llama_model_quantize_params p = llama_model_quantize_default_params();
-    if (type == "q4_0") {
+    // q4_0-mixed: llama.cpp's own Q4_0 recipe (not pure): output.weight
+    // becomes Q6_K, a type no KleidiAI path takes, so ggml's code runs it.
+    p.pure = type != "q4_0-mixed";  // else every 2-D tensor of the one type
+    if (type == "q4_0" || type == "q4_0-mixed") {
         p.ftype = LLAMA_FTYPE_MOSTLY_Q4_0;
     } else if (type == "q8_0") {
         p.ftype = LLAMA_FTYPE_MOSTLY_Q8_0;
     } else if (type == "f16") {
         p.ftype = LLAMA_FTYPE_MOSTLY_F16;
     } else {
-        die("quantize: type must be q4_0, q8_0 or f16, not " + type);
+        die("quantize: type must be q4_0, q4_0-mixed, q8_0 or f16, not " + type);
     }
-    p.pure = true;  // every 2-D tensor of the one type (else output.weight becomes Q6_K)
     p.nthread = 1;
     if (llama_model_quantize(in, out, &p) != 0) {
         die(std::string("quantizing ") + in + " failed");
@@ -205,8 +217,9 @@ void on_log(ggml_log_level level, const char * text, void *) {
 
 // The bytes the KleidiAI buffer type of this build (ggml's CPU_KLEIDIAI or
 // kleidiai-rs's CPU_KLEIDIAI_RS) gives the model's 2-D weights other than
-// token_embd (the ones llama.cpp puts there: MUL_MAT weights), each aligned
-// as the buffer aligns it: the packed weights' resident size, exactly.
+// token_embd (the ones llama.cpp puts there: MUL_MAT weights of the types
+// it takes), each aligned as the buffer aligns it: the packed weights'
+// resident size, exactly.
 void packed_bytes(const char * model_path) {
     ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
@@ -231,7 +244,12 @@ void packed_bytes(const char * model_path) {
     const size_t align = ggml_backend_buft_get_alignment(kai);
     size_t packed = 0, raw = 0;
     for (ggml_tensor * t = ggml_get_first_tensor(meta); t; t = ggml_get_next_tensor(meta, t)) {
-        if (ggml_n_dims(t) == 2 && std::strcmp(t->name, "token_embd.weight") != 0) {
+        // Only the types both KleidiAI buffer types take (Q4_0, Q8_0, F32):
+        // llama.cpp puts a weight there only when the buffer's supports_op
+        // takes its MUL_MAT, and neither takes another type (a Q6_K
+        // output.weight stays in the CPU buffer).
+        const bool kai_type = t->type == GGML_TYPE_Q4_0 || t->type == GGML_TYPE_Q8_0 || t->type == GGML_TYPE_F32;
+        if (kai_type && ggml_n_dims(t) == 2 && std::strcmp(t->name, "token_embd.weight") != 0) {
             packed += (ggml_backend_buft_get_alloc_size(kai, t) + align - 1) / align * align;
             raw += ggml_nbytes(t);
         }
@@ -389,7 +407,7 @@ void run(const char * model_path, const char * out_path, int threads, int n_prom
 
 int main(int argc, char ** argv) {
     if (argc < 2) {
-        die("usage: kairs-llama make-model OUT [--seed S] | quantize IN OUT TYPE | run MODEL OUT [--threads N] "
+        die("usage: kairs-llama make-model OUT [--seed S] [--odd] | quantize IN OUT TYPE | run MODEL OUT [--threads N] "
             "[--prompt P] [--gen G] [--mark]");
     }
     const std::string cmd = argv[1];
@@ -397,12 +415,17 @@ int main(int argc, char ** argv) {
     llama_backend_init();
     if (cmd == "make-model" && argc >= 3) {
         uint64_t seed = 42;
-        for (int i = 3; i + 1 < argc; i += 2) {
-            if (std::strcmp(argv[i], "--seed") == 0) {
-                seed = std::strtoull(argv[i + 1], nullptr, 10);
+        Shape sh = SHAPE;
+        for (int i = 3; i < argc; ++i) {
+            if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
+                seed = std::strtoull(argv[++i], nullptr, 10);
+            } else if (std::strcmp(argv[i], "--odd") == 0) {
+                sh = ODD;
+            } else {
+                die(std::string("make-model: unknown argument ") + argv[i]);
             }
         }
-        make_model(argv[2], seed);
+        make_model(argv[2], seed, sh);
     } else if (cmd == "quantize" && argc == 5) {
         quantize(argv[2], argv[3], argv[4]);
     } else if (cmd == "run" && argc >= 4) {
