@@ -48,7 +48,7 @@ impl F16PerCall {
     /// (None: ggml's own code computes F16 weights).
     pub fn kernel(sme: SmeSetting) -> Option<&'static str> {
         let name = kernel_table(GgmlType::F16).first()?.0;
-        PartKernel::for_f16_per_call(name, 64, 64, &sme.features()).ok().map(|k| k.info.name)
+        PartKernel::for_f16_per_call(name, 64, 64, &sme.features()).ok().map(|k| k.info().name)
     }
 
     /// Whether ggml's KleidiAI path takes this mul_mat of F16 weights `src0`
@@ -170,7 +170,7 @@ fn pack(
     nth: usize,
     work: &SharedBytes<'_>,
 ) -> Result<()> {
-    let rows = lhs_rows(m, kern.t.mr, nth, ith);
+    let rows = lhs_rows(m, kern.mr(), nth, ith);
     if !rows.is_empty() {
         let off = r.lhs + kern.lhs_offset(rows.start);
         let end = if rows.end == m { r.rhs } else { r.lhs + kern.lhs_offset(rows.end) };
@@ -235,7 +235,7 @@ fn compute(
     (dst_nb, dst): ([usize; 4], &SharedBytes<'_>),
     work: &SharedBytes<'_>,
 ) -> Result<()> {
-    let step = kern.t.n_step.max(1);
+    let step = kern.n_step().max(1);
     let threads = (n / step).min(nth).max(1);
     if ith >= threads {
         return Ok(());

@@ -577,7 +577,7 @@ impl GgmlWeights {
                 done
             };
             if !hybrid {
-                w.matmul_kernels(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, par, inner, false)?;
+                w.matmul_unscanned(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, par, inner)?;
             }
             store(out, b, dst);
         }

@@ -521,7 +521,7 @@ impl ThreadedWeights {
                 why: "no packed layout of these weights runs with the current CPU features".into(),
             });
         }
-        let sme_cap = if slots[0].gemm.info.is_sme() { sme.cap() } else { 0 };
+        let sme_cap = if slots[0].gemm().info().is_sme() { sme.cap() } else { 0 };
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let w = ThreadedWeights {
@@ -552,7 +552,7 @@ impl ThreadedWeights {
 
     /// The layouts in use, in ggml's slot order: (GEMM kernel, GEMV kernel).
     pub fn layouts(&self) -> Vec<(&'static str, Option<&'static str>)> {
-        self.slots.iter().map(|s| (s.gemm.info.name, s.gemv.as_ref().map(|g| g.info.name))).collect()
+        self.slots.iter().map(|s| (s.gemm().info().name, s.gemv().map(|g| g.info().name))).collect()
     }
 
     /// [`plan`](Self::plan), remembered per thread for each weight's last
@@ -598,8 +598,8 @@ impl ThreadedWeights {
         } else {
             let count = self.slots.len();
             let cap = self.sme_cap;
-            let sme0 = self.slots[0].gemm.info.is_sme();
-            let non_sme = self.slots.iter().position(|s| !s.gemm.info.is_sme());
+            let sme0 = self.slots[0].gemm().info().is_sme();
+            let non_sme = self.slots.iter().position(|s| !s.gemm().info().is_sme());
             let use_hybrid = cap > 0 && count > 1 && nth > cap;
             let too_small = (self.n / nth).max(1) < 2 || m < 128;
             if use_hybrid && !too_small {
@@ -613,7 +613,7 @@ impl ThreadedWeights {
                 single(0)
             }
         };
-        let step = parts[..count].iter().fold(1, |s, p| lcm(s, kern(p.slot).t.n_step.max(1)));
+        let step = parts[..count].iter().fold(1, |s, p| lcm(s, kern(p.slot).n_step().max(1)));
         let divisor = if nth == 1 { 1 } else { nth * multiplier.max(1) };
         let chunk_cols = self.n.div_ceil(divisor).max(1).div_ceil(step) * step;
         let n_chunks = self.n.div_ceil(chunk_cols).max(1);
@@ -624,7 +624,7 @@ impl ThreadedWeights {
     pub fn kernel_for(&self, m: usize, ith: usize, nth: usize) -> &'static str {
         let r = self.plan(m.max(1), nth, 4);
         let p = r.parts[..r.count].iter().find(|p| (p.threads.0..p.threads.1).contains(&ith)).unwrap_or(&r.parts[0]);
-        self.slots[p.slot].kernel(m.max(1)).info.name
+        self.slots[p.slot].kernel(m.max(1)).info().name
     }
 
     /// ggml's work size for `m` rows: a 64-byte aligned packed LHS per
@@ -837,8 +837,8 @@ impl ThreadedWeights {
         let mask = u64::from(crate::cpu::disabled_mask()) + 1;
         // Read after the mask: as many features disabled or more.
         let f = Features::current();
-        let mut kernels = self.slots.iter().flat_map(|s| core::iter::once(&s.gemm).chain(s.gemv.as_ref()));
-        if kernels.all(|k| k.info.supported(&f).is_ok()) {
+        let mut kernels = self.slots.iter().flat_map(|s| core::iter::once(s.gemm()).chain(s.gemv()));
+        if kernels.all(|k| k.info().supported(&f).is_ok()) {
             self.verified.store(mask, core::sync::atomic::Ordering::Relaxed);
         }
     }
@@ -906,10 +906,10 @@ impl ThreadedWeights {
         let slot = &self.slots[part.slot];
         let kern = slot.kernel(m);
         let ok = self.on_this_thread(kern).map_err(fail)?;
-        let rhs_len = slot.rhs.as_bytes().len();
+        let rhs_len = slot.rhs().as_bytes().len();
         // The columns: chunks start at multiples of the kernel's column step.
-        if run.chunk_cols % kern.t.n_step.max(1) != 0 {
-            let why = format!("not a multiple of {}'s column step {}", kern.info.name, kern.t.n_step);
+        if run.chunk_cols % kern.n_step().max(1) != 0 {
+            let why = format!("not a multiple of {}'s column step {}", kern.info().name, kern.n_step());
             return Err(fail(Error::bad_value("column chunk", run.chunk_cols.to_string(), why)));
         }
         // The output: every chunk's block of every batch, f32 aligned (the
@@ -918,7 +918,7 @@ impl ThreadedWeights {
             return Err(fail(Error::Misaligned { what: "dst", align: 4 }));
         }
         // This thread's LHS rows: where they are read and packed to.
-        let rows = lhs_rows(m, kern.t.mr, part.threads.1 - part.threads.0, ith - part.threads.0);
+        let rows = lhs_rows(m, kern.mr(), part.threads.1 - part.threads.0, ith - part.threads.0);
         let mut pack_at = 0;
         if part.lhs_size == 0 {
             // The kernel reads the f32 rows of each batch where they are.
@@ -989,7 +989,7 @@ impl ThreadedWeights {
         let slot = &self.slots[part.slot];
         let kern = slot.kernel(r.m);
         let f32_scheme = self.typ == GgmlType::F32;
-        let rhs = slot.rhs.as_bytes().as_ptr();
+        let rhs = slot.rhs().as_bytes().as_ptr();
         let (n, m, cc) = (self.n, r.m, r.run.chunk_cols);
         let (src, s1, s2) = (call.src1.3, call.src1.2[1], call.src1.2[2]);
         let (dst, dst_nb, work) = (call.dst.2, call.dst.1, call.work.0);

@@ -22,7 +22,7 @@ impl DType {
         [DType::F32, DType::F16, DType::Bf16].into_iter().find(|d| d.id() == id)
     }
     /// The name errors print (as `Debug` does).
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "F32",
             DType::F16 => "F16",
@@ -142,7 +142,7 @@ impl WeightKind {
         Self::ALL.into_iter().find(|k| k.id() == id)
     }
     /// The name errors print (as `Debug` does).
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             WeightKind::F32 => "F32",
             WeightKind::F16 => "F16",

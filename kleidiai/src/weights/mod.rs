@@ -58,7 +58,7 @@ mod io;
 mod kinds;
 mod non_finite;
 mod pack;
-pub(crate) mod parts;
+pub mod parts;
 mod per_call;
 pub mod policy;
 mod run;

@@ -139,7 +139,7 @@ impl PackedWeights {
 
     /// Whether the portable reference can run: a copy of the unpacked
     /// weights was kept, or a layout holds the weights as given.
-    pub(crate) fn has_reference(&self) -> bool {
+    pub fn has_reference(&self) -> bool {
         self.reference.is_some() || self.per_call_slot().is_some()
     }
 
@@ -179,7 +179,7 @@ impl PackedWeights {
 
     /// `matmul` on the portable reference over the kept weights, whatever
     /// kernels could run; an error when none were kept.
-    pub(crate) fn matmul_reference(
+    pub fn matmul_reference(
         &self,
         m: usize,
         x: Activation<'_>,
@@ -217,7 +217,7 @@ impl PackedWeights {
     }
 
     /// Bytes of each packed layout, in slot order.
-    pub(crate) fn slot_bytes(&self) -> Vec<usize> {
+    pub fn slot_bytes(&self) -> Vec<usize> {
         self.slots.iter().map(|s| s.rhs.as_bytes().len()).collect()
     }
 

@@ -1,15 +1,43 @@
-//! One matmul cut into per-thread parts for a caller that brings its own
-//! threads (ggml: thread `ith` of `nth`, its barrier, its chunk counter):
-//! each thread packs some LHS rows into a shared buffer, the caller's barrier
-//! publishes them, then threads compute column chunks.
+//! The per-thread seam: one matmul cut into parts for a caller that brings
+//! its own threads (a thread pool of its own with a thread index `ith` of
+//! `nth`, its own barrier and chunk counter; [`crate::ggml`] is one such
+//! caller): each thread packs some LHS rows into a shared buffer, the
+//! caller's barrier publishes them, then threads compute column chunks.
+//! [`PackedWeights::matmul`] does all of this on its own threads; use this
+//! module only when the threads are not yours to give.
+//!
+//! # How a caller uses it
+//!
+//! 1. Pack the weights ([`PackedWeights::pack_for_parts`], optionally moved
+//!    into memory of your own with [`PackedWeights::into_caller_memory`],
+//!    sized by [`PackedWeights::packed_payload_len`]) and resolve them once
+//!    per weight with [`PackedWeights::part_slots`]: every kernel, its
+//!    blocking and its LHS packer are checked there ([`PartSlot`],
+//!    [`PartKernel`]).
+//! 2. On each thread, get an [`OnThread`] from
+//!    [`PartKernel::on_this_thread`] (the thread's CPU features and vector
+//!    length), then size the shared LHS buffer with
+//!    [`PartKernel::lhs_size`] and cut it at [`PartKernel::lhs_offset`]
+//!    (rows a multiple of [`PartKernel::mr`]).
+//! 3. Either call the checked [`PartKernel::pack_rows`] and
+//!    [`PartKernel::run_cols`] (a few comparisons per call), or check once
+//!    and call the unchecked forms on every call after.
+//!
+//! # The check-then-unchecked contract
 //!
 //! Everything that can fail is checked when a [`PartSlot`] is resolved (once
 //! per weight) or by the size and range checks of [`PartKernel::pack_rows`]
-//! and [`PartKernel::run_cols`] (a few comparisons per call): the calls
-//! themselves go straight to the packer and the kernel. Kernels and LHS
-//! packers are the ones the crate's families pair (`KernelInfo::lhs_packer`),
-//! so a part computes the bits [`PackedWeights::matmul`] computes.
-
+//! and [`PartKernel::run_cols`]. A caller that repeats the same call (same
+//! pointers, same sizes) can run those checks once with
+//! [`PartKernel::check_pack`] and [`PartKernel::check_operands`] (or
+//! [`PartKernel::check_operands_sized`]) and then call the `unsafe`
+//! [`PartKernel::pack_rows_unchecked`] and
+//! [`PartKernel::run_cols_unchecked`], which go straight to the packer and
+//! the kernel: their `# Safety` sections name exactly the checks that must
+//! have passed for the same arguments, and what must still hold of the
+//! memory since. Kernels and LHS packers are the ones the crate's families
+//! pair ([`KernelInfo::lhs_packer`]), so a part computes the bits
+//! [`PackedWeights::matmul`] computes.
 use super::{DType, PackedWeights, WeightKind, WeightsRef, backend_for, packed_len};
 use crate::cpu::Features;
 use crate::error::{Error, Result};
@@ -97,14 +125,16 @@ impl LhsPacker {
 }
 
 /// A kernel resolved for per-thread calls: its blocking, its LHS packer and
-/// its upstream functions.
+/// its upstream functions. Made by [`PackedWeights::part_slots`] (one per
+/// kernel of each packed layout) or [`PartKernel::for_f16_per_call`];
+/// everything its calls need was checked then.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct PartKernel {
-    pub(crate) info: &'static KernelInfo,
-    pub(crate) t: Tiles,
-    pub(crate) packer: LhsPacker,
+pub struct PartKernel {
+    info: &'static KernelInfo,
+    t: Tiles,
+    packer: LhsPacker,
     /// Block length the LHS is quantised in (0: none).
-    pub(crate) lhs_bl: usize,
+    lhs_bl: usize,
     /// The vector length the packed RHS was made for (0: none), which the
     /// calling thread's must equal.
     vector_bytes: usize,
@@ -117,17 +147,35 @@ pub(crate) struct PartKernel {
     f: ffi::Fns,
 }
 
-/// One packed layout with its kernels, ready for per-thread calls.
+/// One packed layout with its kernels, ready for per-thread calls (see
+/// [`PackedWeights::part_slots`]).
 #[derive(Clone, Debug)]
-pub(crate) struct PartSlot {
-    pub(crate) rhs: PackedRhs,
-    pub(crate) gemm: PartKernel,
-    pub(crate) gemv: Option<PartKernel>,
+pub struct PartSlot {
+    rhs: PackedRhs,
+    gemm: PartKernel,
+    gemv: Option<PartKernel>,
 }
 
 impl PartSlot {
+    /// The packed weights the kernels read (the `rhs` operand of
+    /// [`PartKernel::run_cols`]).
+    pub fn rhs(&self) -> &PackedRhs {
+        &self.rhs
+    }
+
+    /// The kernel for more than one row.
+    pub fn gemm(&self) -> &PartKernel {
+        &self.gemm
+    }
+
+    /// The kernel for one row reading the same layout, if the layout has
+    /// one that runs here.
+    pub fn gemv(&self) -> Option<&PartKernel> {
+        self.gemv.as_ref()
+    }
+
     /// The kernel for `m` rows: the GEMV one for one row when there is one.
-    pub(crate) fn kernel(&self, m: usize) -> &PartKernel {
+    pub fn kernel(&self, m: usize) -> &PartKernel {
         match &self.gemv {
             Some(g) if m == 1 => g,
             _ => &self.gemm,
@@ -209,7 +257,10 @@ impl PackedWeights {
     /// Every packed layout whose kernels run with `f`, resolved for
     /// per-thread calls, in slot order. Layouts whose kernel `f` cannot run
     /// are left out; a runnable kernel without a per-thread form is an error.
-    pub(crate) fn part_slots(&self, f: &Features) -> Result<Vec<PartSlot>> {
+    ///
+    /// `f` is normally [`Features::current`]; each thread still checks its
+    /// own with [`PartKernel::on_this_thread`] before it calls a kernel.
+    pub fn part_slots(&self, f: &Features) -> Result<Vec<PartSlot>> {
         // Held by a handle for its whole life: no spare capacity.
         let mut out = Vec::with_capacity(self.slots.len());
         for s in &self.slots {
@@ -233,8 +284,10 @@ impl PackedWeights {
     /// packs with these arguments, laid out by
     /// [`into_caller_memory`](Self::into_caller_memory) (each layout 64-byte
     /// aligned after the one before, no header), from the shape alone (no
-    /// weights needed). `bl` is the weights' block length.
-    pub(crate) fn packed_payload_len(
+    /// weights needed). `bl` is the weights' block length (0: none); `pairs`
+    /// are `(gemm, gemv)` upstream kernel names, best first, as
+    /// [`pack_for_parts`](Self::pack_for_parts) takes them.
+    pub fn packed_payload_len(
         kind: WeightKind,
         n: usize,
         k: usize,
@@ -282,7 +335,7 @@ impl PackedWeights {
     /// From then on `out` is only read, through `AsRef`, which must give the
     /// bytes `AsMut` gave (bounds are checked on every view, so other bytes
     /// give wrong results, never an access outside them).
-    pub(crate) fn into_caller_memory<B>(self, mut out: B) -> Result<PackedWeights>
+    pub fn into_caller_memory<B>(self, mut out: B) -> Result<PackedWeights>
     where
         B: AsRef<[u8]> + AsMut<[u8]> + Send + Sync + 'static,
     {
@@ -311,12 +364,13 @@ impl PackedWeights {
         Ok(w)
     }
 
-    /// [`pack_with`](Self::pack_with) for f32 activations (ggml's weights)
-    /// over one of ggml's kernel tables: its first kernel that runs here
-    /// and, beside an SME one, the first non-SME one (ggml's buffer holds
-    /// both: its threads beyond the SME cap run the second), without a
-    /// reference copy.
-    pub(crate) fn pack_for_parts(
+    /// [`pack_with`](Self::pack_with) for f32 activations over a table of
+    /// `(gemm, gemv)` upstream kernel names, best first (ggml passes its
+    /// own tables): the table's first kernel that runs with `f` and, beside
+    /// an SME one, the first non-SME one (a caller's threads beyond the SME
+    /// cap run the second; ggml's buffer holds both), without a reference
+    /// copy. Resolve the result with [`part_slots`](Self::part_slots).
+    pub fn pack_for_parts(
         w: &WeightsRef<'_>,
         pairs: &[(&'static str, Option<&'static str>)],
         f: &Features,
@@ -352,9 +406,12 @@ fn payload_ranges(lens: impl IntoIterator<Item = usize>) -> Result<(Vec<Range<us
     Ok((ranges, end))
 }
 
-/// See [`PartKernel::on_this_thread`]. Not `Send`: it vouches for one thread.
+/// Proof that the calling thread runs one [`PartKernel`] now (its CPU
+/// features and vector length), made by [`PartKernel::on_this_thread`] and
+/// taken by the kernel's calls. Neither `Send` nor `Sync`: it vouches for
+/// one thread.
 #[derive(Debug)]
-pub(crate) struct OnThread<'k> {
+pub struct OnThread<'k> {
     kernel: &'k PartKernel,
     _thread: PhantomData<*const ()>,
 }

@@ -285,9 +285,9 @@ fn threads_give_the_bits_of_the_kernel_ggml_chooses() {
         assert_eq!(w.slots.len(), lens.len());
         let mut at = 0;
         for (s, len) in w.slots.iter().zip(&lens) {
-            assert_eq!(s.rhs.as_bytes().len(), *len);
-            assert_eq!(s.rhs.as_bytes().as_ptr() as usize % 64, 0, "{typ:?}: layouts 64-byte aligned");
-            assert!(s.rhs.is_shared(), "{typ:?}: the handle views the caller's memory");
+            assert_eq!(s.rhs().as_bytes().len(), *len);
+            assert_eq!(s.rhs().as_bytes().as_ptr() as usize % 64, 0, "{typ:?}: layouts 64-byte aligned");
+            assert!(s.rhs().is_shared(), "{typ:?}: the handle views the caller's memory");
             at = align64(at) + len;
         }
         assert_eq!(at, size);
@@ -318,7 +318,7 @@ fn threads_give_the_bits_of_the_kernel_ggml_chooses() {
             assert!(bit_identical(&one, &want), "{typ:?} m={m}: 1 thread differs from GgmlWeights::mul_mat");
             for nth in [2, 3] {
                 let got = run(&w, &x, m, nth);
-                let sme = w.slots[0].gemm.info.is_sme();
+                let sme = w.slots[0].gemm().info().is_sme();
                 let hybrid = typ != GgmlType::F32 && sme && w.slots.len() > 1 && m >= 128;
                 let other = match (&neon, typ != GgmlType::F32 && sme) {
                     (Some(nw), true) => run(nw, &x, m, 1),
@@ -405,7 +405,7 @@ fn repack_refuses_wrong_sizes_and_alignment_before_writing() {
         let exact = ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap();
         assert_eq!(big.layouts(), exact.layouts());
         for (a, b) in big.slots.iter().zip(&exact.slots) {
-            assert_eq!(a.rhs.as_bytes(), b.rhs.as_bytes(), "{typ:?}: same payloads");
+            assert_eq!(a.rhs().as_bytes(), b.rhs().as_bytes(), "{typ:?}: same payloads");
         }
         let x: Vec<u8> = rng.vec_f32(3 * k).iter().flat_map(|v| v.to_le_bytes()).collect();
         assert!(bit_identical(&run(&big, &x, 3, 2), &run(&exact, &x, 3, 2)), "{typ:?}");
@@ -428,7 +428,7 @@ fn f16_kernel_resolution_is_remembered_exactly() {
             let b = PartKernel::for_f16_per_call(name, n, k, &f);
             match (a, b) {
                 (Ok(a), Ok(b)) => {
-                    assert_eq!((a.info.name, a.rhs_len(), a.t.nr), (b.info.name, b.rhs_len(), b.t.nr));
+                    assert_eq!((a.info().name, a.rhs_len(), a.nr()), (b.info().name, b.rhs_len(), b.nr()));
                     assert!(f.has(CpuFeature::Sme2), "resolved without SME2");
                 }
                 (Err(a), Err(b)) => {

@@ -57,7 +57,8 @@ impl PartKernel {
         }
     }
 
-    /// The kernel of ggml's F16 table (`name`, an SME2 bf16 kernel) for
+    /// The kernel of ggml's F16 table (`name`, an SME2 bf16 kernel of
+    /// `matmul_clamp_fp32_bf16p_bf16p`) for
     /// `n x k` weights packed per call, with ggml's LHS packer for it
     /// (`kai_lhs_pack_bf16p2vlx2_f32_sme`, the same packed format as the
     /// `_sme2` one the crate's family pairs with it).
@@ -66,7 +67,7 @@ impl PartKernel {
     /// ggml asks for it on every F16 call (work size, then every thread's
     /// part), and the answer depends on nothing else (the thread's vector
     /// length is checked again by `on_this_thread`).
-    pub(crate) fn for_f16_per_call(name: &str, n: usize, k: usize, f: &Features) -> Result<PartKernel> {
+    pub fn for_f16_per_call(name: &str, n: usize, k: usize, f: &Features) -> Result<PartKernel> {
         type Entry = Option<((usize, usize, usize, usize, Features), PartKernel)>;
         thread_local! {
             static KEPT: core::cell::RefCell<[Entry; 8]> = const { core::cell::RefCell::new([None; 8]) };
@@ -131,15 +132,77 @@ impl PartKernel {
     }
 
     /// Bytes of the packed weights this kernel reads.
-    pub(crate) fn rhs_len(&self) -> usize {
+    pub fn rhs_len(&self) -> usize {
         self.rhs_len
     }
 
-    /// ggml's per-call packing of F16 weights for a bf16 kernel: `n` rows of
+    /// The kernel: its upstream name, family and CPU requirements.
+    pub fn info(&self) -> &'static KernelInfo {
+        self.info
+    }
+
+    /// Rows of the LHS the kernel's packed format groups: the rows each
+    /// thread packs start at a multiple of it.
+    pub fn mr(&self) -> usize {
+        self.t.mr
+    }
+
+    /// Rows of the RHS (output columns) the packed weights group.
+    pub fn nr(&self) -> usize {
+        self.t.nr
+    }
+
+    /// The `kr` of the packed formats (values of `k` interleaved together).
+    pub fn kr(&self) -> usize {
+        self.t.kr
+    }
+
+    /// The `sr` of the packed formats (split ratio of `kr`).
+    pub fn sr(&self) -> usize {
+        self.t.sr
+    }
+
+    /// Output rows one kernel call computes at most at a time.
+    pub fn m_step(&self) -> usize {
+        self.t.m_step
+    }
+
+    /// Column step: the columns of a [`run_cols`](Self::run_cols) call
+    /// start at a multiple of it.
+    pub fn n_step(&self) -> usize {
+        self.t.n_step
+    }
+
+    /// Output columns (`n`, the rows of the weights).
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Depth (`k`, values per row of the weights and of the LHS).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Upstream name of the LHS packer the kernel reads from (`direct` for
+    /// kernels that read the f32 rows themselves, whose
+    /// [`lhs_size`](Self::lhs_size) is 0).
+    pub fn lhs_packer(&self) -> &'static str {
+        self.packer.name()
+    }
+
+    /// Whether the kernel reads the f32 LHS rows itself (no packing:
+    /// [`pack_rows`](Self::pack_rows) does nothing, and
+    /// [`run_cols`](Self::run_cols) takes the rows and their stride).
+    pub fn reads_lhs_directly(&self) -> bool {
+        self.packer == LhsPacker::Direct
+    }
+
+    /// ggml's per-call packing of F16 weights for a bf16 kernel (one from
+    /// [`for_f16_per_call`](Self::for_f16_per_call)): `n` rows of
     /// `k` f16 values (`src`, rows `stride` bytes apart) transposed to f32
     /// `k x n` in `kxn`, a zero bias in `bias`, then packed into `out`
     /// ([`rhs_len`](Self::rhs_len) bytes).
-    pub(crate) fn pack_rhs_f16(
+    pub fn pack_rhs_f16(
         &self,
         ok: &OnThread<'_>,
         src: &[u8],
@@ -197,7 +260,7 @@ impl PartKernel {
     /// were packed for (Linux lets a thread change its own). Checked once
     /// per operation; [`pack_rows`](Self::pack_rows) and
     /// [`run_cols`](Self::run_cols) take it.
-    pub(crate) fn on_this_thread(&self) -> Result<OnThread<'_>> {
+    pub fn on_this_thread(&self) -> Result<OnThread<'_>> {
         let f = Features::current();
         self.info.supported(&f).map_err(|why| Error::Unsupported { kernel: self.info.name, why })?;
         let live = crate::families::engine::live_vector_bytes(self.info);
@@ -217,7 +280,10 @@ impl PartKernel {
     /// [`on_this_thread`](Self::on_this_thread) for a thread on which it
     /// passed before with the features of now (the caller compares them):
     /// only the vector length, which a thread can change, is read again.
-    pub(crate) fn still_on_this_thread(&self) -> Result<OnThread<'_>> {
+    /// Features switched off since ([`crate::cpu::disable`]) are not seen
+    /// (the CPU still has them: the kernel still runs correctly, against
+    /// the switch's intent), which is why the caller compares them.
+    pub fn still_on_this_thread(&self) -> Result<OnThread<'_>> {
         let live = crate::families::engine::live_vector_bytes(self.info);
         if self.vector_bytes != 0 && live != self.vector_bytes {
             return self.on_this_thread(); // the full check, and its message
@@ -226,7 +292,7 @@ impl PartKernel {
     }
 
     /// Bytes of the packed LHS of `m` rows (0 for `Direct` kernels).
-    pub(crate) fn lhs_size(&self, m: usize) -> usize {
+    pub fn lhs_size(&self, m: usize) -> usize {
         #[cfg(target_arch = "aarch64")]
         {
             // SAFETY: size query of a packer whose parameters passed `check`.
@@ -240,7 +306,7 @@ impl PartKernel {
     }
 
     /// Byte offset of row `row` (a multiple of `mr`) in the packed LHS.
-    pub(crate) fn lhs_offset(&self, row: usize) -> usize {
+    pub fn lhs_offset(&self, row: usize) -> usize {
         #[cfg(target_arch = "aarch64")]
         {
             // SAFETY: offset query of a packer whose parameters passed `check`.
@@ -257,14 +323,7 @@ impl PartKernel {
     /// each) into `out`, at least [`lhs_size`](Self::lhs_size)`(h)` bytes:
     /// the part of a packed LHS from the offset of its first row (a
     /// multiple of `mr`) on.
-    pub(crate) fn pack_rows(
-        &self,
-        ok: &OnThread<'_>,
-        h: usize,
-        src: &[u8],
-        stride: usize,
-        out: &mut [u8],
-    ) -> Result<()> {
+    pub fn pack_rows(&self, ok: &OnThread<'_>, h: usize, src: &[u8], stride: usize, out: &mut [u8]) -> Result<()> {
         if self.packer == LhsPacker::Direct {
             return Ok(());
         }
@@ -290,8 +349,13 @@ impl PartKernel {
     /// [`pack_rows`](Self::pack_rows)' checks of its operands: `h` rows of
     /// `k` f32 at `src` (`src.1` bytes readable), `stride` bytes apart, into
     /// `out_len` bytes; `size_h` must be [`lhs_size`](Self::lhs_size)`(h)`
-    /// (callers that know it pass it, others compute it).
-    pub(crate) fn check_pack(
+    /// (callers that know it pass it, others compute it; with another value
+    /// the check says nothing, and the `unsafe` calls that rely on it are
+    /// unsound).
+    ///
+    /// These are the checks [`pack_rows_unchecked`](Self::pack_rows_unchecked)
+    /// relies on.
+    pub fn check_pack(
         &self,
         h: usize,
         src: (*const u8, usize),
@@ -321,20 +385,20 @@ impl PartKernel {
     /// columns: the packed weights' length, and the LHS (packed: its size
     /// for `m` rows; read directly: `m` aligned f32 rows `lhs_stride` bytes
     /// apart).
-    pub(crate) fn check_operands(
-        &self,
-        m: usize,
-        lhs: (*const u8, usize),
-        lhs_stride: usize,
-        rhs_len: usize,
-    ) -> Result<()> {
+    ///
+    /// These are the checks [`run_cols_unchecked`](Self::run_cols_unchecked)
+    /// relies on.
+    pub fn check_operands(&self, m: usize, lhs: (*const u8, usize), lhs_stride: usize, rhs_len: usize) -> Result<()> {
         let size = if self.packer == LhsPacker::Direct { 0 } else { self.lhs_size(m) };
         self.check_operands_sized(m, lhs, lhs_stride, rhs_len, size)
     }
 
     /// [`check_operands`](Self::check_operands) for a caller that knows
-    /// `lhs_size_m`, which must be [`lhs_size`](Self::lhs_size)`(m)`.
-    pub(crate) fn check_operands_sized(
+    /// `lhs_size_m`, which must be [`lhs_size`](Self::lhs_size)`(m)` (0 for
+    /// kernels that [read the LHS directly](Self::reads_lhs_directly);
+    /// with another value the check says nothing, and the `unsafe` calls
+    /// that rely on it are unsound).
+    pub fn check_operands_sized(
         &self,
         m: usize,
         lhs: (*const u8, usize),
@@ -374,19 +438,20 @@ impl PartKernel {
     /// path of a call whose arguments passed them before.
     ///
     /// # Safety
-    /// `pack_rows(ok, h, src_slice, stride, out_slice)` passed its checks
-    /// for slices at `src` and `out` of the lengths it checks, those bytes
-    /// are still valid (reads of `src`, exclusive writes of `out`), and `ok`
-    /// vouches for this kernel on this thread.
+    /// [`check_pack`](Self::check_pack)`(h, (src, src_len), stride,
+    /// out_len, self.lhs_size(h))` returned `Ok` (with `size_h` the true
+    /// [`lhs_size`](Self::lhs_size)`(h)`: the checks of
+    /// [`pack_rows`](Self::pack_rows) for slices at `src` and `out` of those
+    /// lengths), and since then:
+    /// - the `src_len` bytes at `src` are valid for reads and the `out_len`
+    ///   bytes at `out` valid for writes that no one else reads or writes
+    ///   during the call;
+    /// - `ok` was made by [`on_this_thread`](Self::on_this_thread) (or
+    ///   [`still_on_this_thread`](Self::still_on_this_thread)) of this very
+    ///   kernel, on the calling thread (it cannot leave it), and the thread
+    ///   did not change its vector length since.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn pack_rows_unchecked(
-        &self,
-        ok: &OnThread<'_>,
-        h: usize,
-        src: *const u8,
-        stride: usize,
-        out: *mut u8,
-    ) {
+    pub unsafe fn pack_rows_unchecked(&self, ok: &OnThread<'_>, h: usize, src: *const u8, stride: usize, out: *mut u8) {
         debug_assert!(core::ptr::eq(ok.kernel, self));
         let _ = ok;
         if self.packer == LhsPacker::Direct {
@@ -406,14 +471,25 @@ impl PartKernel {
     /// path of a call whose operands passed them before.
     ///
     /// # Safety
-    /// [`check_operands`](Self::check_operands) passed for `m`, the LHS at
-    /// `lhs` and the RHS at `rhs` (lengths as it checks, still valid for
-    /// reads); `cols` is non-empty, within `n`, starts at a multiple of
-    /// `n_step`; `out` is an exclusive `m x cols.len()` block of aligned f32
-    /// rows `row_stride` bytes apart (as `OutputBlock::from_raw_parts`
-    /// requires and checks); `ok` vouches for this kernel on this thread.
+    /// [`check_operands`](Self::check_operands)`(m, (lhs, lhs_len),
+    /// lhs_stride, rhs_len)` returned `Ok` (or
+    /// [`check_operands_sized`](Self::check_operands_sized) with the true
+    /// [`lhs_size`](Self::lhs_size)`(m)`), and since then:
+    /// - the `lhs_len` bytes at `lhs` and the `rhs_len` bytes at `rhs` are
+    ///   valid for reads and hold the packed LHS of `m` rows (or for
+    ///   [direct](Self::reads_lhs_directly) kernels the f32 rows) and the
+    ///   packed weights this kernel was resolved for;
+    /// - `cols` is non-empty, within [`n`](Self::n), and starts at a
+    ///   multiple of [`n_step`](Self::n_step);
+    /// - `out` is an `m x cols.len()` block of f32 rows `row_stride` bytes
+    ///   apart that no one else reads or writes during the call, as
+    ///   [`OutputBlock::from_raw_parts`] requires (and checks);
+    /// - `ok` was made by [`on_this_thread`](Self::on_this_thread) (or
+    ///   [`still_on_this_thread`](Self::still_on_this_thread)) of this very
+    ///   kernel, on the calling thread, and the thread did not change its
+    ///   vector length since.
     #[allow(clippy::too_many_arguments)] // the kernel's operands
-    pub(crate) unsafe fn run_cols_unchecked(
+    pub unsafe fn run_cols_unchecked(
         &self,
         ok: &OnThread<'_>,
         m: usize,
@@ -440,7 +516,7 @@ impl PartKernel {
     /// LHS of `m` rows, or for `Direct` kernels the f32 rows themselves,
     /// `lhs_stride` bytes apart.
     #[allow(clippy::too_many_arguments)] // the kernel's operands
-    pub(crate) fn run_cols(
+    pub fn run_cols(
         &self,
         ok: &OnThread<'_>,
         m: usize,
