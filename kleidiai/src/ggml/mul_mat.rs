@@ -35,7 +35,7 @@ use crate::formats::{BlockInt4, FloatWeights, Order, Q4_0};
 use crate::packed::Clamp;
 use crate::par::Parallelism;
 use crate::weights::policy::Pairing;
-use crate::weights::{Activation, ActivationMut, PackOptions, PackedWeights, Scratch, WeightsRef};
+use crate::weights::{Activation, ActivationMut, NonFinite, PackOptions, PackedWeights, Scratch, WeightsRef};
 use half::f16;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -181,6 +181,13 @@ pub struct GgmlWeights {
     hybrid: bool,
 }
 
+/// A batch as ggml computes it: what the kernels give, no non-finite scan
+/// ([`NonFinite::Kernel`]; ggml's own path scans nothing either).
+fn ggml_policy(mut w: PackedWeights) -> PackedWeights {
+    w.set_non_finite(NonFinite::Kernel);
+    w
+}
+
 const CONTAINER_MAGIC: [u8; 8] = *b"KAIRSGGM";
 const CONTAINER_FIXED: usize = 64;
 
@@ -308,7 +315,7 @@ impl GgmlWeights {
                     PackedWeights::pack_with(&w, &pairings, &opts)?
                 }
             };
-            batches.push(packed);
+            batches.push(ggml_policy(packed));
         }
         Ok(GgmlWeights { typ: src0.typ, k, n, batches, hybrid: false })
     }
@@ -425,7 +432,7 @@ impl GgmlWeights {
                 let why = format!("batch {i} is {}x{}, the container says {n}x{k}", w.n(), w.k());
                 return Err(Error::ggml_container(FileError::Layout { slot: i, why }));
             }
-            batches.push(w);
+            batches.push(ggml_policy(w));
         }
         if data.len() as u64 > last_end {
             return Err(Error::ggml_container(FileError::TrailingBytes { extra: data.len() as u64 - last_end }));
@@ -577,7 +584,7 @@ impl GgmlWeights {
                 done
             };
             if !hybrid {
-                w.matmul_unscanned(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, par, inner)?;
+                w.matmul(m, Activation::F32(lhs), ActivationMut::F32(out), Clamp::NONE, par, inner)?;
             }
             store(out, b, dst);
         }

@@ -129,17 +129,16 @@ impl PackedWeights {
     }
 
     /// The hybrid mode (ggml's, for f32 activations): the first slot's SME
-    /// kernel on the first columns
-    /// and the second slot's non-SME kernel on the rest, both at once, with
-    /// `sme_threads` workers for SME and `threads - sme_threads` for the
-    /// other. The split is a multiple of both layouts' row blocks (so of both
-    /// kernels' column steps) and proportional to the workers: fixed by
-    /// `(n, threads, sme_threads)`, so runs repeat bit for bit. Ok(false)
-    /// when it does not apply (one slot, no SME slot, too few threads, f16
-    /// or bf16 activations, or a layout that cannot be cut). Like
-    /// [`matmul_unscanned`](Self::matmul_unscanned), no non-finite policy
-    /// applies; `x` holds `m x k` values, `y` `m x n`, and `scratch` is one
-    /// [`Scratch`] per kernel.
+    /// kernel on the first columns and the second slot's non-SME kernel on
+    /// the rest, both at once, with `sme_threads` workers for SME and
+    /// `threads - sme_threads` for the other. The split is a multiple of
+    /// both layouts' row blocks (so of both kernels' column steps) and
+    /// proportional to the workers: fixed by `(n, threads, sme_threads)`, so
+    /// runs repeat bit for bit. Ok(false) when it does not apply (one slot,
+    /// no SME slot, too few threads, f16 or bf16 activations, or a layout
+    /// that cannot be cut). No non-finite policy applies (as with
+    /// [`NonFinite::Kernel`]); `x` holds `m x k` values, `y` `m x n`, and
+    /// `scratch` is one [`Scratch`] per kernel.
     #[allow(clippy::too_many_arguments)]
     pub fn matmul_hybrid(
         &self,
@@ -317,22 +316,6 @@ impl PackedWeights {
     /// as packed) hold a NaN or an infinity, ascending (usually none).
     pub fn non_finite_channels(&self) -> &[usize] {
         &self.non_finite_channels
-    }
-
-    /// [`matmul`](Self::matmul) without its non-finite policy: what the
-    /// kernels give for activations nobody scanned (ggml's path, which does
-    /// not scan either; the packers that need finite activations take their
-    /// checked path, which checks). Same checks and errors as `matmul`.
-    pub fn matmul_unscanned(
-        &self,
-        m: usize,
-        x: Activation<'_>,
-        y: ActivationMut<'_>,
-        clamp: Clamp,
-        par: Parallelism,
-        scratch: &mut Scratch,
-    ) -> Result<()> {
-        self.matmul_kernels(m, x, y, clamp, par, scratch, false)
     }
 
     /// [`matmul`](Self::matmul) without its non-finite policy: what the
