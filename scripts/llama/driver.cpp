@@ -215,11 +215,31 @@ void on_log(ggml_log_level level, const char * text, void *) {
     }
 }
 
+// Whether llama.cpp puts weight `w` in buffer type `buft`: the question its
+// weight_buft_supported asks (the weight's op on a 512-row activation, the
+// weight in an empty buffer of that type, the device's supports_op).
+bool buft_takes(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft, ggml_tensor * w) {
+    ggml_init_params params = { ggml_tensor_overhead() * 8, nullptr, true };
+    ggml_context * ctx = ggml_init(params);
+    ggml_tensor * op = nullptr;
+    if (std::strcmp(w->name, "token_embd.weight") == 0) {
+        op = ggml_get_rows(ctx, w, ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 512));
+    } else {
+        op = ggml_mul_mat(ctx, w, ggml_new_tensor_4d(ctx, GGML_TYPE_F32, w->ne[0], 512, w->ne[2], w->ne[3]));
+    }
+    w->buffer = ggml_backend_buft_alloc_buffer(buft, 0);
+    const bool takes = ggml_backend_dev_supports_op(dev, op);
+    ggml_backend_buffer_free(w->buffer);
+    w->buffer = nullptr;
+    ggml_free(ctx);
+    return takes;
+}
+
 // The bytes the KleidiAI buffer type of this build (ggml's CPU_KLEIDIAI or
-// kleidiai-rs's CPU_KLEIDIAI_RS) gives the model's 2-D weights other than
-// token_embd (the ones llama.cpp puts there: MUL_MAT weights of the types
-// it takes), each aligned as the buffer aligns it: the packed weights'
-// resident size, exactly.
+// kleidiai-rs's CPU_KLEIDIAI_RS) gives the model's weights: each 2-D weight
+// its supports_op takes (as llama.cpp decides; on a CPU without kernels,
+// none), aligned as the buffer aligns it: the packed weights' resident size,
+// exactly (xtask checks it against llama.cpp's logged buffer size).
 void packed_bytes(const char * model_path) {
     ggml_backend_dev_t dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
@@ -244,12 +264,7 @@ void packed_bytes(const char * model_path) {
     const size_t align = ggml_backend_buft_get_alignment(kai);
     size_t packed = 0, raw = 0;
     for (ggml_tensor * t = ggml_get_first_tensor(meta); t; t = ggml_get_next_tensor(meta, t)) {
-        // Only the types both KleidiAI buffer types take (Q4_0, Q8_0, F32):
-        // llama.cpp puts a weight there only when the buffer's supports_op
-        // takes its MUL_MAT, and neither takes another type (a Q6_K
-        // output.weight stays in the CPU buffer).
-        const bool kai_type = t->type == GGML_TYPE_Q4_0 || t->type == GGML_TYPE_Q8_0 || t->type == GGML_TYPE_F32;
-        if (kai_type && ggml_n_dims(t) == 2 && std::strcmp(t->name, "token_embd.weight") != 0) {
+        if (ggml_n_dims(t) == 2 && buft_takes(dev, kai, t)) {
             packed += (ggml_backend_buft_get_alloc_size(kai, t) + align - 1) / align * align;
             raw += ggml_nbytes(t);
         }

@@ -267,7 +267,29 @@ fn run_case(env: &Env, variant: &str, case: &Case) -> Result<RunOut, String> {
             r.buffers.push(line.trim_start_matches("log ").split_whitespace().collect::<Vec<_>>().join(" "));
         }
     }
+    let buft = stdout.lines().find_map(|l| l.strip_prefix("packed_bytes ")?.split_whitespace().next());
+    if let (Some(buft), Some(packed)) = (buft, r.packed_bytes) {
+        packed_matches_log(buft, packed, &r.buffers).map_err(|e| format!("{variant} {}: {e}", case.name()))?;
+    }
     Ok(r)
+}
+
+/// The driver's exact packed bytes of buffer type `buft` against the size
+/// llama.cpp logged for that buffer (`... BUFT model buffer size = X MiB`,
+/// two decimals; no line when the buffer holds nothing): they must agree
+/// to the rounding, or the driver counted weights llama.cpp put elsewhere.
+fn packed_matches_log(buft: &str, packed: u64, buffers: &[String]) -> Result<(), String> {
+    let logged = buffers.iter().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let at = w.windows(4).position(|x| x[0] == buft && x[1] == "model" && x[2] == "buffer" && x[3] == "size")?;
+        w.get(at + 5)?.parse::<f64>().ok()
+    });
+    let mib = packed as f64 / 1048576.0;
+    match logged {
+        None if packed == 0 => Ok(()),
+        Some(x) if (x - mib).abs() <= 0.0051 => Ok(()),
+        _ => Err(format!("packed bytes {packed} ({mib:.2} MiB) but llama.cpp's {buft} buffer holds {logged:?} MiB")),
+    }
 }
 
 /// The weight type a kernel serves (from its upstream name).
@@ -738,13 +760,25 @@ pub fn run(args: &[String]) -> Result<bool, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{RunOut, parting};
+    use super::{RunOut, packed_matches_log, parting};
 
     /// Two prompt rows and two generated tokens over a vocabulary of 4.
     fn run(tokens: [i32; 2], logits: [[f32; 4]; 3]) -> RunOut {
         let mut all = vec![0.0; 4];
         all.extend(logits.iter().flatten());
         RunOut { tokens: tokens.to_vec(), logits: all, n_vocab: 4, ..RunOut::default() }
+    }
+
+    #[test]
+    fn packed_bytes_must_match_the_logged_buffer() {
+        let logs = vec!["load_tensors: CPU_KLEIDIAI model buffer size = 7.64 MiB".to_string()];
+        let mib = |x: f64| (x * 1048576.0) as u64;
+        assert!(packed_matches_log("CPU_KLEIDIAI", mib(7.6412), &logs).is_ok());
+        assert!(packed_matches_log("CPU_KLEIDIAI", mib(7.66), &logs).is_err());
+        // Another buffer's line does not count; no line means an empty buffer.
+        assert!(packed_matches_log("CPU_KLEIDIAI_RS", mib(7.64), &logs).is_err());
+        assert!(packed_matches_log("CPU_KLEIDIAI_RS", 0, &logs).is_ok());
+        assert!(packed_matches_log("CPU_KLEIDIAI", 0, &logs).is_err());
     }
 
     #[test]
