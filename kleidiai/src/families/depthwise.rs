@@ -93,6 +93,176 @@ mod imp {
         }
         Ok(())
     }
+
+    /// What a depthwise family's kernels share, generated from the family's
+    /// data: its upstream kernels (`KERNELS` of its `-sys` interface
+    /// module), element type, packed format and RHS packer. Gives the
+    /// family's `Kernel` handle (`all`, `by_name`, `select`, `info`,
+    /// `rhs_layout`, `pack_rhs`), `infos` and `unpack_rhs_row`; the family
+    /// writes `Kernel::checked` (its getters' checks, after
+    /// `engine::ensure_supported`) and `Kernel::run`, whose kernel
+    /// signatures differ. The packer's FFI calls are here, once.
+    macro_rules! dwconv_family {
+        (
+            elem: $t:ty,
+            zero: $zero:expr,
+            read: $read:expr,
+            format: $format:literal,
+            packer: $packer:ident,
+            packer_size: $packer_size:ident $(,)?
+        ) => {
+            use crate::buffer::AlignedBuf;
+            use crate::packed::{PackedLayout, PackedRhs};
+            use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+            use std::sync::OnceLock;
+
+            pub(super) const RHS_FORMAT: &str = $format;
+            const RHS_PACKERS: &[&str] = &[stringify!($packer)];
+            /// Bytes of one element.
+            const ESIZE: usize = core::mem::size_of::<$t>();
+
+            struct Entry {
+                info: KernelInfo,
+                iface: &'static Interface,
+            }
+
+            fn entries() -> &'static [Entry] {
+                static E: OnceLock<Vec<Entry>> = OnceLock::new();
+                E.get_or_init(|| {
+                    KERNELS
+                        .iter()
+                        .map(|(u, iface)| Entry {
+                            info: KernelInfo {
+                                name: u.name,
+                                family: FAMILY,
+                                features: u.features,
+                                vector_length: VectorLength::Any,
+                                tile: tile_kind_for(u.name),
+                                lhs_packer: None,
+                                rhs_packers: RHS_PACKERS,
+                                rank: rank_for(u.name, u.features),
+                            },
+                            iface,
+                        })
+                        .collect()
+                })
+            }
+
+            pub(crate) fn infos() -> Vec<&'static KernelInfo> {
+                entries().iter().map(|e| &e.info).collect()
+            }
+
+            /// One kernel of the family, with its packing.
+            #[derive(Clone, Copy)]
+            pub struct Kernel(&'static Entry);
+
+            impl core::fmt::Debug for Kernel {
+                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                    f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+                }
+            }
+
+            impl Kernel {
+                /// Every kernel of the family in this build.
+                pub fn all() -> impl Iterator<Item = Kernel> {
+                    entries().iter().map(Kernel)
+                }
+
+                /// The kernel with this upstream name.
+                pub fn by_name(name: &str) -> Option<Kernel> {
+                    entries().iter().find(|e| e.info.name == name).map(Kernel)
+                }
+
+                /// The best kernel that can run with `f` (there is one).
+                pub fn select(f: &Features) -> Option<Kernel> {
+                    let best = crate::registry::select_from(entries().iter().map(|e| &e.info), 2, f)?;
+                    Self::by_name(best.name)
+                }
+
+                /// Registry information.
+                pub fn info(&self) -> &'static KernelInfo {
+                    &self.0.info
+                }
+
+                /// The packed-weights layout for `channels` channels (it
+                /// depends on the SME vector length in force).
+                pub fn rhs_layout(&self, channels: usize) -> Result<PackedLayout> {
+                    let f = self.checked()?;
+                    let vb = engine::layout_vector_bytes(&self.0.info, &f);
+                    Ok(PackedLayout {
+                        format: RHS_FORMAT,
+                        rows: channels,
+                        k: 9,
+                        r: vb / ESIZE,
+                        kr: 1,
+                        sr: 1,
+                        bl: 0,
+                        vector_bytes: vb,
+                    })
+                }
+
+                #[doc = concat!("Packs the 3x3 ", stringify!($t), " weights and the ", stringify!($t), " bias.")]
+                pub fn pack_rhs(&self, w: &DepthwiseWeights<'_, $t>) -> Result<PackedRhs> {
+                    w.validate()?;
+                    let layout = self.rhs_layout(w.channels)?;
+                    let c = w.channels;
+                    // SAFETY: SME instruction (RDSVL) on a CPU with SME2 (rhs_layout).
+                    let vl = unsafe { kleidiai_sys::kai_get_sme_vector_length_u8() } as usize / ESIZE;
+                    if vl != layout.r || vl == 0 {
+                        return Err(crate::Error::PackerMismatch {
+                            kernel: self.0.info.name,
+                            why: format!(
+                                concat!("SME vector length {} x ", stringify!($t), " differs from the detected {}"),
+                                vl, layout.r
+                            ),
+                        });
+                    }
+                    let need = error::mul(error::mul(c.div_ceil(vl), vl, "channels")?, 10 * ESIZE, "packed weights")?;
+                    let zeros;
+                    let bias = match w.bias {
+                        Some(b) => &b[..c],
+                        None => {
+                            zeros = vec![$zero; c];
+                            &zeros[..]
+                        }
+                    };
+                    // SAFETY: size query (reads the SME vector length; SME2 present).
+                    let size = unsafe { kleidiai_sys::$packer_size(3, 3, c) };
+                    if size != need {
+                        return Err(crate::Error::PackerMismatch {
+                            kernel: self.0.info.name,
+                            why: format!("packer size {size} differs from {need}"),
+                        });
+                    }
+                    let mut buf = AlignedBuf::zeroed(size);
+                    // SAFETY: `w.data` holds 9 * c elements (validate), `bias`
+                    // c, never null; the destination holds the packer's size
+                    // for (3, 3, c); height and width equal the filter's, as
+                    // the packer asserts.
+                    unsafe {
+                        kleidiai_sys::$packer(
+                            3,
+                            3,
+                            3,
+                            3,
+                            c,
+                            w.data.as_ptr().cast(),
+                            bias.as_ptr().cast(),
+                            buf.as_mut_ptr().cast(),
+                        );
+                    }
+                    Ok(PackedRhs::new(layout, buf))
+                }
+            }
+
+            /// The 9 taps (`dy * 3 + dx` order) of channel `channel` of a
+            /// packed RHS of this family, as f32.
+            pub fn unpack_rhs_row(rhs: &PackedRhs, channel: usize, out: &mut [f32]) -> Result<()> {
+                crate::families::depthwise::dw_unpack(rhs, RHS_FORMAT, channel, out, ESIZE, $read)
+            }
+        };
+    }
+    pub(crate) use dwconv_family;
 }
 
 /// Test helpers shared by the depthwise families.

@@ -60,87 +60,30 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::buffer::SendPtr;
     use crate::cpu::Features;
     use crate::error;
-    use crate::families::depthwise::dw_unpack;
+    use crate::families::depthwise::dwconv_family;
     use crate::families::engine::{self, Tiles};
-    use crate::packed::{PackedLayout, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
-    use kleidiai_sys as sys;
-    use std::sync::OnceLock;
-    use sys::interfaces::dwconv_f16_f16_f16p::{Interface, KERNELS};
+    use kleidiai_sys::interfaces::dwconv_f16_f16_f16p::{Interface, KERNELS};
 
-    pub(super) const RHS_FORMAT: &str = "x16p1vlx1b-dwconv3x3";
-    const RHS_PACKERS: &[&str] = &["kai_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme"];
     /// Output rows of one tile of the kernel.
     const M_STEP: usize = 4;
 
-    struct Entry {
-        info: KernelInfo,
-        iface: &'static Interface,
-    }
-
-    fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, iface)| Entry {
-                    info: KernelInfo {
-                        name: u.name,
-                        family: FAMILY,
-                        features: u.features,
-                        vector_length: VectorLength::Any,
-                        tile: tile_kind_for(u.name),
-                        lhs_packer: None,
-                        rhs_packers: RHS_PACKERS,
-                        rank: rank_for(u.name, u.features),
-                    },
-                    iface,
-                })
-                .collect()
-        })
-    }
-
-    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-        entries().iter().map(|e| &e.info).collect()
-    }
-
-    /// One kernel of the family, with its packing.
-    #[derive(Clone, Copy)]
-    pub struct Kernel(&'static Entry);
-
-    impl core::fmt::Debug for Kernel {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-        }
+    dwconv_family! {
+        elem: f16,
+        zero: f16::ZERO,
+        read: |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32(),
+        format: "x16p1vlx1b-dwconv3x3",
+        packer: kai_run_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme,
+        packer_size: kai_rhs_get_dst_size_dwconv_pack_x16p1vlx1b_x16_x16_sme,
     }
 
     impl Kernel {
-        /// Every kernel of the family in this build.
-        pub fn all() -> impl Iterator<Item = Kernel> {
-            entries().iter().map(Kernel)
-        }
-
-        /// The kernel with this upstream name.
-        pub fn by_name(name: &str) -> Option<Kernel> {
-            entries().iter().find(|e| e.info.name == name).map(Kernel)
-        }
-
-        /// The best kernel that can run with `f` (there is one).
-        pub fn select(f: &Features) -> Option<Kernel> {
-            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), 2, f)?;
-            Self::by_name(best.name)
-        }
-
-        /// Registry information.
-        pub fn info(&self) -> &'static KernelInfo {
-            &self.0.info
-        }
-
-        fn features(&self) -> Result<Features> {
+        /// The features in force, once the CPU is known to run the kernel
+        /// and its filter is 3x3.
+        fn checked(&self) -> Result<Features> {
             let f = engine::ensure_supported(&self.0.info)?;
             let i = self.0.iface;
             // SAFETY: the CPU has SME2 (ensure_supported); plain getters.
@@ -153,72 +96,6 @@ mod imp {
                 ));
             }
             Ok(f)
-        }
-
-        /// The packed-weights layout for `channels` channels (it depends on
-        /// the SME vector length in force).
-        pub fn rhs_layout(&self, channels: usize) -> Result<PackedLayout> {
-            let f = self.features()?;
-            let vb = engine::layout_vector_bytes(&self.0.info, &f);
-            Ok(PackedLayout {
-                format: RHS_FORMAT,
-                rows: channels,
-                k: 9,
-                r: vb / 2,
-                kr: 1,
-                sr: 1,
-                bl: 0,
-                vector_bytes: vb,
-            })
-        }
-
-        /// Packs the 3x3 f16 weights and the f16 bias.
-        pub fn pack_rhs(&self, w: &DepthwiseWeights<'_, f16>) -> Result<PackedRhs> {
-            w.validate()?;
-            let layout = self.rhs_layout(w.channels)?;
-            let c = w.channels;
-            // SAFETY: SME instruction (RDSVL) on a CPU with SME2 (rhs_layout).
-            let vl = unsafe { sys::kai_get_sme_vector_length_u8() } as usize / 2;
-            if vl != layout.r || vl == 0 {
-                return Err(crate::Error::PackerMismatch {
-                    kernel: self.0.info.name,
-                    why: format!("SME vector length {vl} x f16 differs from the detected {}", layout.r),
-                });
-            }
-            let need = error::mul(error::mul(c.div_ceil(vl), vl, "channels")?, 20, "packed weights")?;
-            let zeros;
-            let bias = match w.bias {
-                Some(b) => &b[..c],
-                None => {
-                    zeros = vec![f16::ZERO; c];
-                    &zeros[..]
-                }
-            };
-            // SAFETY: size query (reads the SME vector length; SME2 present).
-            let size = unsafe { sys::kai_rhs_get_dst_size_dwconv_pack_x16p1vlx1b_x16_x16_sme(3, 3, c) };
-            if size != need {
-                return Err(crate::Error::PackerMismatch {
-                    kernel: self.0.info.name,
-                    why: format!("packer size {size} differs from {need}"),
-                });
-            }
-            let mut buf = AlignedBuf::zeroed(size);
-            // SAFETY: `w.data` holds 9 * c f16 (validate), `bias` c f16, never
-            // null; the destination holds the packer's size for (3, 3, c);
-            // height and width equal the filter's, as the packer asserts.
-            unsafe {
-                sys::kai_run_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme(
-                    3,
-                    3,
-                    3,
-                    3,
-                    c,
-                    w.data.as_ptr().cast(),
-                    bias.as_ptr().cast(),
-                    buf.as_mut_ptr().cast(),
-                );
-            }
-            Ok(PackedRhs::new(layout, buf))
         }
 
         /// The convolution: `src` is `in_h x in_w x channels`, `dst`
@@ -281,12 +158,6 @@ mod imp {
             });
             Ok(())
         }
-    }
-
-    /// The 9 taps (`dy * 3 + dx` order) of channel `channel` of a packed RHS
-    /// of this family, as f32.
-    pub fn unpack_rhs_row(rhs: &PackedRhs, channel: usize, out: &mut [f32]) -> Result<()> {
-        dw_unpack(rhs, RHS_FORMAT, channel, out, 2, |b| f16::from_le_bytes([b[0], b[1]]).to_f32())
     }
 }
 

@@ -56,154 +56,33 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::buffer::SendPtr;
     use crate::cpu::Features;
-    use crate::families::depthwise::dw_unpack;
+    use crate::families::depthwise::dwconv_family;
     use crate::families::engine::{self, Tiles};
-    use crate::packed::{PackedLayout, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
-    use kleidiai_sys as sys;
-    use std::sync::OnceLock;
-    use sys::interfaces::dwconv_f32_f32_f32p::{Interface, KERNELS};
+    use kleidiai_sys::interfaces::dwconv_f32_f32_f32p::{Interface, KERNELS};
 
-    pub(super) const RHS_FORMAT: &str = "x32p1vlx1b-dwconv3x3";
-    const RHS_PACKERS: &[&str] = &["kai_rhs_dwconv_pack_x32p1vlx1b_x32_x32_sme"];
-
-    struct Entry {
-        info: KernelInfo,
-        iface: &'static Interface,
-    }
-
-    fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, iface)| Entry {
-                    info: KernelInfo {
-                        name: u.name,
-                        family: FAMILY,
-                        features: u.features,
-                        vector_length: VectorLength::Any,
-                        tile: tile_kind_for(u.name),
-                        lhs_packer: None,
-                        rhs_packers: RHS_PACKERS,
-                        rank: rank_for(u.name, u.features),
-                    },
-                    iface,
-                })
-                .collect()
-        })
-    }
-
-    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-        entries().iter().map(|e| &e.info).collect()
-    }
-
-    /// One kernel of the family, with its packing.
-    #[derive(Clone, Copy)]
-    pub struct Kernel(&'static Entry);
-
-    impl core::fmt::Debug for Kernel {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-        }
+    dwconv_family! {
+        elem: f32,
+        zero: 0f32,
+        read: |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap()),
+        format: "x32p1vlx1b-dwconv3x3",
+        packer: kai_run_rhs_dwconv_pack_x32p1vlx1b_x32_x32_sme,
+        packer_size: kai_rhs_get_dst_size_dwconv_pack_x32p1vlx1b_x32_x32_sme,
     }
 
     impl Kernel {
-        /// Every kernel of the family in this build.
-        pub fn all() -> impl Iterator<Item = Kernel> {
-            entries().iter().map(Kernel)
+        /// The features in force, once the CPU is known to run the kernel.
+        fn checked(&self) -> Result<Features> {
+            engine::ensure_supported(&self.0.info)
         }
 
-        /// The kernel with this upstream name.
-        pub fn by_name(name: &str) -> Option<Kernel> {
-            entries().iter().find(|e| e.info.name == name).map(Kernel)
-        }
-
-        /// The best kernel that can run with `f` (any `m`: there is one).
-        pub fn select(f: &Features) -> Option<Kernel> {
-            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), 2, f)?;
-            Self::by_name(best.name)
-        }
-
-        /// Registry information.
-        pub fn info(&self) -> &'static KernelInfo {
-            &self.0.info
-        }
-
-        /// (output rows per call, channels per vector).
-        fn steps(&self) -> Result<(usize, Features)> {
-            let f = engine::ensure_supported(&self.0.info)?;
-            // SAFETY: the CPU has SME2 (ensure_supported): the getter may run.
-            let m_step = unsafe { self.0.iface.get_m_step.expect("m_step")() };
-            Ok((m_step, f))
-        }
-
-        /// The packed-weights layout for `channels` channels (it depends on
-        /// the SME vector length in force).
-        pub fn rhs_layout(&self, channels: usize) -> Result<PackedLayout> {
-            let (_, f) = self.steps()?;
-            let vb = engine::layout_vector_bytes(&self.0.info, &f);
-            Ok(PackedLayout {
-                format: RHS_FORMAT,
-                rows: channels,
-                k: 9,
-                r: vb / 4,
-                kr: 1,
-                sr: 1,
-                bl: 0,
-                vector_bytes: vb,
-            })
-        }
-
-        /// Packs the 3x3 weights and the bias.
-        pub fn pack_rhs(&self, w: &DepthwiseWeights<'_, f32>) -> Result<PackedRhs> {
-            w.validate()?;
-            let layout = self.rhs_layout(w.channels)?;
-            let c = w.channels;
-            // SAFETY: SME instruction (RDSVL) on a CPU with SME2 (rhs_layout).
-            let vl = unsafe { sys::kai_get_sme_vector_length_u8() } as usize / 4;
-            if vl != layout.r || vl == 0 {
-                return Err(crate::Error::PackerMismatch {
-                    kernel: self.0.info.name,
-                    why: format!("SME vector length {vl} x f32 differs from the detected {}", layout.r),
-                });
-            }
-            let need = error::mul(error::mul(c.div_ceil(vl), vl, "channels")?, 40, "packed weights")?;
-            let zeros;
-            let bias = match w.bias {
-                Some(b) => &b[..c],
-                None => {
-                    zeros = vec![0f32; c];
-                    &zeros[..]
-                }
-            };
-            // SAFETY: size query (reads the SME vector length; SME2 present).
-            let size = unsafe { sys::kai_rhs_get_dst_size_dwconv_pack_x32p1vlx1b_x32_x32_sme(3, 3, c) };
-            if size != need {
-                return Err(crate::Error::PackerMismatch {
-                    kernel: self.0.info.name,
-                    why: format!("packer size {size} differs from {need}"),
-                });
-            }
-            let mut buf = AlignedBuf::zeroed(size);
-            // SAFETY: `w.data` holds 9 * c f32 (validate), `bias` c f32, never
-            // null; the destination holds the packer's size for (3, 3, c).
-            unsafe {
-                sys::kai_run_rhs_dwconv_pack_x32p1vlx1b_x32_x32_sme(
-                    3,
-                    3,
-                    3,
-                    3,
-                    c,
-                    w.data.as_ptr().cast(),
-                    bias.as_ptr().cast(),
-                    buf.as_mut_ptr().cast(),
-                );
-            }
-            Ok(PackedRhs::new(layout, buf))
+        /// Output rows per call.
+        fn m_step(&self) -> Result<usize> {
+            self.checked()?;
+            // SAFETY: the CPU has SME2 (checked): the getter may run.
+            Ok(unsafe { self.0.iface.get_m_step.expect("m_step")() })
         }
 
         /// The convolution: `src` is `in_h x in_w x channels`, `dst`
@@ -222,7 +101,7 @@ mod imp {
             rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
             error::at_least(src.len(), shape.src_len()?, "src")?;
             error::at_least(dst.len(), shape.dst_len()?, "dst")?;
-            let (m_step, _) = self.steps()?;
+            let m_step = self.m_step()?;
             let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
             let (in_row, col, out_row) = (s.in_w * c * 4, c * 4, ow * c * 4);
             let run = self.0.iface.run_dwconv.expect("run");
@@ -271,14 +150,7 @@ mod imp {
             Ok(())
         }
     }
-
-    /// The 9 taps (`dy * 3 + dx` order) of channel `channel` of a packed RHS
-    /// of this family.
-    pub fn unpack_rhs_row(rhs: &PackedRhs, channel: usize, out: &mut [f32]) -> Result<()> {
-        dw_unpack(rhs, RHS_FORMAT, channel, out, 4, |b| f32::from_le_bytes(b.try_into().unwrap()))
-    }
 }
-
 
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
