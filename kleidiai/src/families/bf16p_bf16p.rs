@@ -205,7 +205,13 @@ mod imp {
         /// The packer reads a bias always (zeros are passed when there is
         /// none); otherwise a null bias means zero.
         bias_required: bool,
+        /// Every upstream packer of `format` (registry information).
+        format_packers: &'static [&'static str],
     }
+
+    /// The packers of `bf16p12x4biasf32`.
+    const BF16P12X4BIASF32_PACKERS: &[&str] =
+        &["kai_rhs_quant_pack_kxn_bf16p12x4biasf32_f32_neon", "kai_rhs_pack_kxn_bf16p12x4biasf32_f16_neon"];
 
     /// `kai_rhs_quant_pack_kxn_bf16p12x4biasf32_f32_neon`.
     pub(crate) static RHS_BF16P12X4BIASF32_F32_NEON: RhsPacker = RhsPacker {
@@ -216,6 +222,7 @@ mod imp {
         size: RhsSize::NkNrKr(sys::kai_get_rhs_packed_size_rhs_quant_pack_kxn_bf16p12x4biasf32_f32_neon),
         n_step: None,
         bias_required: false,
+        format_packers: BF16P12X4BIASF32_PACKERS,
     };
     /// `kai_rhs_pack_kxn_bf16p12x4biasf32_f16_neon` (f16 weights and bias,
     /// the same packed format; FEAT_FP16).
@@ -227,6 +234,7 @@ mod imp {
         size: RhsSize::Nk(sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p12x4biasf32_f16_neon),
         n_step: None,
         bias_required: false,
+        format_packers: BF16P12X4BIASF32_PACKERS,
     };
     /// `kai_rhs_pack_kxn_bf16p12x4biasf16_f16_neon`.
     pub(crate) static RHS_BF16P12X4BIASF16_F16_NEON: RhsPacker = RhsPacker {
@@ -237,6 +245,7 @@ mod imp {
         size: RhsSize::Nk(sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p12x4biasf16_f16_neon),
         n_step: None,
         bias_required: false,
+        format_packers: &["kai_rhs_pack_kxn_bf16p12x4biasf16_f16_neon"],
     };
     /// `kai_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme` (SME; it enters
     /// streaming mode itself).
@@ -248,6 +257,7 @@ mod imp {
         size: RhsSize::Nk(sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme),
         n_step: Some(sys::kai_get_n_step_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme),
         bias_required: true,
+        format_packers: &["kai_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme"],
     };
 
     /// The packers of one kernel.
@@ -264,8 +274,13 @@ mod imp {
         /// The packer of f16 weights into `rhs`'s format (FEAT_FP16 checked
         /// on use).
         pub rhs_f16: Option<&'static RhsPacker>,
-        /// Every RHS packer's upstream name (registry information).
-        pub rhs_names: &'static [&'static str],
+    }
+
+    impl Packers {
+        /// A kernel with one LHS and one RHS packer.
+        pub(crate) fn new(lhs: &'static LhsPacker, rhs: &'static RhsPacker) -> Packers {
+            Packers { lhs, lhs_f16: None, rhs, rhs_f16: None }
+        }
     }
 
     /// One kernel of a bf16 family: its upstream functions and packers.
@@ -303,7 +318,7 @@ mod imp {
                     vector_length: VectorLength::Any,
                     tile: tile_kind_for(u.name),
                     lhs_packer: Some(packers.lhs.name),
-                    rhs_packers: packers.rhs_names,
+                    rhs_packers: packers.rhs.format_packers,
                     rank: rank_for(u.name, u.features),
                 },
                 fns,
@@ -687,12 +702,28 @@ mod imp {
         unpack_bf16_row(rhs, row, out, p.bias_bytes)
     }
 
-    /// The items of a bf16 family module: `infos`, `Kernel` (a handle on
-    /// one [`Bf16Kernel`] of the family's `entries()`) with its methods, and
-    /// `unpack_rhs_row` for packed RHS of format `$rhs`. `$lhs`, `$out` and
-    /// `$w` are the element types of the LHS, the output and the weights.
+    /// The items of a bf16 family module: `entries()` (one [`Bf16Kernel`]
+    /// per kernel of the generated interface module `$iface`, its packers
+    /// given by `$packers` for the upstream kernel `$u`), `infos`, `Kernel`
+    /// (a handle on one entry) with its methods, and `unpack_rhs_row` for
+    /// packed RHS of `$rhs`'s format. `$lhs` is the element type of the LHS
+    /// and the weights, `$out` of the output.
     macro_rules! bf16_kernel {
-        (lhs: $lhs:ty, out: $out:ty, weights: $w:ty, rhs: $rhs:path) => {
+        (interface: $iface:ident, lhs: $lhs:ty, out: $out:ty, rhs: $rhs:path, packers: |$u:ident| $packers:expr $(,)?) => {
+            pub(super) fn entries() -> &'static [$crate::families::bf16p_bf16p::Bf16Kernel] {
+                static E: std::sync::OnceLock<Vec<$crate::families::bf16p_bf16p::Bf16Kernel>> =
+                    std::sync::OnceLock::new();
+                E.get_or_init(|| {
+                    kleidiai_sys::interfaces::$iface::KERNELS
+                        .iter()
+                        .map(|($u, i)| {
+                            let fns = $crate::families::bf16p_bf16p::fns!(i);
+                            $crate::families::bf16p_bf16p::Bf16Kernel::new($u, FAMILY, fns, $packers)
+                        })
+                        .collect()
+                })
+            }
+
             pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
                 entries().iter().map(|e| &e.info).collect()
             }
@@ -744,7 +775,10 @@ mod imp {
                 /// Rounds the weights to bf16 and packs them (with the bias)
                 /// for this kernel and every kernel with the same
                 /// [`rhs_layout`](Self::rhs_layout).
-                pub fn pack_rhs(&self, w: &$crate::formats::FloatWeights<'_, $w>) -> $crate::Result<$crate::PackedRhs> {
+                pub fn pack_rhs(
+                    &self,
+                    w: &$crate::formats::FloatWeights<'_, $lhs>,
+                ) -> $crate::Result<$crate::PackedRhs> {
                     self.0.pack_rhs(w, false)
                 }
 
@@ -864,7 +898,7 @@ mod imp {
                 fn lhs_layout(&self, m: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
                     Kernel::lhs_layout(self, m, k)
                 }
-                fn pack_rhs(&self, w: &$crate::formats::FloatWeights<'_, $w>) -> $crate::Result<$crate::PackedRhs> {
+                fn pack_rhs(&self, w: &$crate::formats::FloatWeights<'_, $lhs>) -> $crate::Result<$crate::PackedRhs> {
                     Kernel::pack_rhs(self, w)
                 }
                 fn pack_lhs(
@@ -1215,4 +1249,29 @@ pub(crate) mod test_support {
         assert!(K::unpack_rhs_row(&packed, 0, &mut row).is_err(), "short row");
         assert!(K::unpack_rhs_row(&packed, 4, &mut [0f32; 8]).is_err(), "row out of range");
     }
+
+    /// The tests of a bf16 family module (which has `FAMILY`, `Kernel`
+    /// and `reference`): [`conformance`] with the `seed`, depths and
+    /// per-case `extra` check given, [`mixing_layouts`] and [`bad_input`].
+    macro_rules! bf16_tests {
+        (seed: $seed:expr, ks: $ks:expr, extra: $extra:expr $(,)?) => {
+            #[test]
+            fn conformance() {
+                $crate::families::bf16p_bf16p::test_support::conformance::<Kernel>(
+                    FAMILY, $seed, $ks, reference, $extra,
+                );
+            }
+
+            #[test]
+            fn mixing_layouts_is_an_error() {
+                $crate::families::bf16p_bf16p::test_support::mixing_layouts::<Kernel>();
+            }
+
+            #[test]
+            fn bad_input_is_an_error() {
+                $crate::families::bf16p_bf16p::test_support::bad_input::<Kernel>(reference);
+            }
+        };
+    }
+    pub(crate) use bf16_tests;
 }

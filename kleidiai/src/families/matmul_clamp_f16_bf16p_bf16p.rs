@@ -64,45 +64,21 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::families::bf16p_bf16p::{self as bf, Bf16Kernel, Packers, bf16_kernel, fns};
-    use kleidiai_sys::interfaces::matmul_clamp_f16_bf16p_bf16p::KERNELS;
-    use std::sync::OnceLock;
+    use crate::families::bf16p_bf16p::{self as bf, Packers, bf16_kernel};
 
-    /// f16 in and out: the f16 LHS and RHS packers are the kernel's own.
-    pub(super) fn entries() -> &'static [Bf16Kernel] {
-        static E: OnceLock<Vec<Bf16Kernel>> = OnceLock::new();
-        E.get_or_init(|| {
-            let packers = || Packers {
-                lhs: &bf::LHS_BF16P8X4_F16_NEON,
-                lhs_f16: None,
-                rhs: &bf::RHS_BF16P12X4BIASF16_F16_NEON,
-                rhs_f16: None,
-                rhs_names: &["kai_rhs_pack_kxn_bf16p12x4biasf16_f16_neon"],
-            };
-            KERNELS.iter().map(|(u, i)| Bf16Kernel::new(u, FAMILY, fns!(i), packers())).collect()
-        })
+    // f16 in and out: the f16 LHS and RHS packers are the kernel's own.
+    bf16_kernel! {
+        interface: matmul_clamp_f16_bf16p_bf16p,
+        lhs: f16,
+        out: f16,
+        rhs: bf::RHS_BF16P12X4BIASF16_F16_NEON,
+        packers: |u| Packers::new(&bf::LHS_BF16P8X4_F16_NEON, &bf::RHS_BF16P12X4BIASF16_F16_NEON),
     }
-
-    bf16_kernel!(lhs: f16, out: f16, weights: f16, rhs: bf::RHS_BF16P12X4BIASF16_F16_NEON);
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::bf16p_bf16p::test_support as common;
 
-    #[test]
-    fn conformance() {
-        common::conformance::<Kernel>(FAMILY, 0xf16b, &[4, 7, 66], reference, |_, _| Ok(None));
-    }
-
-    #[test]
-    fn mixing_layouts_is_an_error() {
-        common::mixing_layouts::<Kernel>();
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        common::bad_input::<Kernel>(reference);
-    }
+    crate::families::bf16p_bf16p::test_support::bf16_tests!(seed: 0xf16b, ks: &[4, 7, 66], extra: |_, _| Ok(None));
 }

@@ -80,46 +80,36 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::families::bf16p_bf16p::{self as bf, Bf16Kernel, Packers, bf16_kernel, fns};
+    use crate::families::bf16p_bf16p::{self as bf, Packers, bf16_kernel};
     use crate::packed::{PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::{TileKind, tile_kind_for};
-    use kleidiai_sys::interfaces::matmul_clamp_f32_bf16p_bf16p::KERNELS;
-    use std::sync::OnceLock;
+    use half::f16;
 
-    /// The GEMV kernel packs its LHS one row per call and has no f16 LHS
-    /// packer upstream (f16 rows are widened to f32); both kernels read one
-    /// RHS format, from f32 or f16 weights.
-    pub(super) fn entries() -> &'static [Bf16Kernel] {
-        static E: OnceLock<Vec<Bf16Kernel>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, i)| {
-                    let gemv = tile_kind_for(u.name) == TileKind::Gemv;
-                    let packers = Packers {
-                        lhs: if gemv { &bf::LHS_BF16P1X4_F32_NEON } else { &bf::LHS_BF16P8X4_F32_NEON },
-                        lhs_f16: (!gemv).then_some(&bf::LHS_BF16P8X4_F16_NEON),
-                        rhs: &bf::RHS_BF16P12X4BIASF32_F32_NEON,
-                        rhs_f16: Some(&bf::RHS_BF16P12X4BIASF32_F16_NEON),
-                        rhs_names: &[
-                            "kai_rhs_quant_pack_kxn_bf16p12x4biasf32_f32_neon",
-                            "kai_rhs_pack_kxn_bf16p12x4biasf32_f16_neon",
-                        ],
-                    };
-                    Bf16Kernel::new(u, FAMILY, fns!(i), packers)
-                })
-                .collect()
-        })
+    // The GEMV kernel packs its LHS one row per call and has no f16 LHS
+    // packer upstream (f16 rows are widened to f32); both kernels read one
+    // RHS format, from f32 or f16 weights.
+    bf16_kernel! {
+        interface: matmul_clamp_f32_bf16p_bf16p,
+        lhs: f32,
+        out: f32,
+        rhs: bf::RHS_BF16P12X4BIASF32_F32_NEON,
+        packers: |u| {
+            let gemv = tile_kind_for(u.name) == TileKind::Gemv;
+            Packers {
+                lhs: if gemv { &bf::LHS_BF16P1X4_F32_NEON } else { &bf::LHS_BF16P8X4_F32_NEON },
+                lhs_f16: (!gemv).then_some(&bf::LHS_BF16P8X4_F16_NEON),
+                rhs: &bf::RHS_BF16P12X4BIASF32_F32_NEON,
+                rhs_f16: Some(&bf::RHS_BF16P12X4BIASF32_F16_NEON),
+            }
+        },
     }
-
-    bf16_kernel!(lhs: f32, out: f32, weights: f32, rhs: bf::RHS_BF16P12X4BIASF32_F32_NEON);
 
     impl Kernel {
         /// As [`pack_rhs`](Self::pack_rhs) for f16 weights and bias (upstream's
         /// `kai_rhs_pack_kxn_bf16p12x4biasf32_f16_neon`, which also needs
         /// FEAT_FP16): the same packed format, usable by both kernels.
-        pub fn pack_rhs_f16(&self, w: &FloatWeights<'_, half::f16>) -> Result<PackedRhs> {
+        pub fn pack_rhs_f16(&self, w: &FloatWeights<'_, f16>) -> Result<PackedRhs> {
             self.0.pack_rhs(w, true)
         }
 
@@ -128,7 +118,7 @@ mod imp {
             &self,
             m: usize,
             k: usize,
-            lhs: &[half::f16],
+            lhs: &[f16],
             lhs_stride: usize,
             par: Parallelism,
         ) -> Result<PackedLhs> {
@@ -145,7 +135,7 @@ mod imp {
             &self,
             m: usize,
             k: usize,
-            lhs: &[half::f16],
+            lhs: &[f16],
             lhs_stride: usize,
             par: Parallelism,
             out: &mut PackedLhs,
@@ -188,7 +178,7 @@ mod tests {
     use super::*;
     use crate::cpu::{CpuFeature, Features};
     use crate::families::bf16p_bf16p::round_bf16;
-    use crate::families::bf16p_bf16p::test_support::{self as common, Case, bf16_tolerance, magnitudes};
+    use crate::families::bf16p_bf16p::test_support::{Case, bf16_tolerance, magnitudes};
     use crate::formats::Order;
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
@@ -227,10 +217,7 @@ mod tests {
         Ok(Some(err))
     }
 
-    #[test]
-    fn conformance() {
-        common::conformance::<Kernel>(FAMILY, 0xbf16, &[4, 7, 66], reference, f16_packers);
-    }
+    crate::families::bf16p_bf16p::test_support::bf16_tests!(seed: 0xbf16, ks: &[4, 7, 66], extra: f16_packers);
 
     #[test]
     fn padding_is_zero_and_nonfinite_weights_stay_local() {
@@ -253,15 +240,5 @@ mod tests {
             assert_eq!(dst[i * n + 1], 1.25);
             assert_eq!(dst[i * n + 2], 1.25);
         }
-    }
-
-    #[test]
-    fn mixing_layouts_is_an_error() {
-        common::mixing_layouts::<Kernel>();
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        common::bad_input::<Kernel>(reference);
     }
 }

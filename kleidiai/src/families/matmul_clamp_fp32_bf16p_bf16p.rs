@@ -51,51 +51,25 @@ pub use imp::*;
 mod imp {
     use super::*;
     use crate::cpu::CpuFeature;
-    use crate::families::bf16p_bf16p::{self as bf, Bf16Kernel, Packers, bf16_kernel, fns};
-    use kleidiai_sys::interfaces::matmul_clamp_fp32_bf16p_bf16p::KERNELS;
-    use std::sync::OnceLock;
+    use crate::families::bf16p_bf16p::{self as bf, Packers, bf16_kernel};
 
-    /// The SME2 kernel packs its LHS with the `_sme2` packer (same format).
-    pub(super) fn entries() -> &'static [Bf16Kernel] {
-        static E: OnceLock<Vec<Bf16Kernel>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, i)| {
-                    let sme2 = u.features.contains(&CpuFeature::Sme2);
-                    let packers = Packers {
-                        lhs: if sme2 { &bf::LHS_BF16P2VLX2_F32_SME2 } else { &bf::LHS_BF16P2VLX2_F32_SME },
-                        lhs_f16: None,
-                        rhs: &bf::RHS_BF16P2VLX2BIASF32_F32_SME,
-                        rhs_f16: None,
-                        rhs_names: &["kai_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme"],
-                    };
-                    Bf16Kernel::new(u, FAMILY, fns!(i), packers)
-                })
-                .collect()
-        })
+    // The SME2 kernel packs its LHS with the `_sme2` packer (same format).
+    bf16_kernel! {
+        interface: matmul_clamp_fp32_bf16p_bf16p,
+        lhs: f32,
+        out: f32,
+        rhs: bf::RHS_BF16P2VLX2BIASF32_F32_SME,
+        packers: |u| {
+            let sme2 = u.features.contains(&CpuFeature::Sme2);
+            let lhs = if sme2 { &bf::LHS_BF16P2VLX2_F32_SME2 } else { &bf::LHS_BF16P2VLX2_F32_SME };
+            Packers::new(lhs, &bf::RHS_BF16P2VLX2BIASF32_F32_SME)
+        },
     }
-
-    bf16_kernel!(lhs: f32, out: f32, weights: f32, rhs: bf::RHS_BF16P2VLX2BIASF32_F32_SME);
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::bf16p_bf16p::test_support as common;
 
-    #[test]
-    fn conformance() {
-        common::conformance::<Kernel>(FAMILY, 0xf32b, &[2, 7, 34], reference, |_, _| Ok(None));
-    }
-
-    #[test]
-    fn mixing_layouts_is_an_error() {
-        common::mixing_layouts::<Kernel>();
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        common::bad_input::<Kernel>(reference);
-    }
+    crate::families::bf16p_bf16p::test_support::bf16_tests!(seed: 0xf32b, ks: &[2, 7, 34], extra: |_, _| Ok(None));
 }
