@@ -1,7 +1,11 @@
 //! What the bf16 families share (`matmul_clamp_f32_bf16p_bf16p`,
 //! `matmul_clamp_fp32_bf16p_bf16p`, `matmul_clamp_f16_bf16p_bf16p`): the
-//! rounding to bf16 and the reference math, the `bf16p{nr}x{kr}` packed RHS
-//! addressing, and the test helpers.
+//! rounding to bf16 and the reference math, and the one kernel engine: a
+//! kernel is data ([`Bf16Kernel`]: its upstream interface functions and its
+//! LHS and RHS packers as function tables), one generic driver makes every
+//! FFI call of the three families, and `bf16_kernel!` declares a family's
+//! entries and its public `Kernel` API over it. Also the `bf16p{nr}x{kr}`
+//! packed RHS addressing and the shared tests (`test_support`).
 
 use crate::error::Result;
 use crate::families::float_common::check_reference_operands;
@@ -954,7 +958,7 @@ mod imp {
     /// Byte offset of weight `(row, kk)` in a `bf16p{nr}x{kr}bias{bias_bytes}`
     /// buffer: per block of nr channels, nr biases, then for each group of kr
     /// inputs, nr channels of kr bf16 values.
-    pub(crate) fn bf16_rhs_offset(row: usize, kk: usize, k: usize, nr: usize, kr: usize, bias_bytes: usize) -> usize {
+    fn bf16_rhs_offset(row: usize, kk: usize, k: usize, nr: usize, kr: usize, bias_bytes: usize) -> usize {
         let kp = k.div_ceil(kr) * kr;
         let block = nr * (bias_bytes + kp * 2);
         (row / nr) * block + nr * bias_bytes + (kk / kr) * nr * kr * 2 + (row % nr) * kr * 2 + (kk % kr) * 2
@@ -962,7 +966,7 @@ mod imp {
 
     /// Zeroes the K padding of a packed `bf16p{nr}x{kr}` RHS (which the
     /// packers fill with copies of weight row 0).
-    pub(crate) fn zero_k_padding_with_bias(bytes: &mut [u8], n: usize, k: usize, nr: usize, kr: usize, bias: usize) {
+    fn zero_k_padding_with_bias(bytes: &mut [u8], n: usize, k: usize, nr: usize, kr: usize, bias: usize) {
         if k % kr == 0 {
             return;
         }
@@ -976,7 +980,7 @@ mod imp {
 
     /// Row `row` of a `bf16p{nr}x{kr}` packed RHS whose blocks start with nr
     /// biases of `bias_bytes` each.
-    pub(crate) fn unpack_bf16_row(rhs: &PackedRhs, row: usize, out: &mut [f32], bias_bytes: usize) -> Result<()> {
+    fn unpack_bf16_row(rhs: &PackedRhs, row: usize, out: &mut [f32], bias_bytes: usize) -> Result<()> {
         let l = *rhs.layout();
         if row >= l.rows {
             return Err(crate::Error::out_of_range("row", row, l.rows));
