@@ -72,34 +72,16 @@ mod imp {
     use half::bf16;
     use kleidiai_sys as sys;
 
-    pub(crate) type Getter = unsafe extern "C" fn() -> usize;
-    pub(crate) type OffsetFn = unsafe extern "C" fn(usize, usize) -> usize;
-    /// `run_matmul` of the three families (packed LHS and RHS).
-    pub(crate) type RunFn =
-        unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize, usize, f32, f32);
-    type LhsPackFn = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, *const c_void, usize, *mut c_void);
-    type LhsOffsetFn = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
-    type RhsPackFn = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *const c_void,
-        *mut c_void,
-        usize,
-        *const c_void,
-    );
+    // The upstream function types are the float families' (same C signatures).
+    use crate::families::float_common::{
+        Getter, LhsPackFn, LhsQueryFn as LhsOffsetFn, OffsetFn, PackedRunFn as RunFn, RhsPackFn, RhsSizeFn,
+    };
 
     /// An RHS packer's size query.
     #[derive(Clone, Copy)]
     enum RhsSize {
         /// `(n, k)`.
-        Nk(unsafe extern "C" fn(usize, usize) -> usize),
+        Nk(RhsSizeFn),
         /// `(n, k, nr, kr)`.
         NkNrKr(unsafe extern "C" fn(usize, usize, usize, usize) -> usize),
     }
