@@ -861,78 +861,6 @@ mod imp {
             pub fn unpack_rhs_row(rhs: &$crate::PackedRhs, row: usize, out: &mut [f32]) -> $crate::Result<()> {
                 $crate::families::bf16p_bf16p::unpack_rhs_row(FAMILY, &$rhs, rhs, row, out)
             }
-
-            #[cfg(test)]
-            impl $crate::families::bf16p_bf16p::test_support::TestKernel for Kernel {
-                type X = $lhs;
-                type Y = $out;
-                fn by_name(name: &str) -> Option<Self> {
-                    Kernel::by_name(name)
-                }
-                fn all() -> Vec<Self> {
-                    Kernel::all().collect()
-                }
-                fn select(m: usize, f: &$crate::cpu::Features) -> Option<Self> {
-                    Kernel::select(m, f)
-                }
-                fn info(&self) -> &'static $crate::registry::KernelInfo {
-                    Kernel::info(self)
-                }
-                fn rhs_layout(&self, n: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
-                    Kernel::rhs_layout(self, n, k)
-                }
-                fn lhs_layout(&self, m: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
-                    Kernel::lhs_layout(self, m, k)
-                }
-                fn pack_rhs(&self, w: &$crate::formats::FloatWeights<'_, $lhs>) -> $crate::Result<$crate::PackedRhs> {
-                    Kernel::pack_rhs(self, w)
-                }
-                fn pack_lhs(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    lhs: &[$lhs],
-                    stride: usize,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<$crate::PackedLhs> {
-                    Kernel::pack_lhs(self, m, k, lhs, stride, par)
-                }
-                fn pack_lhs_into(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    lhs: &[$lhs],
-                    stride: usize,
-                    par: $crate::Parallelism,
-                    out: &mut $crate::PackedLhs,
-                ) -> $crate::Result<()> {
-                    Kernel::pack_lhs_into(self, m, k, lhs, stride, par, out)
-                }
-                fn run(
-                    &self,
-                    lhs: &$crate::PackedLhs,
-                    rhs: &$crate::PackedRhs,
-                    dst: &mut [$out],
-                    clamp: $crate::Clamp,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<()> {
-                    Kernel::run(self, lhs, rhs, dst, clamp, par)
-                }
-                fn matmul(
-                    &self,
-                    m: usize,
-                    lhs: &[$lhs],
-                    rhs: &$crate::PackedRhs,
-                    dst: &mut [$out],
-                    clamp: $crate::Clamp,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<()> {
-                    Kernel::matmul(self, m, lhs, rhs, dst, clamp, par)
-                }
-                fn unpack_rhs_row(rhs: &$crate::PackedRhs, row: usize, out: &mut [f32]) -> $crate::Result<()> {
-                    unpack_rhs_row(rhs, row, out)
-                }
-            }
         };
     }
     pub(crate) use bf16_kernel;
@@ -1008,48 +936,25 @@ pub(crate) mod test_support {
         ((2 * k + 4) as f64 * f64::powi(2.0, -23) * mag + 1e-30) as f32
     }
 
-    /// A bf16 family's public `Kernel` (implemented by `bf16_kernel!`), so
-    /// the checks below run through each family's own API. `X` is the
-    /// element of the LHS and the weights, `Y` of the output.
-    pub(crate) trait TestKernel: Copy + core::fmt::Debug + 'static {
-        type X: FloatElement;
-        type Y: FloatElement;
-        fn by_name(name: &str) -> Option<Self>;
-        fn all() -> Vec<Self>;
-        fn select(m: usize, f: &Features) -> Option<Self>;
-        fn info(&self) -> &'static KernelInfo;
-        fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout>;
-        fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout>;
-        fn pack_rhs(&self, w: &FloatWeights<'_, Self::X>) -> Result<PackedRhs>;
-        fn pack_lhs(&self, m: usize, k: usize, lhs: &[Self::X], stride: usize, par: Parallelism) -> Result<PackedLhs>;
-        #[allow(clippy::too_many_arguments)]
-        fn pack_lhs_into(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[Self::X],
-            stride: usize,
-            par: Parallelism,
-            out: &mut PackedLhs,
-        ) -> Result<()>;
-        fn run(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [Self::Y],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()>;
-        fn matmul(
-            &self,
-            m: usize,
-            lhs: &[Self::X],
-            rhs: &PackedRhs,
-            dst: &mut [Self::Y],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()>;
-        fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()>;
+    /// A bf16 family's public API as function pointers (`bf16_tests!`
+    /// fills them with the family's own `Kernel` methods, `unpack_rhs_row`
+    /// and `reference`), so the checks below run through each family's API.
+    /// `X` is the element of the LHS and the weights, `Y` of the output.
+    #[allow(clippy::type_complexity)] // the families' own method signatures
+    pub(crate) struct Ops<K, X: 'static, Y: 'static> {
+        pub by_name: fn(&str) -> Option<K>,
+        pub all: fn() -> Vec<K>,
+        pub select: fn(usize, &Features) -> Option<K>,
+        pub info: fn(&K) -> &'static KernelInfo,
+        pub rhs_layout: fn(&K, usize, usize) -> Result<PackedLayout>,
+        pub lhs_layout: fn(&K, usize, usize) -> Result<PackedLayout>,
+        pub pack_rhs: fn(&K, &FloatWeights<'_, X>) -> Result<PackedRhs>,
+        pub pack_lhs: fn(&K, usize, usize, &[X], usize, Parallelism) -> Result<PackedLhs>,
+        pub pack_lhs_into: fn(&K, usize, usize, &[X], usize, Parallelism, &mut PackedLhs) -> Result<()>,
+        pub run: fn(&K, &PackedLhs, &PackedRhs, &mut [Y], Clamp, Parallelism) -> Result<()>,
+        pub matmul: fn(&K, usize, &[X], &PackedRhs, &mut [Y], Clamp, Parallelism) -> Result<()>,
+        pub unpack_rhs_row: fn(&PackedRhs, usize, &mut [f32]) -> Result<()>,
+        pub reference: Reference<X, Y>,
     }
 
     /// A family's reference.
@@ -1083,23 +988,23 @@ pub(crate) mod test_support {
     /// one ulp of an f16 output's rounding), bit-identical across thread
     /// counts, `unpack_rhs_row` giving the bf16-rounded weights; `extra`
     /// runs after each case (its error, if it checked one, joins the worst).
-    pub(crate) fn conformance<K: TestKernel>(
+    pub(crate) fn conformance<K, X: FloatElement, Y: FloatElement>(
+        o: &Ops<K, X, Y>,
         family: &str,
         seed: u64,
         ks: &[usize],
-        reference: Reference<K::X, K::Y>,
-        mut extra: impl FnMut(&K, &Case<'_, K::X>) -> core::result::Result<Option<f64>, (usize, String)>,
+        mut extra: impl FnMut(&K, &Case<'_, X>) -> core::result::Result<Option<f64>, (usize, String)>,
     ) {
         testing::conformance(family, |info| {
-            let kernel = K::by_name(info.name).unwrap();
+            let kernel = (o.by_name)(info.name).unwrap();
             let e = |c: usize| move |x: crate::Error| (c, x.to_string());
-            let lay = kernel.rhs_layout(1, ks[0]).map_err(e(0))?;
-            let lhs_lay = kernel.lhs_layout(1, ks[0]).map_err(e(0))?;
+            let lay = (o.rhs_layout)(&kernel, 1, ks[0]).map_err(e(0))?;
+            let lhs_lay = (o.lhs_layout)(&kernel, 1, ks[0]).map_err(e(0))?;
             let (mr, nr) = (lhs_lay.r, lay.r);
             let n_step = if mr == 1 { 3 * nr } else { nr };
             let shapes = tail_shapes(mr, mr, nr, n_step, ks);
             let mut rng = Rng::new(seed);
-            let el = |v: Vec<f32>| -> Vec<K::X> { v.into_iter().map(K::X::from_f32).collect() };
+            let el = |v: Vec<f32>| -> Vec<X> { v.into_iter().map(X::from_f32).collect() };
             let (mut cases, mut worst) = (0, 0f64);
             for (ci, &(m, n, k)) in shapes.iter().enumerate() {
                 let order = if ci % 2 == 0 { Order::KxN } else { Order::NxK };
@@ -1109,22 +1014,22 @@ pub(crate) mod test_support {
                 let w = FloatWeights { n, k, order, data: &data, bias };
                 let lhs = el(rng.vec_f32(m * k));
                 let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
-                let mut want = vec![K::Y::ZERO; m * n];
-                reference(m, &lhs, &w, clamp, &mut want).map_err(e(cases))?;
+                let mut want = vec![Y::ZERO; m * n];
+                (o.reference)(m, &lhs, &w, clamp, &mut want).map_err(e(cases))?;
                 let want = as_f32(&want);
                 let wq: Vec<f32> = w.to_nxk().unwrap().into_iter().map(|v| round_bf16(v.to_f32())).collect();
                 let b: Vec<f32> = (0..n).map(|j| w.bias_f32(j)).collect();
                 let mags = magnitudes(m, &as_f32(&lhs), k, &wq, &b);
                 // An f16 output adds its rounding: one f16 ulp.
-                let f16_out = K::Y::BYTES == 2;
-                let packed = kernel.pack_rhs(&w).map_err(e(cases))?;
+                let f16_out = Y::BYTES == 2;
+                let packed = (o.pack_rhs)(&kernel, &w).map_err(e(cases))?;
                 let mut first: Option<Vec<f32>> = None;
                 for threads in THREADS {
                     let par = Parallelism::Rayon(threads);
-                    let mut dst = vec![K::Y::from_f32(f32::NAN); m * n];
+                    let mut dst = vec![Y::from_f32(f32::NAN); m * n];
                     let mut scratch = PackedLhs::empty();
-                    kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(e(cases))?;
-                    kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(e(cases))?;
+                    (o.pack_lhs_into)(&kernel, m, k, &lhs, k, par, &mut scratch).map_err(e(cases))?;
+                    (o.run)(&kernel, &scratch, &packed, &mut dst, clamp, par).map_err(e(cases))?;
                     let dst = as_f32(&dst);
                     let err = compare(&dst, &want, |i, y| {
                         let tol = bf16_tolerance(k, mags[i]);
@@ -1142,7 +1047,7 @@ pub(crate) mod test_support {
                 }
                 let mut row = vec![0f32; k];
                 for r in [0, n / 2, n - 1] {
-                    K::unpack_rhs_row(&packed, r, &mut row).map_err(e(cases))?;
+                    (o.unpack_rhs_row)(&packed, r, &mut row).map_err(e(cases))?;
                     if row[..] != wq[r * k..(r + 1) * k] {
                         return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} differs from bf16(weights)")));
                     }
@@ -1171,91 +1076,118 @@ pub(crate) mod test_support {
 
     /// Every kernel runs on weights packed for another (same RHS format), a
     /// packed LHS of another format is refused, and one of another `k` too.
-    pub(crate) fn mixing_layouts<K: TestKernel>() {
+    pub(crate) fn mixing_layouts<K: core::fmt::Debug, X: FloatElement, Y: FloatElement>(o: &Ops<K, X, Y>) {
         let f = Features::current();
-        let Some(k1) = K::select(4, &f) else {
+        let Some(k1) = (o.select)(4, &f) else {
             return;
         };
-        let h = K::X::from_f32;
+        let h = X::from_f32;
         let (n, k) = (8, 16);
         let data = vec![h(0.5); n * k];
         let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: None };
-        let packed = k1.pack_rhs(&w).unwrap();
+        let packed = (o.pack_rhs)(&k1, &w).unwrap();
         let lhs = vec![h(0.5); 2 * k];
         let seq = Parallelism::Sequential;
-        let mut dst = vec![K::Y::ZERO; 2 * n];
-        for other in K::all().into_iter().filter(|x| x.info().supported(&f).is_ok()) {
-            other.matmul(2, &lhs, &packed, &mut dst, Clamp::NONE, seq).unwrap();
+        let mut dst = vec![Y::ZERO; 2 * n];
+        for other in (o.all)().into_iter().filter(|x| (o.info)(x).supported(&f).is_ok()) {
+            (o.matmul)(&other, 2, &lhs, &packed, &mut dst, Clamp::NONE, seq).unwrap();
             assert!(dst.iter().all(|y| y.to_f32() == 4.0), "{other:?}: {dst:?}");
             // The other kernel's packed LHS is refused unless it is the same format.
-            let lp = other.pack_lhs(2, k, &lhs, k, seq).unwrap();
-            let r = k1.run(&lp, &packed, &mut dst, Clamp::NONE, seq);
-            if other.lhs_layout(2, k).unwrap() == k1.lhs_layout(2, k).unwrap() {
+            let lp = (o.pack_lhs)(&other, 2, k, &lhs, k, seq).unwrap();
+            let r = (o.run)(&k1, &lp, &packed, &mut dst, Clamp::NONE, seq);
+            if (o.lhs_layout)(&other, 2, k).unwrap() == (o.lhs_layout)(&k1, 2, k).unwrap() {
                 r.unwrap();
             } else {
                 assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
             }
         }
         // A packed LHS of another k (one more group of kr) is rejected.
-        let k2 = k + k1.lhs_layout(2, k).unwrap().kr;
-        let lhs_p = k1.pack_lhs(2, k2, &vec![K::X::ZERO; 2 * k2], k2, seq).unwrap();
-        assert!(k1.run(&lhs_p, &packed, &mut dst, Clamp::NONE, seq).is_err());
+        let k2 = k + (o.lhs_layout)(&k1, 2, k).unwrap().kr;
+        let lhs_p = (o.pack_lhs)(&k1, 2, k2, &vec![X::ZERO; 2 * k2], k2, seq).unwrap();
+        assert!((o.run)(&k1, &lhs_p, &packed, &mut dst, Clamp::NONE, seq).is_err());
     }
 
     /// Bad operands are errors (not panics) in every entry point.
-    pub(crate) fn bad_input<K: TestKernel>(reference: Reference<K::X, K::Y>) {
+    pub(crate) fn bad_input<K, X: FloatElement, Y: FloatElement>(o: &Ops<K, X, Y>) {
         let f = Features::current();
-        let Some(kern) = K::select(1, &f) else {
+        let Some(kern) = (o.select)(1, &f) else {
             return;
         };
-        let z = K::X::ZERO;
+        let z = X::ZERO;
         let data = vec![z; 32];
         let w = FloatWeights { n: 4, k: 8, order: Order::NxK, data: &data, bias: None };
-        let packed = kern.pack_rhs(&w).unwrap();
-        let mut dst = vec![K::Y::ZERO; 4];
+        let packed = (o.pack_rhs)(&kern, &w).unwrap();
+        let mut dst = vec![Y::ZERO; 4];
         let seq = Parallelism::Sequential;
         let none = Clamp::NONE;
-        assert!(kern.matmul(1, &[z; 7], &packed, &mut dst, none, seq).is_err(), "short lhs");
-        assert!(kern.matmul(1, &[z; 8], &packed, &mut dst[..3], none, seq).is_err(), "short dst");
-        assert!(kern.matmul(0, &[], &packed, &mut dst, none, seq).is_err(), "m = 0");
+        assert!((o.matmul)(&kern, 1, &[z; 7], &packed, &mut dst, none, seq).is_err(), "short lhs");
+        assert!((o.matmul)(&kern, 1, &[z; 8], &packed, &mut dst[..3], none, seq).is_err(), "short dst");
+        assert!((o.matmul)(&kern, 0, &[], &packed, &mut dst, none, seq).is_err(), "m = 0");
         for bad in [Clamp { min: f32::NAN, max: 1.0 }, Clamp { min: 0.0, max: f32::NAN }, Clamp { min: 1.0, max: 0.0 }]
         {
-            assert!(kern.matmul(1, &[z; 8], &packed, &mut dst, bad, seq).is_err(), "bad clamp {bad:?}");
+            assert!((o.matmul)(&kern, 1, &[z; 8], &packed, &mut dst, bad, seq).is_err(), "bad clamp {bad:?}");
         }
-        assert!(kern.pack_rhs(&FloatWeights { data: &data[..31], ..w }).is_err(), "short weights");
-        assert!(kern.pack_rhs(&FloatWeights { bias: Some(&[z; 3]), ..w }).is_err(), "short bias");
+        assert!((o.pack_rhs)(&kern, &FloatWeights { data: &data[..31], ..w }).is_err(), "short weights");
+        assert!((o.pack_rhs)(&kern, &FloatWeights { bias: Some(&[z; 3]), ..w }).is_err(), "short bias");
         for n in [usize::MAX / 2, usize::MAX / 4] {
-            assert!(kern.pack_rhs(&FloatWeights { n, ..w }).is_err(), "overflow n");
+            assert!((o.pack_rhs)(&kern, &FloatWeights { n, ..w }).is_err(), "overflow n");
         }
-        assert!(kern.pack_rhs(&FloatWeights { k: usize::MAX / 2, ..w }).is_err(), "overflow k");
-        assert!(kern.pack_lhs(usize::MAX, 8, &[z; 8], 8, seq).is_err(), "overflowing m");
-        assert!(kern.pack_lhs(2, 8, &[z; 16], 7, seq).is_err(), "stride < k");
-        assert!(reference(1, &[z; 7], &w, none, &mut dst).is_err());
+        assert!((o.pack_rhs)(&kern, &FloatWeights { k: usize::MAX / 2, ..w }).is_err(), "overflow k");
+        assert!((o.pack_lhs)(&kern, usize::MAX, 8, &[z; 8], 8, seq).is_err(), "overflowing m");
+        assert!((o.pack_lhs)(&kern, 2, 8, &[z; 16], 7, seq).is_err(), "stride < k");
+        assert!((o.reference)(1, &[z; 7], &w, none, &mut dst).is_err());
         let mut row = vec![0f32; 7];
-        assert!(K::unpack_rhs_row(&packed, 0, &mut row).is_err(), "short row");
-        assert!(K::unpack_rhs_row(&packed, 4, &mut [0f32; 8]).is_err(), "row out of range");
+        assert!((o.unpack_rhs_row)(&packed, 0, &mut row).is_err(), "short row");
+        assert!((o.unpack_rhs_row)(&packed, 4, &mut [0f32; 8]).is_err(), "row out of range");
     }
 
-    /// The tests of a bf16 family module (which has `FAMILY`, `Kernel`
-    /// and `reference`): [`conformance`] with the `seed`, depths and
-    /// per-case `extra` check given, [`mixing_layouts`] and [`bad_input`].
+    /// The [`Ops`] of the family module in scope (its `Kernel`,
+    /// `unpack_rhs_row` and `reference`).
+    macro_rules! bf16_ops {
+        () => {
+            $crate::families::bf16p_bf16p::test_support::Ops {
+                by_name: Kernel::by_name,
+                all: || Kernel::all().collect(),
+                select: Kernel::select,
+                info: Kernel::info,
+                rhs_layout: Kernel::rhs_layout,
+                lhs_layout: Kernel::lhs_layout,
+                pack_rhs: Kernel::pack_rhs,
+                pack_lhs: Kernel::pack_lhs,
+                pack_lhs_into: Kernel::pack_lhs_into,
+                run: Kernel::run,
+                matmul: Kernel::matmul,
+                unpack_rhs_row,
+                reference,
+            }
+        };
+    }
+    pub(crate) use bf16_ops;
+
+    /// The tests of a bf16 family module (which has `FAMILY`, `Kernel`,
+    /// `unpack_rhs_row` and `reference`): [`conformance`] with the `seed`,
+    /// depths and per-case `extra` check given, [`mixing_layouts`] and
+    /// [`bad_input`].
     macro_rules! bf16_tests {
         (seed: $seed:expr, ks: $ks:expr, extra: $extra:expr $(,)?) => {
             #[test]
             fn conformance() {
-                $crate::families::bf16p_bf16p::test_support::conformance::<Kernel>(
-                    FAMILY, $seed, $ks, reference, $extra,
-                );
+                let ops = $crate::families::bf16p_bf16p::test_support::bf16_ops!();
+                $crate::families::bf16p_bf16p::test_support::conformance(&ops, FAMILY, $seed, $ks, $extra);
             }
 
             #[test]
             fn mixing_layouts_is_an_error() {
-                $crate::families::bf16p_bf16p::test_support::mixing_layouts::<Kernel>();
+                $crate::families::bf16p_bf16p::test_support::mixing_layouts(
+                    &$crate::families::bf16p_bf16p::test_support::bf16_ops!(),
+                );
             }
 
             #[test]
             fn bad_input_is_an_error() {
-                $crate::families::bf16p_bf16p::test_support::bad_input::<Kernel>(reference);
+                $crate::families::bf16p_bf16p::test_support::bad_input(
+                    &$crate::families::bf16p_bf16p::test_support::bf16_ops!(),
+                );
             }
         };
     }
