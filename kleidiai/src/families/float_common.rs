@@ -100,7 +100,7 @@ mod glue {
     pub(crate) type PackedRunFn =
         unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize, usize, f32, f32);
     pub(crate) type UkerApiFn = unsafe extern "C" fn() -> sys::kai_matmul_uker_api;
-    type RhsPackFn = unsafe extern "C" fn(
+    pub(crate) type RhsPackFn = unsafe extern "C" fn(
         usize,
         usize,
         usize,
@@ -115,10 +115,11 @@ mod glue {
         usize,
         *const c_void,
     );
-    type RhsSizeFn = unsafe extern "C" fn(usize, usize) -> usize;
+    pub(crate) type RhsSizeFn = unsafe extern "C" fn(usize, usize) -> usize;
     type RhsApiFn = unsafe extern "C" fn() -> sys::kai_matmul_pack_rhs_uker_api;
-    type LhsPackFn = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, *const c_void, usize, *mut c_void);
-    type LhsQueryFn = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
+    pub(crate) type LhsPackFn =
+        unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, *const c_void, usize, *mut c_void);
+    pub(crate) type LhsQueryFn = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
     type LhsApiFn = unsafe extern "C" fn() -> sys::kai_matmul_pack_lhs_uker_api;
 
     /// One upstream RHS packing routine.
