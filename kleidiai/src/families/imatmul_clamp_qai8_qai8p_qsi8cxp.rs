@@ -289,10 +289,10 @@ mod reference_tests {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::indirect::test_support::chunks;
+    use crate::families::indirect::test_support as ts;
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
-    use crate::testing::{self, Rng, THREADS, tail_shapes};
+    use crate::testing::{Rng, THREADS};
 
     fn i8s(rng: &mut Rng, n: usize) -> Vec<i8> {
         (0..n).map(|_| rng.next_u64() as i8).collect()
@@ -300,73 +300,56 @@ mod tests {
 
     #[test]
     fn conformance() {
-        testing::conformance(FAMILY, |info| {
-            let kernel = Kernel::by_name(info.name).unwrap();
-            let e = |c: usize| move |x: crate::Error| (c, x.to_string());
-            let (ms, ns) = {
-                let l = kernel.lhs_layout(1, 1, 1).map_err(e(0))?;
-                let r = kernel.rhs_layout(1, 1, 1).map_err(e(0))?;
-                (l.r, r.r)
+        // Chunk lengths not a multiple of 4 exercise the per-chunk padding.
+        ts::conformance::<Kernel>(FAMILY, 0x9a18, |kernel, rng, c| {
+            let (ci, m, n, kcc, kcl) = (c.ci, c.m, c.n, c.kcc, c.kcl);
+            let k = kcc * kcl;
+            let src = i8s(rng, m * k / 2 + kcl + 3);
+            let table = ts::chunks(rng, m, kcc, kcl, src.len());
+            let zp = rng.below(256) as i32 - 128;
+            // Padding as a real zero (the zero point), or raw 0 as upstream tests.
+            let pad = if ci % 2 == 0 { zp as i8 } else { 0 };
+            let lhs = Indirection { m, k_chunk_count: kcc, k_chunk_length: kcl, src: &src, chunks: &table, pad };
+            let order = if ci % 2 == 0 { Order::KxN } else { Order::NxK };
+            let data = i8s(rng, n * k);
+            let scales: Vec<f32> = (0..n).map(|_| 0.002 + 0.01 * (rng.f32() + 1.0)).collect();
+            let bias_v: Vec<i32> = (0..n).map(|_| rng.below(20_001) as i32 - 10_000).collect();
+            let bias = if ci % 4 == 3 { None } else { Some(&bias_v[..]) };
+            let w = Qsi8Weights { n, k, order, data: &data, scales: &scales, bias };
+            // Pick the multiplier so outputs span a bit more than int8.
+            let amax = (k as f32).sqrt() * 128.0 * 74.0 * 0.022 + 10_000.0 * 0.022;
+            let lq = LhsQuant { zero_point: zp, scale_multiplier: 2.0 * 160.0 / amax };
+            let oq = if ci % 3 == 1 {
+                OutputQuant { zero_point: rng.below(41) as i32 - 20, min: -100, max: 90 }
+            } else {
+                OutputQuant { zero_point: rng.below(41) as i32 - 20, min: -128, max: 127 }
             };
-            // Chunk lengths not a multiple of 4 exercise the per-chunk padding.
-            let kc = [(1usize, 3usize), (3, 5), (4, 7)];
-            let shapes = tail_shapes(ms, ms, ns, ns, &[0, 1, 2]);
-            let mut rng = Rng::new(0x9a18);
-            let mut cases = 0;
-            for (ci, &(m, n, kci)) in shapes.iter().enumerate() {
-                let (kcc, kcl) = kc[kci];
-                let k = kcc * kcl;
-                let src = i8s(&mut rng, m * k / 2 + kcl + 3);
-                let table = chunks(&mut rng, m, kcc, kcl, src.len());
-                let zp = rng.below(256) as i32 - 128;
-                // Padding as a real zero (the zero point), or raw 0 as upstream tests.
-                let pad = if ci % 2 == 0 { zp as i8 } else { 0 };
-                let lhs = Indirection { m, k_chunk_count: kcc, k_chunk_length: kcl, src: &src, chunks: &table, pad };
-                let order = if ci % 2 == 0 { Order::KxN } else { Order::NxK };
-                let data = i8s(&mut rng, n * k);
-                let scales: Vec<f32> = (0..n).map(|_| 0.002 + 0.01 * (rng.f32() + 1.0)).collect();
-                let bias_v: Vec<i32> = (0..n).map(|_| rng.below(20_001) as i32 - 10_000).collect();
-                let bias = if ci % 4 == 3 { None } else { Some(&bias_v[..]) };
-                let w = Qsi8Weights { n, k, order, data: &data, scales: &scales, bias };
-                // Pick the multiplier so outputs span a bit more than int8.
-                let amax = (k as f32).sqrt() * 128.0 * 74.0 * 0.022 + 10_000.0 * 0.022;
-                let lq = LhsQuant { zero_point: zp, scale_multiplier: 2.0 * 160.0 / amax };
-                let oq = if ci % 3 == 1 {
-                    OutputQuant { zero_point: rng.below(41) as i32 - 20, min: -100, max: 90 }
-                } else {
-                    OutputQuant { zero_point: rng.below(41) as i32 - 20, min: -128, max: 127 }
-                };
-                let mut want = vec![0i8; m * n];
-                reference(&lhs, &w, lq, oq, &mut want).map_err(e(cases))?;
-                let packed = kernel.pack_rhs(&w, kcc, kcl, lq).map_err(e(cases))?;
-                for threads in THREADS {
-                    let par = Parallelism::Rayon(threads);
-                    let mut dst = vec![0x55i8; m * n];
-                    let mut scratch = PackedLhs::empty();
-                    kernel.pack_lhs_into(&lhs, par, &mut scratch).map_err(e(cases))?;
-                    kernel.run(&scratch, &packed, &mut dst, oq, par).map_err(e(cases))?;
-                    crate::testing::hash_outputs(dst.iter().map(|v| *v as u8 as u32));
-                    if let Some(i) = (0..m * n).find(|&i| dst[i] != want[i]) {
-                        return Err((
-                            cases,
-                            format!(
-                                "m={m} n={n} k={kcc}x{kcl} threads={threads}: element {i}: got {}, want {}",
-                                dst[i], want[i]
-                            ),
-                        ));
-                    }
+            let mut want = vec![0i8; m * n];
+            reference(&lhs, &w, lq, oq, &mut want).map_err(|x| x.to_string())?;
+            let packed = kernel.pack_rhs(&w, kcc, kcl, lq).map_err(|x| x.to_string())?;
+            for threads in THREADS {
+                let par = Parallelism::Rayon(threads);
+                let mut dst = vec![0x55i8; m * n];
+                let mut scratch = PackedLhs::empty();
+                kernel.pack_lhs_into(&lhs, par, &mut scratch).map_err(|x| x.to_string())?;
+                kernel.run(&scratch, &packed, &mut dst, oq, par).map_err(|x| x.to_string())?;
+                crate::testing::hash_outputs(dst.iter().map(|v| *v as u8 as u32));
+                if let Some(i) = (0..m * n).find(|&i| dst[i] != want[i]) {
+                    return Err(format!(
+                        "m={m} n={n} k={kcc}x{kcl} threads={threads}: element {i}: got {}, want {}",
+                        dst[i], want[i]
+                    ));
                 }
-                let mut row = vec![0i8; k];
-                for r in [0, n / 2, n - 1] {
-                    let s = unpack_rhs_row_i8(&packed, r, &mut row).map_err(e(cases))?;
-                    let expect: Vec<i8> = (0..k).map(|p| w.value(r, p)).collect();
-                    if row != expect || s != scales[r] * lq.scale_multiplier {
-                        return Err((cases, format!("unpack_rhs_row_i8({r}) n={n} k={kcc}x{kcl} differs")));
-                    }
-                }
-                cases += 1;
             }
-            Ok((cases, 0.0))
+            let mut row = vec![0i8; k];
+            for r in [0, n / 2, n - 1] {
+                let s = unpack_rhs_row_i8(&packed, r, &mut row).map_err(|x| x.to_string())?;
+                let expect: Vec<i8> = (0..k).map(|p| w.value(r, p)).collect();
+                if row != expect || s != scales[r] * lq.scale_multiplier {
+                    return Err(format!("unpack_rhs_row_i8({r}) n={n} k={kcc}x{kcl} differs"));
+                }
+            }
+            Ok(0.0)
         });
     }
 

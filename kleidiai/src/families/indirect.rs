@@ -589,11 +589,11 @@ mod imp {
         /// `dst = clamp(gather(lhs) · wᵀ + bias)` with a kernel that reads
         /// the LHS through the pointer table: `dst` is `m x n`, rows `n`
         /// apart.
-        pub(crate) fn run_direct(
+        pub(crate) fn run_direct<T: Copy>(
             &self,
-            lhs: &Indirection<'_, f32>,
+            lhs: &Indirection<'_, T>,
             rhs: &PackedRhs,
-            dst: &mut [f32],
+            dst: &mut [T],
             clamp: Clamp,
             par: Parallelism,
         ) -> Result<()> {
@@ -607,13 +607,13 @@ mod imp {
             let Run::Direct(run) = self.fns.run else {
                 return Err(Error::WrongFamily { kernel: self.info.name, why: "reads a packed LHS".into() });
             };
-            assert_eq!(self.rhs.elem_bytes, 4, "{}: f32 kernel", self.info.name);
+            assert_eq!(size_of::<T>(), self.rhs.elem_bytes, "{}: element type", self.info.name);
             let pad = vec![lhs.pad; kcl];
             let table = lhs.pointer_table(t.m_step, pad.as_ptr());
             let get_rhs = self.fns.rhs_offset;
             let (tp, pp, rp, dp) = (
-                SendPtr(table.as_ptr() as *mut *const f32),
-                SendPtr(pad.as_ptr() as *mut f32),
+                SendPtr(table.as_ptr() as *mut *const T),
+                SendPtr(pad.as_ptr() as *mut T),
                 SendPtr(rhs.data().as_ptr() as *mut u8),
                 SendPtr(dst.as_mut_ptr()),
             );
@@ -622,12 +622,13 @@ mod imp {
                 // SAFETY: rows.start is a multiple of m_step (plan_grid), so
                 // this tile's pointers start at table index rows.start * kcc
                 // (blocks of m_step rows); each pointer it reads is valid for
-                // kcl f32 (into `src`, checked by validate, or the `pad`
+                // kcl elements (into `src`, checked by validate, or the `pad`
                 // buffer), both alive for the call; lhs_ptr_offset 0. The
                 // packed RHS has exactly this kernel's layout for (n, kcc,
                 // kcl) at the current VL (checked), so the offset of a column
                 // start that is a multiple of n_step lies inside it; dst holds
-                // m x n f32 and tiles are disjoint; the CPU has SVE (tiles()).
+                // m x n elements and tiles are disjoint; the CPU has SVE
+                // (tiles()).
                 unsafe {
                     let ro = get_rhs(cols.start, kcc, kcl);
                     run(
@@ -640,7 +641,7 @@ mod imp {
                         0,
                         rp.0.add(ro).cast(),
                         dp.0.add(rows.start * n + cols.start).cast(),
-                        n * 4,
+                        n * size_of::<T>(),
                         clamp.min,
                         clamp.max,
                     );
@@ -766,8 +767,50 @@ mod imp {
                 }
             }
 
+            #[cfg(test)]
+            impl $crate::families::indirect::test_support::TestKernel for Kernel {
+                fn by_name(name: &str) -> Option<Kernel> {
+                    Kernel::by_name(name)
+                }
+                fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
+                    Kernel::select(m, f)
+                }
+                fn all() -> Vec<Kernel> {
+                    Kernel::all().collect()
+                }
+                fn entry(&self) -> &'static $crate::families::indirect::Entry {
+                    self.0
+                }
+            }
+
             $($crate::families::indirect::imatmul_kernel!(@packed $t, $d, $stage: $sty, $(#[$doc])*);)?
-            $($crate::families::indirect::imatmul_kernel!(@float $ft, $rhs);)?
+            $($crate::families::indirect::imatmul_kernel!(@float $ft, $rhs, $run);)?
+        };
+        (@compute Direct) => {
+            fn compute(
+                &self,
+                lhs: &$crate::formats::Indirection<'_, Self::Elem>,
+                rhs: &$crate::PackedRhs,
+                dst: &mut [Self::Elem],
+                clamp: $crate::Clamp,
+                par: $crate::Parallelism,
+            ) -> $crate::Result<()> {
+                self.run(lhs, rhs, dst, clamp, par)
+            }
+        };
+        (@compute $run:ident) => {
+            fn compute(
+                &self,
+                lhs: &$crate::formats::Indirection<'_, Self::Elem>,
+                rhs: &$crate::PackedRhs,
+                dst: &mut [Self::Elem],
+                clamp: $crate::Clamp,
+                par: $crate::Parallelism,
+            ) -> $crate::Result<()> {
+                let mut scratch = $crate::PackedLhs::empty();
+                self.pack_lhs_into(lhs, par, &mut scratch)?;
+                self.run(&scratch, rhs, dst, clamp, par)
+            }
         };
         (@packed $t:ty, $d:ty, $stage:ident: $sty:ty, $(#[$doc:meta])*) => {
             impl Kernel {
@@ -830,7 +873,7 @@ mod imp {
                 }
             }
         };
-        (@float $ft:ty, $rhs:expr) => {
+        (@float $ft:ty, $rhs:expr, $run:ident) => {
             impl Kernel {
                 /// Packs `n x k` weights (with bias; zeros without one) for
                 /// LHS rows made of `k_chunk_count` chunks of `k_chunk_length`
@@ -857,6 +900,23 @@ mod imp {
                 })?;
                 Ok(())
             }
+
+            #[cfg(test)]
+            impl $crate::families::indirect::test_support::FloatKernel for Kernel {
+                type Elem = $ft;
+                fn pack_rhs(
+                    &self,
+                    w: &$crate::formats::FloatWeights<'_, $ft>,
+                    kcc: usize,
+                    kcl: usize,
+                ) -> $crate::Result<$crate::PackedRhs> {
+                    Kernel::pack_rhs(self, w, kcc, kcl)
+                }
+                fn unpack_rhs_row(rhs: &$crate::PackedRhs, row: usize, out: &mut [f32]) -> $crate::Result<()> {
+                    unpack_rhs_row(rhs, row, out)
+                }
+                $crate::families::indirect::imatmul_kernel!(@compute $run);
+            }
         };
     }
     pub(crate) use imatmul_kernel;
@@ -865,7 +925,13 @@ mod imp {
 /// Test helpers shared by the imatmul families.
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod test_support {
-    use crate::testing::Rng;
+    use super::Entry;
+    use crate::Result;
+    use crate::cpu::Features;
+    use crate::formats::{FloatElement, FloatWeights, Indirection, Order};
+    use crate::packed::{Clamp, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
 
     /// An indirection table for `m` rows of `kcc` chunks of `kcl` over a
     /// source of `src_len` elements: random chunk starts (any alignment,
@@ -897,4 +963,231 @@ pub(crate) mod test_support {
         }
         out
     }
+
+    /// What the shared tests need of a family's `Kernel` (implemented by
+    /// `imatmul_kernel!`).
+    pub(crate) trait TestKernel: Copy {
+        fn by_name(name: &str) -> Option<Self>;
+        fn select(m: usize, f: &Features) -> Option<Self>;
+        fn all() -> Vec<Self>;
+        fn entry(&self) -> &'static Entry;
+    }
+
+    /// A float family's kernel: its RHS packing and unpacking, and the LHS
+    /// packing (if it reads a packed one) followed by the run.
+    pub(crate) trait FloatKernel: TestKernel {
+        type Elem: FloatElement;
+        fn pack_rhs(&self, w: &FloatWeights<'_, Self::Elem>, kcc: usize, kcl: usize) -> Result<PackedRhs>;
+        fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()>;
+        fn compute(
+            &self,
+            lhs: &Indirection<'_, Self::Elem>,
+            rhs: &PackedRhs,
+            dst: &mut [Self::Elem],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()>;
+    }
+
+    /// A family's reference function.
+    pub(crate) type Reference<T> = fn(&Indirection<'_, T>, &FloatWeights<'_, T>, Clamp, &mut [T]) -> Result<()>;
+
+    /// One conformance case: shape `m x n`, `k` as `kcc` chunks of `kcl`.
+    pub(crate) struct Case {
+        pub ci: usize,
+        pub m: usize,
+        pub n: usize,
+        pub kcc: usize,
+        pub kcl: usize,
+    }
+
+    /// The conformance run of an imatmul family: for every kernel the CPU
+    /// supports, `case` runs on the tail shapes of its tile with `k` as
+    /// (chunks, chunk length) in (1, 3), (3, 5), (4, 7) (odd lengths
+    /// exercise the per-chunk padding to `kr`), drawing its data from one
+    /// generator seeded with `seed`; it returns the case's largest error.
+    pub(crate) fn conformance<K: TestKernel>(
+        family: &str,
+        seed: u64,
+        mut case: impl FnMut(K, &mut Rng, &Case) -> core::result::Result<f64, String>,
+    ) {
+        testing::conformance(family, |info| {
+            let kernel = K::by_name(info.name).unwrap();
+            let (t, _) = kernel.entry().tiles().map_err(|x| (0, x.to_string()))?;
+            let kc = [(1usize, 3usize), (3, 5), (4, 7)];
+            let shapes = tail_shapes(t.m_step, t.m_step, t.n_step, t.n_step, &[0, 1, 2]);
+            let mut rng = Rng::new(seed);
+            let (mut cases, mut worst) = (0, 0f64);
+            for (ci, &(m, n, kci)) in shapes.iter().enumerate() {
+                let (kcc, kcl) = kc[kci];
+                worst = worst.max(case(kernel, &mut rng, &Case { ci, m, n, kcc, kcl }).map_err(|x| (cases, x))?);
+                cases += 1;
+            }
+            Ok((cases, worst))
+        });
+    }
+
+    fn f32s<T: FloatElement>(v: &[T]) -> Vec<f32> {
+        v.iter().map(|x| x.to_f32()).collect()
+    }
+
+    fn elems<T: FloatElement>(v: Vec<f32>) -> Vec<T> {
+        v.into_iter().map(T::from_f32).collect()
+    }
+
+    /// The conformance test of a float family: against `reference` within
+    /// `tol(k, Σ_k |x·w| + |bias|, want)`, bit-identical across thread
+    /// counts, and the packed RHS unpacks to the weights. `pad` is the
+    /// padding value of every third case.
+    pub(crate) fn float_conformance<K: FloatKernel>(
+        family: &str,
+        seed: u64,
+        pad: f32,
+        reference: Reference<K::Elem>,
+        tol: fn(usize, f64, f32) -> f32,
+    ) {
+        conformance::<K>(family, seed, |kernel, rng, c| {
+            let (ci, m, n, kcc, kcl) = (c.ci, c.m, c.n, c.kcc, c.kcl);
+            let k = kcc * kcl;
+            let src: Vec<K::Elem> = elems(rng.vec_f32(m * k / 2 + kcl + 3));
+            let table = chunks(rng, m, kcc, kcl, src.len());
+            let pad = K::Elem::from_f32(if ci % 3 == 0 { pad } else { 0.0 });
+            let lhs = Indirection { m, k_chunk_count: kcc, k_chunk_length: kcl, src: &src, chunks: &table, pad };
+            let order = if ci % 2 == 0 { Order::KxN } else { Order::NxK };
+            let data = elems(rng.vec_f32(n * k));
+            let bias_v = elems(rng.vec_f32(n));
+            let bias = if ci % 4 == 3 { None } else { Some(&bias_v[..]) };
+            let w = FloatWeights { n, k, order, data: &data, bias };
+            let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
+            let mut want = vec![K::Elem::ZERO; m * n];
+            reference(&lhs, &w, clamp, &mut want).map_err(|x| x.to_string())?;
+            let want = f32s(&want);
+            let wd = f32s(&w.to_nxk().unwrap());
+            let b: Vec<f32> = (0..n).map(|j| w.bias_f32(j)).collect();
+            let mags = magnitudes(m, &f32s(&lhs.gather().unwrap()), k, &wd, &b);
+            let packed = kernel.pack_rhs(&w, kcc, kcl).map_err(|x| x.to_string())?;
+            let (mut first, mut worst): (Option<Vec<f32>>, f64) = (None, 0.0);
+            for threads in THREADS {
+                let par = Parallelism::Rayon(threads);
+                let mut dst = vec![K::Elem::from_f32(f32::NAN); m * n];
+                kernel.compute(&lhs, &packed, &mut dst, clamp, par).map_err(|x| x.to_string())?;
+                let dst = f32s(&dst);
+                let err = compare(&dst, &want, |i, y| tol(k, mags[i], y))
+                    .map_err(|x| format!("m={m} n={n} k={kcc}x{kcl} threads={threads}: {x}"))?;
+                worst = worst.max(err);
+                match &first {
+                    None => first = Some(dst),
+                    Some(f) if !bit_identical(f, &dst) => {
+                        return Err(format!("m={m} n={n}: {threads} threads differ from 1"));
+                    }
+                    _ => {}
+                }
+            }
+            let mut row = vec![0f32; k];
+            for r in [0, n / 2, n - 1] {
+                K::unpack_rhs_row(&packed, r, &mut row).map_err(|x| x.to_string())?;
+                if row[..] != wd[r * k..(r + 1) * k] {
+                    return Err(format!("unpack_rhs_row({r}) n={n} k={kcc}x{kcl} differs"));
+                }
+            }
+            Ok(worst)
+        });
+    }
+
+    /// Every kernel of a float family reads the packed RHS of the selected
+    /// one (same layout), and a packed RHS of the same `k` in other chunks
+    /// is refused.
+    pub(crate) fn float_mixing_layouts<K: FloatKernel>() {
+        let f = Features::current();
+        let Some(k1) = K::select(4, &f) else {
+            return;
+        };
+        let (n, kcc, kcl) = (8, 2, 3);
+        let half = K::Elem::from_f32(0.5);
+        let data = vec![half; n * kcc * kcl];
+        let w = FloatWeights { n, k: kcc * kcl, order: Order::NxK, data: &data, bias: None };
+        let packed = k1.pack_rhs(&w, kcc, kcl).unwrap();
+        let src = vec![half; 8];
+        let chunks = [Some(0), Some(5), None, Some(2)];
+        let zero = K::Elem::ZERO;
+        let lhs = Indirection { m: 2, k_chunk_count: kcc, k_chunk_length: kcl, src: &src, chunks: &chunks, pad: zero };
+        let seq = Parallelism::Sequential;
+        for other in K::all().into_iter().filter(|x| x.entry().info.supported(&f).is_ok()) {
+            let mut dst = vec![zero; 2 * n];
+            other.compute(&lhs, &packed, &mut dst, Clamp::NONE, seq).unwrap();
+            let d = f32s(&dst);
+            assert!(d[..n].iter().all(|&y| y == 1.5) && d[n..].iter().all(|&y| y == 0.75), "{d:?}");
+        }
+        // Same k, other chunking: refused.
+        let p2 = k1.pack_rhs(&w, 3, 2).unwrap();
+        let mut dst = vec![zero; 2 * n];
+        let r = k1.compute(&lhs, &p2, &mut dst, Clamp::NONE, seq);
+        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
+    }
+
+    /// Bad operands of a float family are errors.
+    pub(crate) fn float_bad_input<K: FloatKernel>(reference: Reference<K::Elem>) {
+        let f = Features::current();
+        let Some(kern) = K::select(4, &f) else {
+            return;
+        };
+        let zero = K::Elem::ZERO;
+        let data = vec![zero; 4 * 6];
+        let w = FloatWeights { n: 4, k: 6, order: Order::NxK, data: &data, bias: None };
+        assert!(kern.pack_rhs(&w, 4, 2).is_err(), "k mismatch");
+        assert!(kern.pack_rhs(&w, 0, 6).is_err(), "zero chunks");
+        let packed = kern.pack_rhs(&w, 2, 3).unwrap();
+        let src = [zero; 6];
+        let ok = [Some(0), Some(3)];
+        let lhs = Indirection { m: 1, k_chunk_count: 2, k_chunk_length: 3, src: &src, chunks: &ok, pad: zero };
+        let mut dst = vec![zero; 4];
+        let run = |lhs: &Indirection<'_, K::Elem>, dst: &mut [K::Elem], clamp| {
+            kern.compute(lhs, &packed, dst, clamp, Parallelism::Sequential)
+        };
+        run(&lhs, &mut dst, Clamp::NONE).unwrap();
+        assert!(run(&lhs, &mut dst[..3], Clamp::NONE).is_err(), "short dst");
+        for outside in [[Some(0), Some(4)], [Some(4), Some(0)]] {
+            let bad = Indirection { chunks: &outside, ..lhs };
+            assert!(run(&bad, &mut dst, Clamp::NONE).is_err(), "chunk outside src");
+        }
+        let bad = [
+            (Indirection { chunks: &ok[..1], ..lhs }, "short table"),
+            (Indirection { m: 0, ..lhs }, "m = 0"),
+            (Indirection { m: usize::MAX / 2, ..lhs }, "overflow"),
+            (Indirection { k_chunk_count: 1 << 33, ..lhs }, "chunk count past u32"),
+        ];
+        for (bad, what) in bad {
+            assert!(run(&bad, &mut dst, Clamp::NONE).is_err(), "{what}");
+        }
+        assert!(run(&lhs, &mut dst, Clamp { min: 2.0, max: 1.0 }).is_err(), "empty clamp");
+        assert!(reference(&lhs, &FloatWeights { k: 5, data: &data[..20], ..w }, Clamp::NONE, &mut dst).is_err());
+    }
+
+    /// The tests of a float family (`conformance`,
+    /// `mixing_layouts_is_an_error`, `bad_input_is_an_error` in its module
+    /// `tests`) over its `Kernel`, `reference` and `FAMILY`.
+    macro_rules! float_tests {
+        (seed: $seed:expr, pad: $pad:expr, tol: $tol:expr) => {
+            mod tests {
+                use super::*;
+                use $crate::families::indirect::test_support as ts;
+
+                #[test]
+                fn conformance() {
+                    ts::float_conformance::<Kernel>(FAMILY, $seed, $pad, reference, $tol);
+                }
+
+                #[test]
+                fn mixing_layouts_is_an_error() {
+                    ts::float_mixing_layouts::<Kernel>();
+                }
+
+                #[test]
+                fn bad_input_is_an_error() {
+                    ts::float_bad_input::<Kernel>(reference);
+                }
+            }
+        };
+    }
+    pub(crate) use float_tests;
 }
