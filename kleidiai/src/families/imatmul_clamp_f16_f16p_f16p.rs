@@ -22,53 +22,37 @@
 //! results are then rounded to f16, which can put them one f16 ulp apart:
 //! `|err| <= (k + 3) · 2⁻²⁴ · M + 2⁻¹⁰ · |want| + 2⁻²⁴`.
 
-use crate::error::Result;
-use crate::formats::{FloatWeights, Indirection};
-use crate::packed::Clamp;
-use half::f16;
-
-/// Upstream family directory.
-pub const FAMILY: &str = "imatmul_clamp_f16_f16p_f16p";
-
-/// The portable reference (test oracle and fallback): gathers the LHS rows
-/// through the indirection, accumulates `lhs · wᵀ + bias` in f64, rounds to
-/// f32, clamps, rounds to f16.
-///
-/// ```
-/// use half::f16;
-/// use kleidiai::families::imatmul_clamp_f16_f16p_f16p::reference;
-/// use kleidiai::formats::{FloatWeights, Indirection, Order};
-/// use kleidiai::Clamp;
-/// let h = |x: f32| f16::from_f32(x);
-/// let src = [h(1.0), h(2.0)];
-/// let lhs = Indirection { m: 1, k_chunk_count: 2, k_chunk_length: 1, src: &src, chunks: &[Some(1), None], pad: h(0.0) };
-/// let data = [h(3.0), h(7.0)];
-/// let w = FloatWeights { n: 1, k: 2, order: Order::NxK, data: &data, bias: None };
-/// let mut y = [f16::ZERO];
-/// reference(&lhs, &w, Clamp { min: 0.0, max: 5.0 }, &mut y).unwrap();
-/// assert_eq!(y[0], h(5.0));
-/// ```
-pub fn reference(lhs: &Indirection<'_, f16>, w: &FloatWeights<'_, f16>, clamp: Clamp, dst: &mut [f16]) -> Result<()> {
-    super::indirect::reference_float(lhs, w, clamp, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::families::indirect::{self as ind, imatmul_kernel};
-    use kleidiai_sys::interfaces::imatmul_clamp_f16_f16p_f16p::KERNELS;
-
-    imatmul_kernel! {
-        kernels: KERNELS, run: Clamp, rhs: &ind::X16P2VLX2B, lhs: Some(&ind::X16P2VLX2),
-        packed: (f16, f16, clamp: Clamp,
-            /// `dst = clamp(f16(lhs · wᵀ + bias))`: `dst` is `m x n`, rows `n`
-            /// apart; the clamp bounds are rounded to f16.
-        ),
-        float: f16
-    }
+crate::families::indirect::float_family! {
+    family: "imatmul_clamp_f16_f16p_f16p",
+    elem: half::f16,
+    /// The portable reference (test oracle and fallback): gathers the LHS
+    /// rows through the indirection, accumulates `lhs · wᵀ + bias` in f64,
+    /// rounds to f32, clamps, rounds to f16.
+    ///
+    /// ```
+    /// use half::f16;
+    /// use kleidiai::families::imatmul_clamp_f16_f16p_f16p::reference;
+    /// use kleidiai::formats::{FloatWeights, Indirection, Order};
+    /// use kleidiai::Clamp;
+    /// let h = |x: f32| f16::from_f32(x);
+    /// let src = [h(1.0), h(2.0)];
+    /// let lhs = Indirection { m: 1, k_chunk_count: 2, k_chunk_length: 1, src: &src, chunks: &[Some(1), None], pad: h(0.0) };
+    /// let data = [h(3.0), h(7.0)];
+    /// let w = FloatWeights { n: 1, k: 2, order: Order::NxK, data: &data, bias: None };
+    /// let mut y = [f16::ZERO];
+    /// reference(&lhs, &w, Clamp { min: 0.0, max: 5.0 }, &mut y).unwrap();
+    /// assert_eq!(y[0], h(5.0));
+    /// ```
+    reference,
+    kernels: kleidiai_sys::interfaces::imatmul_clamp_f16_f16p_f16p::KERNELS,
+    run: Clamp,
+    rhs: &crate::families::indirect::X16P2VLX2B,
+    lhs: Some(&crate::families::indirect::X16P2VLX2),
+    packed: (half::f16, half::f16, clamp: crate::Clamp,
+        /// `dst = clamp(f16(lhs · wᵀ + bias))`: `dst` is `m x n`, rows `n`
+        /// apart; the clamp bounds are rounded to f16.
+    ),
+    float: half::f16
 }
 
 // Odd chunk lengths exercise the per-chunk padding to kr = 2; the tolerance

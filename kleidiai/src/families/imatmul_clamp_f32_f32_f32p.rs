@@ -7,7 +7,7 @@
 //! depends on it. RHS packer `kai_rhs_imatmul_pack_kxn_x32p4vlx1b_x32_x32_sve`
 //! (K x N weights in chunks, bias required: zeros when there is none; format
 //! `x32p4vlx1b-imatmul`, `k = k_chunk_count · k_chunk_length`, `bl =
-//! k_chunk_length`). The LHS is an [`Indirection`] (element offsets checked in
+//! k_chunk_length`). The LHS is an [`Indirection`](crate::formats::Indirection) (element offsets checked in
 //! Rust; the pointer table, in blocks of 6 rows, is built here). Upstream
 //! passes the chunk count and length to the kernel as 32-bit integers: both
 //! must fit in `u32`.
@@ -16,58 +16,35 @@
 //! [`imatmul_clamp_f32_f32p_f32p`](super::imatmul_clamp_f32_f32p_f32p):
 //! `|err| <= (k + 3) · 2⁻²⁴ · (Σ_k |x·w| + |bias|)`.
 
-use crate::error::Result;
-use crate::formats::{FloatWeights, Indirection};
-use crate::packed::Clamp;
-
-/// Upstream family directory.
-pub const FAMILY: &str = "imatmul_clamp_f32_f32_f32p";
-
-/// The portable reference: identical to
-/// [`imatmul_clamp_f32_f32p_f32p::reference`](super::imatmul_clamp_f32_f32p_f32p::reference).
-///
-/// ```
-/// use kleidiai::families::imatmul_clamp_f32_f32_f32p::reference;
-/// use kleidiai::formats::{FloatWeights, Indirection, Order};
-/// use kleidiai::Clamp;
-/// let src = [1.0f32, 2.0, 3.0];
-/// // Two rows of one chunk of 2: src[0..2] and src[1..3].
-/// let lhs = Indirection { m: 2, k_chunk_count: 1, k_chunk_length: 2, src: &src, chunks: &[Some(0), Some(1)], pad: 0.0 };
-/// let w = FloatWeights { n: 1, k: 2, order: Order::NxK, data: &[1.0f32, 10.0], bias: None };
-/// let mut y = [0f32; 2];
-/// reference(&lhs, &w, Clamp::NONE, &mut y).unwrap();
-/// assert_eq!(y, [21.0, 32.0]);
-/// ```
-pub fn reference(lhs: &Indirection<'_, f32>, w: &FloatWeights<'_, f32>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
-    super::indirect::reference_float(lhs, w, clamp, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::families::indirect::{self as ind, imatmul_kernel};
-    use crate::par::Parallelism;
-    use kleidiai_sys::interfaces::imatmul_clamp_f32_f32_f32p::KERNELS;
-
-    imatmul_kernel! { kernels: KERNELS, run: Direct, rhs: &ind::X32P4VLX1B, lhs: None, float: f32 }
-
-    impl Kernel {
-        /// `dst = clamp(gather(lhs) · wᵀ + bias)`: `dst` is `m x n`, rows `n`
-        /// apart. The kernel reads the LHS through the indirection directly.
-        pub fn run(
-            &self,
-            lhs: &Indirection<'_, f32>,
-            rhs: &crate::PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            self.0.run_direct(lhs, rhs, dst, clamp, par)
-        }
-    }
+crate::families::indirect::float_family! {
+    family: "imatmul_clamp_f32_f32_f32p",
+    elem: f32,
+    /// The portable reference: identical to
+    /// [`imatmul_clamp_f32_f32p_f32p::reference`](super::imatmul_clamp_f32_f32p_f32p::reference).
+    ///
+    /// ```
+    /// # use kleidiai::families::imatmul_clamp_f32_f32_f32p::reference;
+    /// # use kleidiai::{formats::*, Clamp};
+    /// let src = [1.0f32, 2.0, 3.0];
+    /// // Two rows of one chunk of 2: src[0..2] and src[1..3].
+    /// let chunks = [Some(0), Some(1)];
+    /// let lhs = Indirection { m: 2, k_chunk_count: 1, k_chunk_length: 2, src: &src, chunks: &chunks, pad: 0.0 };
+    /// let mut y = [0f32; 2];
+    /// let w = FloatWeights { n: 1, k: 2, order: Order::NxK, data: &[1.0f32, 10.0], bias: None };
+    /// reference(&lhs, &w, Clamp::NONE, &mut y).unwrap();
+    /// assert_eq!(y, [21.0, 32.0]);
+    /// ```
+    reference,
+    kernels: kleidiai_sys::interfaces::imatmul_clamp_f32_f32_f32p::KERNELS,
+    run: Direct,
+    rhs: &crate::families::indirect::X32P4VLX1B,
+    lhs: None,
+    direct: (f32,
+        /// `dst = clamp(gather(lhs) · wᵀ + bias)`: `dst` is `m x n`, rows
+        /// `n` apart. The kernel reads the LHS through the indirection
+        /// directly.
+    ),
+    float: f32
 }
 
 // The tolerance of imatmul_clamp_f32_f32p_f32p.

@@ -1,7 +1,7 @@
 //! `imatmul_clamp_f32_f32p_f32p`: indirect matmul, `dst (f32, m x n) =
 //! clamp(gather(lhs) · wᵀ + bias)` where row `i` of the LHS is the
 //! concatenation of `k_chunk_count` chunks of `k_chunk_length` f32 values
-//! found through an [`Indirection`] (a convolution's taps without an im2col
+//! found through an [`Indirection`](crate::formats::Indirection) (a convolution's taps without an im2col
 //! copy), on SME/SME2 with `FMOPA` outer products.
 //!
 //! Kernels (2 upstream): `f32p2vlx1_f32p2vlx1b_2vlx2vl_sme_mopa` (SME) and
@@ -14,7 +14,7 @@
 //! k_chunk_length` and `bl = k_chunk_length`.
 //!
 //! The safe API never takes pointers: chunks are element offsets into one
-//! source slice, checked by [`Indirection::validate`]; the pointer table
+//! source slice, checked by [`Indirection::validate`](crate::formats::Indirection::validate); the pointer table
 //! upstream reads is built here from them (padding chunks point at a buffer
 //! of `pad` values owned by the call).
 //!
@@ -24,49 +24,33 @@
 //! `Σ_k |x·w| + |bias|`; the reference (f64) rounds once more:
 //! `|err| <= (k + 3) · 2⁻²⁴ · (Σ_k |x·w| + |bias|)`.
 
-use crate::error::Result;
-use crate::formats::{FloatWeights, Indirection};
-use crate::packed::Clamp;
-
-/// Upstream family directory.
-pub const FAMILY: &str = "imatmul_clamp_f32_f32p_f32p";
-
-/// The portable reference (test oracle and fallback): gathers the LHS rows
-/// through the indirection and computes `clamp(lhs · wᵀ + bias)` (f64
-/// accumulation); `dst` is `m x n`.
-///
-/// ```
-/// use kleidiai::families::imatmul_clamp_f32_f32p_f32p::reference;
-/// use kleidiai::formats::{FloatWeights, Indirection, Order};
-/// use kleidiai::Clamp;
-/// // One output row made of chunk src[2..4] then a padding chunk.
-/// let src = [0.0f32, 0.0, 1.0, 2.0];
-/// let lhs = Indirection { m: 1, k_chunk_count: 2, k_chunk_length: 2, src: &src, chunks: &[Some(2), None], pad: 0.0 };
-/// let w = FloatWeights { n: 1, k: 4, order: Order::NxK, data: &[1.0f32, 1.0, 5.0, 5.0], bias: Some(&[0.5]) };
-/// let mut y = [0f32];
-/// reference(&lhs, &w, Clamp::NONE, &mut y).unwrap();
-/// assert_eq!(y[0], 3.5);
-/// ```
-pub fn reference(lhs: &Indirection<'_, f32>, w: &FloatWeights<'_, f32>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
-    super::indirect::reference_float(lhs, w, clamp, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::families::indirect::{self as ind, imatmul_kernel};
-    use kleidiai_sys::interfaces::imatmul_clamp_f32_f32p_f32p::KERNELS;
-
-    imatmul_kernel! {
-        kernels: KERNELS, run: Clamp, rhs: &ind::X32P2VLX1B, lhs: Some(&ind::X32P2VLX1),
-        packed: (f32, f32, clamp: Clamp,
-            /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
-        ),
-        float: f32
-    }
+crate::families::indirect::float_family! {
+    family: "imatmul_clamp_f32_f32p_f32p",
+    elem: f32,
+    /// The portable reference (test oracle and fallback): gathers the LHS
+    /// rows through the indirection and computes `clamp(lhs · wᵀ + bias)`
+    /// (f64 accumulation); `dst` is `m x n`.
+    ///
+    /// ```
+    /// use kleidiai::{Clamp, families::imatmul_clamp_f32_f32p_f32p::reference};
+    /// use kleidiai::formats::{FloatWeights, Indirection, Order};
+    /// // One output row made of chunk src[2..4] then a padding chunk.
+    /// let src = [0.0f32, 0.0, 1.0, 2.0];
+    /// let lhs = Indirection { m: 1, k_chunk_count: 2, k_chunk_length: 2, src: &src, chunks: &[Some(2), None], pad: 0.0 };
+    /// let w = FloatWeights { n: 1, k: 4, order: Order::NxK, data: &[1.0f32, 1.0, 5.0, 5.0], bias: Some(&[0.5]) };
+    /// let mut y = [0f32];
+    /// reference(&lhs, &w, Clamp::NONE, &mut y).unwrap();
+    /// assert_eq!(y[0], 3.5);
+    /// ```
+    reference,
+    kernels: kleidiai_sys::interfaces::imatmul_clamp_f32_f32p_f32p::KERNELS,
+    run: Clamp,
+    rhs: &crate::families::indirect::X32P2VLX1B,
+    lhs: Some(&crate::families::indirect::X32P2VLX1),
+    packed: (f32, f32, clamp: crate::Clamp,
+        /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
+    ),
+    float: f32
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]

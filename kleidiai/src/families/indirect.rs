@@ -63,6 +63,36 @@ pub(crate) fn reference_float<T: FloatElement>(
     Ok(())
 }
 
+/// Declares a float indirect family: `FAMILY`, its `reference` (with the
+/// docs given before `reference`) and, on aarch64, its `Kernel` (the rest
+/// goes to `imatmul_kernel!`).
+macro_rules! float_family {
+    (family: $family:literal, elem: $t:ty, $(#[$doc:meta])* reference, $($kernel:tt)*) => {
+        /// Upstream family directory.
+        pub const FAMILY: &str = $family;
+
+        $(#[$doc])*
+        pub fn reference(
+            lhs: &$crate::formats::Indirection<'_, $t>,
+            w: &$crate::formats::FloatWeights<'_, $t>,
+            clamp: $crate::Clamp,
+            dst: &mut [$t],
+        ) -> $crate::Result<()> {
+            $crate::families::indirect::reference_float(lhs, w, clamp, dst)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        pub use imp::*;
+
+        #[cfg(target_arch = "aarch64")]
+        mod imp {
+            use super::*;
+            $crate::families::indirect::imatmul_kernel! { $($kernel)* }
+        }
+    };
+}
+pub(crate) use float_family;
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) use imp::*;
 
@@ -704,6 +734,7 @@ mod imp {
         (
             kernels: $kernels:path, run: $run:ident, rhs: $rhs:expr, lhs: $lhs:expr
             $(, packed: ($t:ty, $d:ty, $stage:ident: $sty:ty, $(#[$doc:meta])*))?
+            $(, direct: ($dt:ty, $(#[$ddoc:meta])*))?
             $(, float: $ft:ty)?
         ) => {
             fn entries() -> &'static [$crate::families::indirect::Entry] {
@@ -784,33 +815,29 @@ mod imp {
             }
 
             $($crate::families::indirect::imatmul_kernel!(@packed $t, $d, $stage: $sty, $(#[$doc])*);)?
+            $($crate::families::indirect::imatmul_kernel!(@direct $dt, $(#[$ddoc])*);)?
             $($crate::families::indirect::imatmul_kernel!(@float $ft, $rhs, $run);)?
         };
-        (@compute Direct) => {
-            fn compute(
-                &self,
-                lhs: &$crate::formats::Indirection<'_, Self::Elem>,
-                rhs: &$crate::PackedRhs,
-                dst: &mut [Self::Elem],
-                clamp: $crate::Clamp,
-                par: $crate::Parallelism,
-            ) -> $crate::Result<()> {
-                self.run(lhs, rhs, dst, clamp, par)
+        (@direct $t:ty, $(#[$doc:meta])*) => {
+            impl Kernel {
+                $(#[$doc])*
+                pub fn run(
+                    &self,
+                    lhs: &$crate::formats::Indirection<'_, $t>,
+                    rhs: &$crate::PackedRhs,
+                    dst: &mut [$t],
+                    clamp: $crate::Clamp,
+                    par: $crate::Parallelism,
+                ) -> $crate::Result<()> {
+                    self.0.run_direct(lhs, rhs, dst, clamp, par)
+                }
             }
         };
-        (@compute $run:ident) => {
-            fn compute(
-                &self,
-                lhs: &$crate::formats::Indirection<'_, Self::Elem>,
-                rhs: &$crate::PackedRhs,
-                dst: &mut [Self::Elem],
-                clamp: $crate::Clamp,
-                par: $crate::Parallelism,
-            ) -> $crate::Result<()> {
-                let mut scratch = $crate::PackedLhs::empty();
-                self.pack_lhs_into(lhs, par, &mut scratch)?;
-                self.run(&scratch, rhs, dst, clamp, par)
-            }
+        (@entry_point Direct) => {
+            Kernel::run
+        };
+        (@entry_point $run:ident) => {
+            Kernel::imatmul
         };
         (@packed $t:ty, $d:ty, $stage:ident: $sty:ty, $(#[$doc:meta])*) => {
             impl Kernel {
@@ -915,7 +942,17 @@ mod imp {
                 fn unpack_rhs_row(rhs: &$crate::PackedRhs, row: usize, out: &mut [f32]) -> $crate::Result<()> {
                     unpack_rhs_row(rhs, row, out)
                 }
-                $crate::families::indirect::imatmul_kernel!(@compute $run);
+                fn compute(
+                    &self,
+                    lhs: &$crate::formats::Indirection<'_, $ft>,
+                    rhs: &$crate::PackedRhs,
+                    dst: &mut [$ft],
+                    clamp: $crate::Clamp,
+                    par: $crate::Parallelism,
+                ) -> $crate::Result<()> {
+                    let one_call = $crate::families::indirect::imatmul_kernel!(@entry_point $run);
+                    one_call(self, lhs, rhs, dst, clamp, par)
+                }
             }
         };
     }
