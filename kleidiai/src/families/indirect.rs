@@ -1,8 +1,18 @@
-//! What the indirect-matmul families share (`imatmul_clamp_f32_f32p_f32p`,
+//! The engine of the indirect-matmul families (`imatmul_clamp_f32_f32p_f32p`,
 //! `imatmul_clamp_f32_f32_f32p`, `imatmul_clamp_f16_f16p_f16p`,
 //! `imatmul_clamp_qai8_qai8p_qsi8cxp`): the f32 reference math and the
-//! check of `k`, the indirect LHS packing, the packed RHS addressing, and
-//! the test helpers.
+//! check of `k`; on aarch64, a kernel as data (`Entry`: its upstream
+//! interface functions, `Fns`, and the packers it reads, `RhsFormat` and
+//! `LhsPacker` tables), one generic driver where every FFI call of these
+//! families lives (`Entry::pack_rhs`, `pack_lhs_into`, `run_packed`,
+//! `run_direct`, `unpack_rhs_row`), and `imatmul_kernel!` /
+//! `float_family!`, which declare a family's typed `Kernel`; and the test
+//! helpers (`test_support`).
+//!
+//! Every packed imatmul RHS has the same shape (see `RhsFormat`): blocks
+//! of `nr` channels, the biases first, then per chunk its inputs padded to
+//! a multiple of `kr`, then the scales of quantised formats. Packed layouts
+//! record `k = k_chunk_count · k_chunk_length` and `bl = k_chunk_length`.
 
 use crate::error::{self, Result};
 use crate::formats::{FloatElement, FloatWeights, Indirection};
