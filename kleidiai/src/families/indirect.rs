@@ -220,22 +220,25 @@ mod imp {
     /// f32 weights, 4 SVE vectors of channels, kr 1 (depends on the SVE
     /// vector length).
     pub(crate) static X32P4VLX1B: RhsFormat = RhsFormat {
+        format: "x32p4vlx1b-imatmul",
+        packer: "kai_rhs_imatmul_pack_kxn_x32p4vlx1b_x32_x32_sve",
         n_step: sys::kai_get_n_step_rhs_imatmul_pack_kxn_x32p4vlx1b_x32_x32_sve,
         size: sys::kai_get_rhs_packed_size_rhs_imatmul_pack_kxn_x32p4vlx1b_x32_x32_sve,
         run: RhsRun::Float(sys::kai_run_rhs_imatmul_pack_kxn_x32p4vlx1b_x32_x32_sve),
-        format: "x32p4vlx1b-imatmul",
-        packer: "kai_rhs_imatmul_pack_kxn_x32p4vlx1b_x32_x32_sve",
-        ..X32P2VLX1B
+        kr: 1,
+        elem_bytes: 4,
+        lead: 4,
+        trail: 0,
     };
 
     /// f16 weights, 2 SME vectors of f32 channels, kr 2 (each chunk padded
     /// to an even length).
     pub(crate) static X16P2VLX2B: RhsFormat = RhsFormat {
-        run: RhsRun::Float(sys::kai_run_rhs_imatmul_pack_kxn_x16p2vlx2b_x16_x16_sme),
-        size: sys::kai_get_rhs_packed_size_rhs_imatmul_pack_kxn_x16p2vlx2b_x16_x16_sme,
-        n_step: sys::kai_get_n_step_rhs_imatmul_pack_kxn_x16p2vlx2b_x16_x16_sme,
-        packer: "kai_rhs_imatmul_pack_kxn_x16p2vlx2b_x16_x16_sme",
         format: "x16p2vlx2b-imatmul",
+        packer: "kai_rhs_imatmul_pack_kxn_x16p2vlx2b_x16_x16_sme",
+        n_step: sys::kai_get_n_step_rhs_imatmul_pack_kxn_x16p2vlx2b_x16_x16_sme,
+        size: sys::kai_get_rhs_packed_size_rhs_imatmul_pack_kxn_x16p2vlx2b_x16_x16_sme,
+        run: RhsRun::Float(sys::kai_run_rhs_imatmul_pack_kxn_x16p2vlx2b_x16_x16_sme),
         kr: 2,
         elem_bytes: 2,
         lead: 2,
@@ -245,10 +248,10 @@ mod imp {
     /// Int8 weights with int32 bias and f32 scales, kr 4.
     pub(crate) static QSI8CXP2VLX4SB: RhsFormat = RhsFormat {
         format: "qsi8cxp2vlx4sb-imatmul",
-        run: RhsRun::Qsi8(sys::kai_run_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme),
+        packer: "kai_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme",
         n_step: sys::kai_get_n_step_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme,
         size: sys::kai_get_rhs_packed_size_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme,
-        packer: "kai_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme",
+        run: RhsRun::Qsi8(sys::kai_run_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme),
         kr: 4,
         elem_bytes: 1,
         lead: 4,
@@ -266,20 +269,20 @@ mod imp {
 
     /// f16 LHS, kr 2.
     pub(crate) static X16P2VLX2: LhsPacker = LhsPacker {
-        m_step: sys::kai_get_m_step_lhs_imatmul_pack_x16p2vlx2_x16p_sme,
-        offset: sys::kai_get_lhs_packed_offset_lhs_imatmul_pack_x16p2vlx2_x16p_sme,
-        run: sys::kai_run_lhs_imatmul_pack_x16p2vlx2_x16p_sme,
-        name: "kai_lhs_imatmul_pack_x16p2vlx2_x16p_sme",
         format: "x16p2vlx2-imatmul",
+        name: "kai_lhs_imatmul_pack_x16p2vlx2_x16p_sme",
+        m_step: sys::kai_get_m_step_lhs_imatmul_pack_x16p2vlx2_x16p_sme,
+        run: sys::kai_run_lhs_imatmul_pack_x16p2vlx2_x16p_sme,
+        offset: sys::kai_get_lhs_packed_offset_lhs_imatmul_pack_x16p2vlx2_x16p_sme,
     };
 
     /// Raw int8 LHS, kr 4.
     pub(crate) static X8P2VLX4: LhsPacker = LhsPacker {
-        name: "kai_lhs_imatmul_pack_x8p2vlx4_x8p_sme",
         format: "x8p2vlx4-imatmul",
+        name: "kai_lhs_imatmul_pack_x8p2vlx4_x8p_sme",
+        m_step: sys::kai_get_m_step_lhs_imatmul_pack_x8p2vlx4_x8p_sme,
         run: sys::kai_run_lhs_imatmul_pack_x8p2vlx4_x8p_sme,
         offset: sys::kai_get_lhs_packed_offset_lhs_imatmul_pack_x8p2vlx4_x8p_sme,
-        m_step: sys::kai_get_m_step_lhs_imatmul_pack_x8p2vlx4_x8p_sme,
     };
 
     /// How a kernel is called (its `run_imatmul`).
