@@ -194,127 +194,31 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::{AlignedBuf, SendPtr};
-    use crate::cpu::Features;
-    use crate::families::engine::{self, Tiles};
-    use crate::families::indirect::{IndirectLhsPacker, imatmul_rhs_offset, pack_indirect_lhs};
-    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
-    use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::families::indirect::{self as ind, RhsSource, Stage, imatmul_kernel};
+    use crate::packed::PackedRhs;
     use kleidiai_sys as sys;
-    use std::sync::OnceLock;
-    use sys::interfaces::imatmul_clamp_qai8_qai8p_qsi8cxp::{Interface, KERNELS};
+    use std::borrow::Cow;
+    use sys::interfaces::imatmul_clamp_qai8_qai8p_qsi8cxp::KERNELS;
 
-    pub(super) const RHS_FORMAT: &str = "qsi8cxp2vlx4sb-imatmul";
-    const LHS_FORMAT: &str = "x8p2vlx4-imatmul";
-    const RHS_PACKERS: &[&str] = &["kai_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme"];
-    const LHS_PACKER: &str = "kai_lhs_imatmul_pack_x8p2vlx4_x8p_sme";
-    const KR: usize = 4;
-
-    struct Entry {
-        info: KernelInfo,
-        iface: &'static Interface,
+    imatmul_kernel! {
+        kernels: KERNELS, run: Requant, rhs: &ind::QSI8CXP2VLX4SB, lhs: Some(&ind::X8P2VLX4),
+        packed: (i8, i8, oq: OutputQuant,
+            /// The int8 output (see the module docs): `dst` is `m x n`, rows `n`
+            /// apart.
+        )
     }
 
-    fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, iface)| Entry {
-                    info: KernelInfo {
-                        name: u.name,
-                        family: FAMILY,
-                        features: u.features,
-                        vector_length: VectorLength::Any,
-                        tile: tile_kind_for(u.name),
-                        lhs_packer: Some(LHS_PACKER),
-                        rhs_packers: RHS_PACKERS,
-                        rank: rank_for(u.name, u.features),
-                    },
-                    iface,
-                })
-                .collect()
-        })
-    }
-
-    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-        entries().iter().map(|e| &e.info).collect()
-    }
-
-    /// One kernel of the family, with its packing.
-    #[derive(Clone, Copy)]
-    pub struct Kernel(&'static Entry);
-
-    impl core::fmt::Debug for Kernel {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+    impl From<OutputQuant> for Stage {
+        fn from(oq: OutputQuant) -> Stage {
+            Stage::Requant(sys::kai_matmul_requantize32_params {
+                min_value: oq.min as i32,
+                max_value: oq.max as i32,
+                output_zero_point: oq.zero_point,
+            })
         }
-    }
-
-    /// `k_chunk_count · roundup(k_chunk_length, 4)` (the packed K), checked.
-    fn packed_k(kcc: usize, kcl: usize) -> Result<usize> {
-        error::mul(kcc, error::mul(kcl.div_ceil(KR), KR, "k_chunk_length")?, "packed k")
     }
 
     impl Kernel {
-        /// Every kernel of the family in this build.
-        pub fn all() -> impl Iterator<Item = Kernel> {
-            entries().iter().map(Kernel)
-        }
-
-        /// The kernel with this upstream name.
-        pub fn by_name(name: &str) -> Option<Kernel> {
-            entries().iter().find(|e| e.info.name == name).map(Kernel)
-        }
-
-        /// The best kernel that can run with `f` for `m` output rows.
-        pub fn select(m: usize, f: &Features) -> Option<Kernel> {
-            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-            Self::by_name(best.name)
-        }
-
-        /// Registry information.
-        pub fn info(&self) -> &'static KernelInfo {
-            &self.0.info
-        }
-
-        fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.0.info)?;
-            let i = self.0.iface;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so its SME getters may run; upstream fills
-            // both (generated table).
-            let (m_step, n_step) = unsafe { (i.get_m_step.expect("m_step")(), i.get_n_step.expect("n_step")()) };
-            Ok((Tiles { m_step, n_step, mr: m_step, nr: n_step, kr: KR, sr: 1 }, f))
-        }
-
-        fn layout(&self, format: &'static str, rows: usize, kcc: usize, kcl: usize, lhs: bool) -> Result<PackedLayout> {
-            let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format,
-                rows,
-                k: error::mul(kcc, kcl, "k_chunk_count * k_chunk_length")?,
-                r: if lhs { t.m_step } else { t.n_step },
-                kr: KR,
-                sr: 1,
-                bl: kcl,
-                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
-            })
-        }
-
-        /// The packed-RHS layout for `n` channels of `k_chunk_count` chunks
-        /// of `k_chunk_length` inputs.
-        pub fn rhs_layout(&self, n: usize, k_chunk_count: usize, k_chunk_length: usize) -> Result<PackedLayout> {
-            self.layout(RHS_FORMAT, n, k_chunk_count, k_chunk_length, false)
-        }
-
-        /// The packed-LHS layout for `m` rows of `k_chunk_count` chunks of
-        /// `k_chunk_length` inputs.
-        pub fn lhs_layout(&self, m: usize, k_chunk_count: usize, k_chunk_length: usize) -> Result<PackedLayout> {
-            self.layout(LHS_FORMAT, m, k_chunk_count, k_chunk_length, true)
-        }
-
         /// Packs the weights for LHS rows made of `k_chunk_count` chunks of
         /// `k_chunk_length` (their product must be `w.k`), folding in the
         /// LHS zero point and the scale multiplier.
@@ -327,209 +231,23 @@ mod imp {
         ) -> Result<PackedRhs> {
             w.validate()?;
             lq.check()?;
-            check_k(w.k, k_chunk_count, k_chunk_length)?;
-            let layout = self.rhs_layout(w.n, k_chunk_count, k_chunk_length)?;
-            let n = w.n;
-            // SAFETY: the kernel's features (SME) were checked by rhs_layout.
-            let packer_nr = unsafe { sys::kai_get_n_step_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme() };
-            if packer_nr != layout.r {
-                return Err(crate::Error::PackerMismatch {
-                    kernel: self.0.info.name,
-                    why: format!("RHS packer block {packer_nr} differs from the kernel's n step {}", layout.r),
-                });
-            }
-            // Checked size: roundup(n, nr) * (4 + packed_k + 4).
-            let block = packed_k(k_chunk_count, k_chunk_length)?
-                .checked_add(8)
-                .ok_or_else(|| crate::Error::Overflow("packed rhs".into()))?;
-            error::mul(error::mul(n.div_ceil(layout.r), layout.r, "n")?, block, "packed rhs")?;
-            let kxn = w.kxn();
-            let zeros;
-            let bias = match w.bias {
-                Some(b) => &b[..n],
-                None => {
-                    zeros = vec![0i32; n];
-                    &zeros[..]
-                }
-            };
-            let params = sys::kai_rhs_pack_qsi8cx_params {
-                lhs_zero_point: lq.zero_point,
-                scale_multiplier: lq.scale_multiplier,
-            };
-            // SAFETY: SME size query on an SME CPU; no overflow (checked).
-            let size = unsafe {
-                sys::kai_get_rhs_packed_size_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme(
-                    n,
-                    k_chunk_count,
-                    k_chunk_length,
-                )
-            };
-            let mut buf = AlignedBuf::zeroed(size);
-            // SAFETY: `kxn` holds k = kcc * kcl rows of n int8 (row stride n
-            // bytes), `bias` n int32, `scales` n f32 (validate), none null;
-            // `params` lives across the call; the destination has the
-            // packer's size for (n, kcc, kcl). It runs in streaming mode on a
-            // CPU with SME (rhs_layout).
-            unsafe {
-                sys::kai_run_rhs_imatmul_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme(
-                    n,
-                    k_chunk_count,
-                    k_chunk_length,
-                    n,
-                    kxn.as_ptr().cast(),
-                    bias.as_ptr().cast(),
-                    w.scales.as_ptr().cast(),
-                    buf.as_mut_ptr().cast(),
-                    &params,
-                );
-            }
-            Ok(PackedRhs::new(layout, buf))
-        }
-
-        /// Packs the indirect int8 LHS (following its chunks).
-        pub fn pack_lhs(&self, lhs: &Indirection<'_, i8>, par: Parallelism) -> Result<PackedLhs> {
-            let mut out = PackedLhs::empty();
-            self.pack_lhs_into(lhs, par, &mut out)?;
-            Ok(out)
-        }
-
-        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-        pub fn pack_lhs_into(&self, lhs: &Indirection<'_, i8>, par: Parallelism, out: &mut PackedLhs) -> Result<()> {
-            lhs.validate()?;
-            let (m, kcc, kcl) = (lhs.m, lhs.k_chunk_count, lhs.k_chunk_length);
-            let layout = self.lhs_layout(m, kcc, kcl)?;
-            let m_step = layout.r;
-            // SAFETY: the kernel's features (SME) were checked by lhs_layout.
-            let packer_m_step = unsafe { sys::kai_get_m_step_lhs_imatmul_pack_x8p2vlx4_x8p_sme() };
-            if packer_m_step != m_step {
-                return Err(crate::Error::PackerMismatch {
-                    kernel: self.0.info.name,
-                    why: format!("LHS packer block {packer_m_step} differs from the kernel's m step {m_step}"),
-                });
-            }
-            let size = error::mul(error::mul(m.div_ceil(m_step), m_step, "m")?, packed_k(kcc, kcl)?, "lhs")?;
-            // SAFETY: the CPU has SME (lhs_layout); m_step is the packer's
-            // (checked); `size` equals its packed size for (m, kcc, kcl); it
-            // reads kcl bytes through each pointer (predicated loads).
-            unsafe {
-                pack_indirect_lhs(
-                    &self.0.info,
-                    lhs,
-                    m_step,
-                    layout,
-                    size,
-                    IndirectLhsPacker {
-                        pack: sys::kai_run_lhs_imatmul_pack_x8p2vlx4_x8p_sme,
-                        offset: sys::kai_get_lhs_packed_offset_lhs_imatmul_pack_x8p2vlx4_x8p_sme,
-                    },
-                    par,
-                    out,
-                )
-            }
-        }
-
-        /// The int8 output (see the module docs): `dst` is `m x n`, rows `n`
-        /// apart.
-        pub fn run(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [i8],
-            oq: OutputQuant,
-            par: Parallelism,
-        ) -> Result<()> {
-            oq.check()?;
-            let (m, n, kcl) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().bl);
-            if kcl == 0 {
-                return Err(crate::Error::bad_value("packed RHS k_chunk_length", kcl, "0: not an imatmul packed RHS"));
-            }
-            let kcc = rhs.layout().k / kcl;
-            rhs.expect(&self.rhs_layout(n, kcc, kcl)?, self.0.info.name)?;
-            lhs.expect(&self.lhs_layout(m, kcc, kcl)?, self.0.info.name)?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _) = self.tiles()?;
-            let i = self.0.iface;
-            let (get_lhs, get_rhs, run) = (
-                i.get_lhs_packed_offset.expect("lhs offset"),
-                i.get_rhs_packed_offset.expect("rhs offset"),
-                i.run_imatmul.expect("run"),
-            );
-            let params = sys::kai_matmul_requantize32_params {
-                min_value: oq.min as i32,
-                max_value: oq.max as i32,
-                output_zero_point: oq.zero_point,
-            };
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            let pp = SendPtr(&params as *const _ as *mut sys::kai_matmul_requantize32_params);
-            engine::run_grid(par, &self.0.info, m, n, kcc * kcl, &t, |rows, cols| {
-                let (lp, rp, dp, pp) = (lp, rp, dp, pp);
-                // SAFETY: both packed buffers have exactly the layouts this
-                // kernel computes for (m, n, kcc, kcl) at the current vector
-                // length (checked above), so the offsets of a row start that
-                // is a multiple of m_step and a column start that is a
-                // multiple of n_step (plan_grid) lie inside them; dst holds
-                // m x n int8 and tiles are disjoint; `params` (min <= max,
-                // both int8) outlives the grid; the CPU supports the kernel.
-                unsafe {
-                    let lo = get_lhs(rows.start, kcc, kcl);
-                    let ro = get_rhs(cols.start, kcc, kcl);
-                    run(
-                        rows.len(),
-                        cols.len(),
-                        kcc,
-                        kcl,
-                        lp.0.add(lo).cast(),
-                        rp.0.add(ro).cast(),
-                        dp.0.add(rows.start * n + cols.start).cast(),
-                        n,
-                        pp.0,
-                    );
-                }
-            });
-            Ok(())
-        }
-
-        /// Packs the indirect LHS and runs: the one-call form.
-        pub fn imatmul(
-            &self,
-            lhs: &Indirection<'_, i8>,
-            rhs: &PackedRhs,
-            dst: &mut [i8],
-            oq: OutputQuant,
-            par: Parallelism,
-        ) -> Result<()> {
-            let packed = self.pack_lhs(lhs, par)?;
-            self.run(&packed, rhs, dst, oq, par)
+            self.0.pack_rhs((w.n, w.k), k_chunk_count, k_chunk_length, || RhsSource::Qsi8 {
+                kxn: w.kxn(),
+                bias: w.bias.map_or_else(|| Cow::Owned(vec![0i32; w.n]), |b| Cow::Borrowed(&b[..w.n])),
+                scales: w.scales,
+                params: sys::kai_rhs_pack_qsi8cx_params {
+                    lhs_zero_point: lq.zero_point,
+                    scale_multiplier: lq.scale_multiplier,
+                },
+            })
         }
     }
 
     /// Channel `row` of a packed RHS of this family: its `k` int8 weights
     /// and the scale stored with them (`s_w · scale_multiplier`).
     pub fn unpack_rhs_row_i8(rhs: &PackedRhs, row: usize, out: &mut [i8]) -> Result<f32> {
-        let l = *rhs.layout();
-        if l.format != RHS_FORMAT || l.bl == 0 {
-            return Err(crate::Error::bad_value(
-                "packed RHS format",
-                l.format,
-                format!("not a packed RHS of {FAMILY}"),
-            ));
-        }
-        if row >= l.rows {
-            return Err(crate::Error::out_of_range("row", row, l.rows));
-        }
-        error::at_least(out.len(), l.k, "row output")?;
-        let (kcc, kcl, nr) = (l.k / l.bl, l.bl, l.r);
+        let at = ind::unpack_rhs_row(&ind::QSI8CXP2VLX4SB, FAMILY, rhs, row, out, |b| b[0] as i8)?;
         let b = rhs.as_bytes();
-        for (kk, o) in out.iter_mut().enumerate().take(l.k) {
-            *o = b[imatmul_rhs_offset(row, kk, kcc, kcl, nr, KR, 1, (4, 4))] as i8;
-        }
-        // The scales follow the data of the channel's block.
-        let stride = nr * (8 + kcc * kcl.div_ceil(KR) * KR);
-        let at = (row / nr) * stride + stride - nr * 4 + (row % nr) * 4;
         Ok(f32::from_le_bytes(b[at..at + 4].try_into().unwrap()))
     }
 
@@ -571,10 +289,10 @@ mod reference_tests {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::indirect::test_support::chunks;
+    use crate::families::indirect::test_support as ts;
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
-    use crate::testing::{self, Rng, THREADS, tail_shapes};
+    use crate::testing::{Rng, THREADS};
 
     fn i8s(rng: &mut Rng, n: usize) -> Vec<i8> {
         (0..n).map(|_| rng.next_u64() as i8).collect()
@@ -582,73 +300,56 @@ mod tests {
 
     #[test]
     fn conformance() {
-        testing::conformance(FAMILY, |info| {
-            let kernel = Kernel::by_name(info.name).unwrap();
-            let e = |c: usize| move |x: crate::Error| (c, x.to_string());
-            let (ms, ns) = {
-                let l = kernel.lhs_layout(1, 1, 1).map_err(e(0))?;
-                let r = kernel.rhs_layout(1, 1, 1).map_err(e(0))?;
-                (l.r, r.r)
+        // Chunk lengths not a multiple of 4 exercise the per-chunk padding.
+        ts::conformance::<Kernel>(FAMILY, 0x9a18, |kernel, rng, c| {
+            let (ci, m, n, kcc, kcl) = (c.ci, c.m, c.n, c.kcc, c.kcl);
+            let k = kcc * kcl;
+            let src = i8s(rng, m * k / 2 + kcl + 3);
+            let table = ts::chunks(rng, m, kcc, kcl, src.len());
+            let zp = rng.below(256) as i32 - 128;
+            // Padding as a real zero (the zero point), or raw 0 as upstream tests.
+            let pad = if ci % 2 == 0 { zp as i8 } else { 0 };
+            let lhs = Indirection { m, k_chunk_count: kcc, k_chunk_length: kcl, src: &src, chunks: &table, pad };
+            let order = if ci % 2 == 0 { Order::KxN } else { Order::NxK };
+            let data = i8s(rng, n * k);
+            let scales: Vec<f32> = (0..n).map(|_| 0.002 + 0.01 * (rng.f32() + 1.0)).collect();
+            let bias_v: Vec<i32> = (0..n).map(|_| rng.below(20_001) as i32 - 10_000).collect();
+            let bias = if ci % 4 == 3 { None } else { Some(&bias_v[..]) };
+            let w = Qsi8Weights { n, k, order, data: &data, scales: &scales, bias };
+            // Pick the multiplier so outputs span a bit more than int8.
+            let amax = (k as f32).sqrt() * 128.0 * 74.0 * 0.022 + 10_000.0 * 0.022;
+            let lq = LhsQuant { zero_point: zp, scale_multiplier: 2.0 * 160.0 / amax };
+            let oq = if ci % 3 == 1 {
+                OutputQuant { zero_point: rng.below(41) as i32 - 20, min: -100, max: 90 }
+            } else {
+                OutputQuant { zero_point: rng.below(41) as i32 - 20, min: -128, max: 127 }
             };
-            // Chunk lengths not a multiple of 4 exercise the per-chunk padding.
-            let kc = [(1usize, 3usize), (3, 5), (4, 7)];
-            let shapes = tail_shapes(ms, ms, ns, ns, &[0, 1, 2]);
-            let mut rng = Rng::new(0x9a18);
-            let mut cases = 0;
-            for (ci, &(m, n, kci)) in shapes.iter().enumerate() {
-                let (kcc, kcl) = kc[kci];
-                let k = kcc * kcl;
-                let src = i8s(&mut rng, m * k / 2 + kcl + 3);
-                let table = chunks(&mut rng, m, kcc, kcl, src.len());
-                let zp = rng.below(256) as i32 - 128;
-                // Padding as a real zero (the zero point), or raw 0 as upstream tests.
-                let pad = if ci % 2 == 0 { zp as i8 } else { 0 };
-                let lhs = Indirection { m, k_chunk_count: kcc, k_chunk_length: kcl, src: &src, chunks: &table, pad };
-                let order = if ci % 2 == 0 { Order::KxN } else { Order::NxK };
-                let data = i8s(&mut rng, n * k);
-                let scales: Vec<f32> = (0..n).map(|_| 0.002 + 0.01 * (rng.f32() + 1.0)).collect();
-                let bias_v: Vec<i32> = (0..n).map(|_| rng.below(20_001) as i32 - 10_000).collect();
-                let bias = if ci % 4 == 3 { None } else { Some(&bias_v[..]) };
-                let w = Qsi8Weights { n, k, order, data: &data, scales: &scales, bias };
-                // Pick the multiplier so outputs span a bit more than int8.
-                let amax = (k as f32).sqrt() * 128.0 * 74.0 * 0.022 + 10_000.0 * 0.022;
-                let lq = LhsQuant { zero_point: zp, scale_multiplier: 2.0 * 160.0 / amax };
-                let oq = if ci % 3 == 1 {
-                    OutputQuant { zero_point: rng.below(41) as i32 - 20, min: -100, max: 90 }
-                } else {
-                    OutputQuant { zero_point: rng.below(41) as i32 - 20, min: -128, max: 127 }
-                };
-                let mut want = vec![0i8; m * n];
-                reference(&lhs, &w, lq, oq, &mut want).map_err(e(cases))?;
-                let packed = kernel.pack_rhs(&w, kcc, kcl, lq).map_err(e(cases))?;
-                for threads in THREADS {
-                    let par = Parallelism::Rayon(threads);
-                    let mut dst = vec![0x55i8; m * n];
-                    let mut scratch = PackedLhs::empty();
-                    kernel.pack_lhs_into(&lhs, par, &mut scratch).map_err(e(cases))?;
-                    kernel.run(&scratch, &packed, &mut dst, oq, par).map_err(e(cases))?;
-                    crate::testing::hash_outputs(dst.iter().map(|v| *v as u8 as u32));
-                    if let Some(i) = (0..m * n).find(|&i| dst[i] != want[i]) {
-                        return Err((
-                            cases,
-                            format!(
-                                "m={m} n={n} k={kcc}x{kcl} threads={threads}: element {i}: got {}, want {}",
-                                dst[i], want[i]
-                            ),
-                        ));
-                    }
+            let mut want = vec![0i8; m * n];
+            reference(&lhs, &w, lq, oq, &mut want).map_err(|x| x.to_string())?;
+            let packed = kernel.pack_rhs(&w, kcc, kcl, lq).map_err(|x| x.to_string())?;
+            for threads in THREADS {
+                let par = Parallelism::Rayon(threads);
+                let mut dst = vec![0x55i8; m * n];
+                let mut scratch = PackedLhs::empty();
+                kernel.pack_lhs_into(&lhs, par, &mut scratch).map_err(|x| x.to_string())?;
+                kernel.run(&scratch, &packed, &mut dst, oq, par).map_err(|x| x.to_string())?;
+                crate::testing::hash_outputs(dst.iter().map(|v| *v as u8 as u32));
+                if let Some(i) = (0..m * n).find(|&i| dst[i] != want[i]) {
+                    return Err(format!(
+                        "m={m} n={n} k={kcc}x{kcl} threads={threads}: element {i}: got {}, want {}",
+                        dst[i], want[i]
+                    ));
                 }
-                let mut row = vec![0i8; k];
-                for r in [0, n / 2, n - 1] {
-                    let s = unpack_rhs_row_i8(&packed, r, &mut row).map_err(e(cases))?;
-                    let expect: Vec<i8> = (0..k).map(|p| w.value(r, p)).collect();
-                    if row != expect || s != scales[r] * lq.scale_multiplier {
-                        return Err((cases, format!("unpack_rhs_row_i8({r}) n={n} k={kcc}x{kcl} differs")));
-                    }
-                }
-                cases += 1;
             }
-            Ok((cases, 0.0))
+            let mut row = vec![0i8; k];
+            for r in [0, n / 2, n - 1] {
+                let s = unpack_rhs_row_i8(&packed, r, &mut row).map_err(|x| x.to_string())?;
+                let expect: Vec<i8> = (0..k).map(|p| w.value(r, p)).collect();
+                if row != expect || s != scales[r] * lq.scale_multiplier {
+                    return Err(format!("unpack_rhs_row_i8({r}) n={n} k={kcc}x{kcl} differs"));
+                }
+            }
+            Ok(0.0)
         });
     }
 
