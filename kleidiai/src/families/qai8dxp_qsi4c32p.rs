@@ -93,6 +93,35 @@ mod imp {
         error::multiple_of(bl, kr, "bl", "qsi4c32 packing: bl must be a multiple of kr")
     }
 
+    /// A qsi4c32p RHS packer's size query.
+    type PackedSize = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, sys::kai_datatype) -> usize;
+    /// A qsi4c32p RHS packer's run function, with parameters `P`.
+    type PackRun<P> = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        *const u8,
+        usize,
+        *const f32,
+        *const core::ffi::c_void,
+        usize,
+        *mut core::ffi::c_void,
+        usize,
+        *const P,
+    );
+
+    /// A qsi4c32p RHS packer by input order (the parameter struct differs).
+    #[derive(Clone, Copy)]
+    enum Packer {
+        Nxk(PackedSize, PackRun<sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params>),
+        Kxn(PackedSize, PackRun<sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params>),
+    }
+    use Packer::{Kxn, Nxk};
+
     /// Packs `w` into the `qsi4c32p` / `qsi4c32ps1s0` layout `layout`
     /// (bf16 scales, sums and bias), choosing upstream's packer by format,
     /// input order, `kr / sr` and the CPU. Shared with the bf16-output family.
@@ -126,142 +155,50 @@ mod imp {
         let p_kxn =
             sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
         let (vp, sp) = (values.as_ptr(), scales.as_ptr().cast::<core::ffi::c_void>());
+        // Upstream's packer for the format, input order and `kr / sr`.
+        let packer = match (ps1s0, kxn, kr / sr) {
+            (true, true, _) => Kxn(
+                sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon,
+                sys::kai_run_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon,
+            ),
+            (true, false, _) => Nxk(
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon,
+            ),
+            (false, true, _) => Kxn(
+                sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0,
+                sys::kai_run_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0,
+            ),
+            (false, false, 4) => Nxk(
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon,
+            ),
+            (false, false, 8) => Nxk(
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon,
+            ),
+            (false, false, _) => Nxk(
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0,
+                sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0,
+            ),
+        };
+        let (Nxk(size, _) | Kxn(size, _)) = packer;
         let mut buf;
-        // SAFETY: (every arm) `values` holds the whole matrix in `order` with
-        // rows `rhs_stride` bytes apart (qsu4_s1s0), `scales` n rows of k / bl
-        // bf16 (`scale_stride` bytes), `bias` n floats or null; k % bl == 0,
-        // bl % 32 == 0, bl % kr == 0, kr % sr == 0, nr % 4 == 0 (checked
-        // above), zero points 1 / 8 and scale type bf16 as the packers
-        // require, num_groups 1, extra_bytes 0; the destination has the size
-        // the packer's own query returns. The NEON packers need nothing
-        // beyond NEON except the K x N s1s0 one (FP16 + BF16, checked).
+        // SAFETY: (either order) `values` holds the whole matrix in `order`
+        // with rows `rhs_stride` bytes apart (qsu4_s1s0), `scales` n rows of
+        // k / bl bf16 (`scale_stride` bytes), `bias` n floats or null;
+        // k % bl == 0, bl % 32 == 0, bl % kr == 0, kr % sr == 0, nr % 4 == 0
+        // (checked above), zero points 1 / 8 and scale type bf16 as the
+        // packers require, num_groups 1, extra_bytes 0; the destination has
+        // the size the packer's own query returns. The NEON packers need
+        // nothing beyond NEON except the K x N s1s0 one (FP16 + BF16,
+        // checked).
         unsafe {
-            if ps1s0 && kxn {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_kxn,
-                );
-            } else if ps1s0 {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_nxk,
-                );
-            } else if kxn {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_kxn,
-                );
-            } else if kr / sr == 4 {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_nxk,
-                );
-            } else if kr / sr == 8 {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_nxk,
-                );
-            } else {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_nxk,
-                );
+            buf = AlignedBuf::zeroed(size(n, k, nr, kr, sr, bl, dt));
+            let out = buf.as_mut_ptr().cast();
+            match packer {
+                Nxk(_, run) => run(1, n, k, nr, kr, sr, bl, vp, rhs_stride, bias, sp, scale_stride, out, 0, &p_nxk),
+                Kxn(_, run) => run(1, n, k, nr, kr, sr, bl, vp, rhs_stride, bias, sp, scale_stride, out, 0, &p_kxn),
             }
         }
         Ok(PackedRhs::new(layout, buf))
