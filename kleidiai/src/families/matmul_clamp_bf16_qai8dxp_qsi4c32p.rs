@@ -79,6 +79,7 @@ mod imp {
     use crate::buffer::SendPtr;
     use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
+    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
     use crate::families::qai8dxp_qsi4c32p::{
         FORMAT_QSI4C32P, LHS_FORMAT, check_bl, neon_rhs_packers, pack_qsi4c32p_rhs,
     };
@@ -236,35 +237,11 @@ mod imp {
                     format!("{LHS_PACKER} needs 8"),
                 ));
             }
-            // SAFETY: size query, pure arithmetic.
-            let size = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon(m, k, mr, kr, sr) };
-            out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(lhs.as_ptr() as *mut bf16);
-            engine::run_rows(par, &self.0.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                // SAFETY: `rows` starts at a multiple of mr (split_aligned):
-                // the packer's offset for rows.start begins a row block no
-                // other range writes; the source pointer is pre-offset, hence
-                // m_idx_start 0; source rows lie inside `lhs` (checked), the
-                // destination inside the `size` bytes reserved; kr / sr = 8
-                // as the packer asserts. It is NEON code, always available.
-                unsafe {
-                    let off =
-                        sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_bf16_neon(rows.start, k, mr, kr, sr);
-                    sys::kai_run_lhs_quant_pack_qai8dxp_bf16_neon(
-                        rows.len(),
-                        k,
-                        mr,
-                        kr,
-                        sr,
-                        0,
-                        src.0.add(rows.start * lhs_stride).cast(),
-                        stride_bytes,
-                        dst.0.add(off).cast(),
-                    );
-                }
-            });
+            let size = <bf16 as LhsElem>::packed_size(m, k, mr, kr, sr);
+            // SAFETY: the rows lie inside `lhs` (checked), `size` is the
+            // packer's own size for the layout's blocks, kr / sr = 8 as the
+            // packer asserts (checked). It is NEON code, always available.
+            unsafe { pack_lhs_rows(&self.0.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
             Ok(())
         }
 

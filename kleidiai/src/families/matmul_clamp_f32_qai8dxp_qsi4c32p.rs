@@ -73,6 +73,7 @@ mod imp {
     use crate::buffer::SendPtr;
     use crate::cpu::{CpuFeature, Features};
     use crate::families::engine::{self, Tiles};
+    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
     pub use crate::families::qai8dxp_qsi4c32p::unpack_rhs_row;
     use crate::families::qai8dxp_qsi4c32p::{
         FORMAT_QSI4C32P, FORMAT_QSI4C32PS1S0, LHS_FORMAT, check_bl, neon_rhs_packers, pack_qsi4c32p_rhs,
@@ -322,8 +323,7 @@ mod imp {
             let (t, _) = self.tiles()?;
             check_bl(k, bl, t.kr)?;
             error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
-            // SAFETY: size query, pure arithmetic (kr % sr == 0 checked).
-            let lhs_bytes = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr) };
+            let lhs_bytes = <f32 as LhsElem>::packed_size(m, k, t.mr, t.kr, t.sr);
             Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
         }
 
@@ -353,7 +353,7 @@ mod imp {
             // column 0 are 0. Single-row kernels (mr 1) get one row per call
             // at the packer's offset of that row, as in `run`.
             unsafe {
-                sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs.cast());
+                <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
                 let run = i.run_matmul.expect("run");
                 if t.mr == 1 {
                     let get_lhs = i.get_lhs_packed_offset.expect("lhs offset");
@@ -405,34 +405,11 @@ mod imp {
             error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
         error::at_least(lhs.len(), need, "lhs")?;
         let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
-        // SAFETY: size query, pure arithmetic (kr % sr == 0 checked).
-        let size = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr) };
-        out.reset(layout, size);
-        let dst = SendPtr(out.data_mut().as_mut_ptr());
-        let src = SendPtr(lhs.as_ptr() as *mut f32);
-        engine::run_rows(par, info, m, k, mr, |rows| {
-            let (src, dst) = (src, dst);
-            // SAFETY: `rows` starts at a multiple of mr (split_aligned), so
-            // the packer's offset for rows.start is the start of a whole row
-            // block no other range writes; the pointer is pre-offset, hence
-            // m_idx_start 0. Source rows lie inside `lhs` (checked above),
-            // the destination inside the `size` bytes reserved. The packer is
-            // plain C.
-            unsafe {
-                let off = sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(rows.start, k, mr, kr, sr);
-                sys::kai_run_lhs_quant_pack_qai8dxp_f32(
-                    rows.len(),
-                    k,
-                    mr,
-                    kr,
-                    sr,
-                    0,
-                    src.0.add(rows.start * lhs_stride),
-                    stride_bytes,
-                    dst.0.add(off).cast(),
-                );
-            }
-        });
+        let size = <f32 as LhsElem>::packed_size(m, k, mr, kr, sr);
+        // SAFETY: the rows lie inside `lhs` (checked above), `size` is the
+        // packer's own size for the layout's blocks (kr % sr == 0 checked);
+        // the packer is plain C.
+        unsafe { pack_lhs_rows(info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
         Ok(())
     }
 }

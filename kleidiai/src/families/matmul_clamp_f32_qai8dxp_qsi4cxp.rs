@@ -66,6 +66,9 @@ mod imp {
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
+    use crate::families::qai8dxp_common::{
+        LhsElem, RhsFormat, int4_per_channel_packer, pack_int4_per_channel, pack_lhs_rows,
+    };
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
@@ -216,81 +219,18 @@ mod imp {
             }
             let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
             error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
-            let params =
-                sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: w.encoding.rhs_zero_point() };
-            let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
-            let mut buf;
-            // SAFETY: (all three arms) w.validate() checked `data` holds the
-            // n x k (or k x n) nibbles, `scales` and `bias` n values; the
-            // buffer has the size the packer's own query returns for
-            // (n, k, nr, kr, sr); kr % sr == 0, num_groups 1, extra_bytes 0
-            // and the zero points are the ones the packers accept. These
-            // packers are plain C/NEON code: no feature beyond NEON.
-            unsafe {
-                match (layout.format, w.order) {
-                    (FORMAT_QSI4CXP, Order::NxK) => {
-                        buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(
-                            n, k, nr, kr, sr,
-                        ));
-                        sys::kai_run_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(
-                            1,
-                            n,
-                            k,
-                            nr,
-                            kr,
-                            sr,
-                            w.data.as_ptr(),
-                            bias,
-                            w.scales.as_ptr(),
-                            buf.as_mut_ptr().cast(),
-                            0,
-                            &params,
-                        );
-                    }
-                    (FORMAT_QSI4CXP, Order::KxN) => {
-                        buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4cxp_qs4cxs1s0(
-                            n, k, nr, kr, sr,
-                        ));
-                        sys::kai_run_rhs_pack_kxn_qsi4cxp_qs4cxs1s0(
-                            1,
-                            n,
-                            k,
-                            nr,
-                            kr,
-                            sr,
-                            w.data.as_ptr(),
-                            bias,
-                            w.scales.as_ptr(),
-                            buf.as_mut_ptr().cast(),
-                            0,
-                            &params,
-                        );
-                    }
-                    _ => {
-                        buf = AlignedBuf::zeroed(
-                            sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(n, k, nr, kr, sr),
-                        );
-                        let p = sys::kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon_params {
-                            lhs_zero_point: 1,
-                            rhs_zero_point: w.encoding.rhs_zero_point(),
-                        };
-                        sys::kai_run_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(
-                            1,
-                            n,
-                            k,
-                            nr,
-                            kr,
-                            sr,
-                            w.data.as_ptr(),
-                            bias,
-                            w.scales.as_ptr(),
-                            buf.as_mut_ptr().cast(),
-                            0,
-                            &p,
-                        );
-                    }
-                }
-            }
+            let format = if layout.format == FORMAT_QSI4CXP { RhsFormat::Qsi4cxp } else { RhsFormat::Qsi4cxps1s0 };
+            let (size, _) = int4_per_channel_packer(format, w.order);
+            // SAFETY: w.validate() checked `data` holds the n x k (or k x n)
+            // nibbles, `scales` and `bias` n values; the buffer has the size
+            // the packer's own query returns for (n, k, nr, kr, sr), the
+            // kernel's blocks for its format; kr % sr == 0 (checked); the
+            // format takes the order (order_supported).
+            let buf = unsafe {
+                let mut buf = AlignedBuf::zeroed(size(n, k, nr, kr, sr));
+                pack_int4_per_channel(format, w, nr, kr, sr, buf.as_mut_ptr().cast());
+                buf
+            };
             Ok(PackedRhs::new(layout, buf))
         }
 
@@ -331,33 +271,11 @@ mod imp {
             let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
-            // SAFETY: size query, pure arithmetic.
-            let size = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr) };
-            out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(lhs.as_ptr() as *mut f32);
-            engine::run_rows(par, &self.0.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                // SAFETY: `rows` starts at a multiple of mr (split_aligned), so
-                // the packer's offset for rows.start is the start of a whole
-                // row block no other range writes; the pointer is pre-offset,
-                // hence m_idx_start 0. Source rows lie inside `lhs` (checked
-                // above), the destination inside the `size` bytes reserved.
-                unsafe {
-                    let off = sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(rows.start, k, mr, kr, sr);
-                    sys::kai_run_lhs_quant_pack_qai8dxp_f32(
-                        rows.len(),
-                        k,
-                        mr,
-                        kr,
-                        sr,
-                        0,
-                        src.0.add(rows.start * lhs_stride),
-                        stride_bytes,
-                        dst.0.add(off).cast(),
-                    );
-                }
-            });
+            let size = <f32 as LhsElem>::packed_size(m, k, mr, kr, sr);
+            // SAFETY: the rows lie inside `lhs` (checked above), `size` is
+            // the packer's own size for the kernel's blocks, which upstream
+            // pairs with this plain C packer.
+            unsafe { pack_lhs_rows(&self.0.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
             Ok(())
         }
 
@@ -371,8 +289,7 @@ mod imp {
             rhs.expect(&self.rhs_layout(n, k)?, self.0.info.name)?;
             let (t, _) = self.tiles()?;
             error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
-            // SAFETY: size query, pure arithmetic (kr % sr == 0 checked).
-            let lhs_bytes = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr) };
+            let lhs_bytes = <f32 as LhsElem>::packed_size(m, k, t.mr, t.kr, t.sr);
             Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
         }
 
@@ -402,7 +319,7 @@ mod imp {
             // are 0. Single-row kernels (mr 1) get one row per call at the
             // packer's offset of that row.
             unsafe {
-                sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs.cast());
+                <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
                 let run = i.run_matmul.expect("run");
                 if t.mr == 1 {
                     let get_lhs = i.get_lhs_packed_offset.expect("lhs offset");

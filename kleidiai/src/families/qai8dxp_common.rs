@@ -591,6 +591,124 @@ mod imp {
         }
     }
 
+    /// The packing half of [`Entry::pack_lhs_into`], after its checks:
+    /// resets `out` to `layout` and `size` bytes and runs `L`'s packer over
+    /// the layout's `rows x k` values of `lhs` (rows `lhs_stride` values,
+    /// `stride_bytes` bytes apart), the row blocks split over `par`.
+    ///
+    /// # Safety
+    /// `lhs` holds `(rows - 1) * lhs_stride + k` values and `stride_bytes`
+    /// is `lhs_stride` in bytes; `size` is the packer's own size for the
+    /// layout's (rows, k, r, kr, sr), blocks that meet the packer's rules
+    /// ([`LhsElem::check_block`]); the CPU has the packer's features.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn pack_lhs_rows<L: LhsElem>(
+        info: &KernelInfo,
+        layout: PackedLayout,
+        size: usize,
+        lhs: &[L],
+        lhs_stride: usize,
+        stride_bytes: usize,
+        par: Parallelism,
+        out: &mut PackedLhs,
+    ) {
+        let (m, k, mr, kr, sr) = (layout.rows, layout.k, layout.r, layout.kr, layout.sr);
+        out.reset(layout, size);
+        let dst = SendPtr(out.data_mut().as_mut_ptr());
+        let src = SendPtr(lhs.as_ptr() as *mut L);
+        engine::run_rows(par, info, m, k, mr, |rows| {
+            let (src, dst) = (src, dst);
+            let (pieces, height) = if L::ROW_BY_ROW { (rows.len(), 1) } else { (1, rows.len()) };
+            for p in 0..pieces {
+                let first = rows.start + p * height;
+                let off = L::packed_offset(first, k, mr, kr, sr);
+                // SAFETY: `rows` starts at a multiple of mr (split_aligned),
+                // so its row blocks are written by this range only; `first`
+                // is rows.start or, row by row, any row of it, going to slot
+                // first % mr of the block the packer's offset points to.
+                // Source rows lie inside `lhs`, the destination inside the
+                // `size` bytes reserved, the blocks meet the packer's rules
+                // and the CPU has its features (the caller's contract).
+                unsafe {
+                    L::pack(
+                        height,
+                        k,
+                        mr,
+                        kr,
+                        sr,
+                        first % mr,
+                        src.0.add(first * lhs_stride),
+                        stride_bytes,
+                        dst.0.add(off),
+                    );
+                }
+            }
+        });
+    }
+
+    /// An int4 per-channel RHS packer's size query.
+    pub(crate) type Int4PackedSize = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
+    type Int4PackRun = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        *const u8,
+        *const f32,
+        *const f32,
+        *mut c_void,
+        usize,
+        *const sys::kai_rhs_pack_qs4cxs1s0_param,
+    );
+
+    /// Upstream's packer of int4 per-channel weights in `order` for `format`
+    /// (`Qsi4cxp`: N x K or K x N; `Qsi4cxps1s0`: N x K): its size query
+    /// and run function.
+    pub(crate) fn int4_per_channel_packer(format: RhsFormat, order: Order) -> (Int4PackedSize, Int4PackRun) {
+        match (format, order) {
+            (RhsFormat::Qsi4cxp, Order::NxK) => (
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxp_qs4cxs1s0,
+                sys::kai_run_rhs_pack_nxk_qsi4cxp_qs4cxs1s0,
+            ),
+            (RhsFormat::Qsi4cxp, Order::KxN) => (
+                sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4cxp_qs4cxs1s0,
+                sys::kai_run_rhs_pack_kxn_qsi4cxp_qs4cxs1s0,
+            ),
+            _ => (
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon,
+            ),
+        }
+    }
+
+    /// Packs int4 per-channel weights for `format` into `dst` with
+    /// [`int4_per_channel_packer`]`(format, w.order)` (LHS zero point 1,
+    /// the weights' own zero point; one group, no extra bytes).
+    ///
+    /// # Safety
+    /// `w` is validated (`data` holds the n x k or k x n nibbles, `scales`
+    /// and `bias` n values); `dst` holds the bytes that packer's size query
+    /// returns for (n, k, nr, kr, sr); nr, kr and sr are the blocks of a
+    /// kernel reading `format`, with kr % sr == 0; `format` takes `w.order`.
+    /// The packers are plain C / NEON code: no feature beyond NEON.
+    pub(crate) unsafe fn pack_int4_per_channel(
+        format: RhsFormat,
+        w: &Int4PerChannel<'_>,
+        nr: usize,
+        kr: usize,
+        sr: usize,
+        dst: *mut c_void,
+    ) {
+        let (_, run) = int4_per_channel_packer(format, w.order);
+        let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
+        let params =
+            sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: w.encoding.rhs_zero_point() };
+        // SAFETY: the caller's contract is the packer's.
+        unsafe { run(1, w.n, w.k, nr, kr, sr, w.data.as_ptr(), bias, w.scales.as_ptr(), dst, 0, &params) }
+    }
+
     /// `x` rounded up to a multiple of `to`, or an overflow error.
     fn roundup(x: usize, to: usize, what: &str) -> Result<usize> {
         error::mul(x.div_ceil(to.max(1)), to.max(1), what)
@@ -723,69 +841,14 @@ mod imp {
                     order_ok(w.order)?;
                     // k_internal (a multiple of 32) must be a multiple of kr.
                     error::multiple_of(32, kr, "32", "the int4 packers' k rounding")?;
-                    let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
-                    let zp = w.encoding.rhs_zero_point();
-                    let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: zp };
                     buf = AlignedBuf::zeroed(size);
-                    let dst = buf.as_mut_ptr().cast();
-                    // SAFETY: (all three arms) w.validate() checked `data`
-                    // holds the n x k (or k x n) nibbles and `scales`/`bias`
-                    // n values; `buf` has the size the packer's own query
-                    // returns for (n, k, nr, kr, sr); kr % sr == 0, k_internal
-                    // (a multiple of 32) is a multiple of kr, num_groups 1, extra_bytes 0, zero points 1 and
-                    // 0 / 8. Plain C packers: no feature beyond NEON.
-                    unsafe {
-                        match (self.rhs, w.order) {
-                            (RhsFormat::Qsi4cxp, Order::NxK) => sys::kai_run_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                            ),
-                            (RhsFormat::Qsi4cxp, Order::KxN) => sys::kai_run_rhs_pack_kxn_qsi4cxp_qs4cxs1s0(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                            ),
-                            _ => {
-                                let p = sys::kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon_params {
-                                    lhs_zero_point: 1,
-                                    rhs_zero_point: zp,
-                                };
-                                sys::kai_run_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(
-                                    1,
-                                    n,
-                                    k,
-                                    nr,
-                                    kr,
-                                    sr,
-                                    w.data.as_ptr(),
-                                    bias,
-                                    w.scales.as_ptr(),
-                                    dst,
-                                    0,
-                                    &p,
-                                )
-                            }
-                        }
-                    }
+                    // SAFETY: w.validate() checked the data, scales and bias;
+                    // `buf` has the size the packer's own query returns for
+                    // (n, k, nr, kr, sr) (checked_size), the kernel's blocks;
+                    // kr % sr == 0 and k_internal (a multiple of 32) is a
+                    // multiple of kr (checked above); the format takes the
+                    // order (order_ok).
+                    unsafe { pack_int4_per_channel(self.rhs, &w, nr, kr, sr, buf.as_mut_ptr().cast()) }
                 }
                 (RhsFormat::Qsi8cxp, Weights::Int8(w)) => {
                     order_ok(w.order)?;
@@ -949,38 +1012,11 @@ mod imp {
             if L::packed_size(m, k, mr, kr, sr) != size {
                 return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
             }
-            out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(lhs.as_ptr() as *mut L);
-            engine::run_rows(par, &self.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                let (pieces, height) = if L::ROW_BY_ROW { (rows.len(), 1) } else { (1, rows.len()) };
-                for p in 0..pieces {
-                    let first = rows.start + p * height;
-                    let off = L::packed_offset(first, k, mr, kr, sr);
-                    // SAFETY: `rows` starts at a multiple of mr
-                    // (split_aligned), so its row blocks are written by this
-                    // range only; `first` is rows.start or, row by row, any
-                    // row of it, going to slot first % mr of the block the
-                    // packer's offset points to. Source rows lie inside `lhs`
-                    // (checked above), the destination inside the `size`
-                    // bytes reserved; check_block passed and the CPU has the
-                    // kernel's features, which include the packer's.
-                    unsafe {
-                        L::pack(
-                            height,
-                            k,
-                            mr,
-                            kr,
-                            sr,
-                            first % mr,
-                            src.0.add(first * lhs_stride),
-                            stride_bytes,
-                            dst.0.add(off),
-                        );
-                    }
-                }
-            });
+            // SAFETY: the rows lie inside `lhs` (checked above), `size` is
+            // the packer's own size for the layout's blocks, check_block
+            // passed, and the CPU has the kernel's features, which include
+            // the packer's.
+            unsafe { pack_lhs_rows(&self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
             Ok(())
         }
 
