@@ -122,58 +122,16 @@ mod imp {
         })
     }
 
-    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-        entries().iter().map(|e| &e.info).collect()
-    }
-
-    /// One kernel of the family, with its packing.
-    #[derive(Clone, Copy)]
-    pub struct Kernel(&'static Entry);
-
-    impl core::fmt::Debug for Kernel {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-        }
-    }
+    engine::kernel_type!(Entry);
 
     impl Kernel {
-        /// Every kernel of the family in this build.
-        pub fn all() -> impl Iterator<Item = Kernel> {
-            entries().iter().map(Kernel)
-        }
-
-        /// The kernel with this upstream name.
-        pub fn by_name(name: &str) -> Option<Kernel> {
-            entries().iter().find(|e| e.info.name == name).map(Kernel)
-        }
-
-        /// The best kernel that can run with `f` for `m` output rows.
-        pub fn select(m: usize, f: &Features) -> Option<Kernel> {
-            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-            Self::by_name(best.name)
-        }
-
-        /// Registry information.
-        pub fn info(&self) -> &'static KernelInfo {
-            &self.0.info
-        }
-
         fn tiles(&self) -> Result<(Tiles, Features)> {
             let f = engine::ensure_supported(&self.0.info)?;
             let i = self.0.iface;
             // SAFETY: the CPU has every feature the kernel needs
             // (ensure_supported), so even SME getters may run; the generated
             // table fills every getter of this interface.
-            let t = unsafe {
-                Tiles {
-                    m_step: i.get_m_step.expect("m_step")(),
-                    n_step: i.get_n_step.expect("n_step")(),
-                    mr: i.get_mr.expect("mr")(),
-                    nr: i.get_nr.expect("nr")(),
-                    kr: i.get_kr.expect("kr")(),
-                    sr: i.get_sr.expect("sr")(),
-                }
-            };
+            let t = unsafe { engine::iface_tiles!(i) };
             Ok((t, f))
         }
 

@@ -121,58 +121,16 @@ mod imp {
         })
     }
 
-    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-        entries().iter().map(|e| &e.info).collect()
-    }
-
-    /// One kernel of the family, with its packing.
-    #[derive(Clone, Copy)]
-    pub struct Kernel(&'static Entry);
-
-    impl core::fmt::Debug for Kernel {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-        }
-    }
+    engine::kernel_type!(Entry);
 
     impl Kernel {
-        /// Every kernel of the family in this build.
-        pub fn all() -> impl Iterator<Item = Kernel> {
-            entries().iter().map(Kernel)
-        }
-
-        /// The kernel with this upstream name.
-        pub fn by_name(name: &str) -> Option<Kernel> {
-            entries().iter().find(|e| e.info.name == name).map(Kernel)
-        }
-
-        /// The best kernel that can run with `f` for `m` output rows.
-        pub fn select(m: usize, f: &Features) -> Option<Kernel> {
-            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-            Self::by_name(best.name)
-        }
-
-        /// Registry information.
-        pub fn info(&self) -> &'static KernelInfo {
-            &self.0.info
-        }
-
         fn tiles(&self) -> Result<(Tiles, Features)> {
             let f = engine::ensure_supported(&self.0.info)?;
             let i = self.0.iface;
             // SAFETY: the CPU has every feature the kernel needs
             // (ensure_supported), so even SME getters may run; upstream fills
             // every getter of this interface (generated table, checked below).
-            let t = unsafe {
-                Tiles {
-                    m_step: i.get_m_step.expect("m_step")(),
-                    n_step: i.get_n_step.expect("n_step")(),
-                    mr: i.get_mr.expect("mr")(),
-                    nr: i.get_nr.expect("nr")(),
-                    kr: i.get_kr.expect("kr")(),
-                    sr: i.get_sr.expect("sr")(),
-                }
-            };
+            let t = unsafe { engine::iface_tiles!(i) };
             Ok((t, f))
         }
 
@@ -259,15 +217,7 @@ mod imp {
             par: Parallelism,
             out: &mut PackedLhs,
         ) -> Result<()> {
-            error::nonzero(m, "m")?;
-            error::nonzero(k, "k")?;
-            if lhs_stride < k {
-                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
-            }
-            let need = error::mul(m - 1, lhs_stride, "lhs")?
-                .checked_add(k)
-                .ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
-            error::at_least(lhs.len(), need, "lhs")?;
+            engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
             let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);

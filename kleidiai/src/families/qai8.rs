@@ -99,13 +99,7 @@ pub(crate) fn channel_params(w: Weights<'_, '_>, q: &Qai8Quant) -> Result<(Vec<i
 
 /// Checks an `m x k` int8 LHS with rows `stride` values apart.
 pub(crate) fn check_lhs(m: usize, k: usize, lhs: &[i8], stride: usize) -> Result<()> {
-    error::nonzero(m, "m")?;
-    error::nonzero(k, "k")?;
-    if stride < k {
-        return Err(crate::Error::bad_value("lhs_stride", stride, format!("less than k = {k}")));
-    }
-    let need = error::mul(m - 1, stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
-    error::at_least(lhs.len(), need, "lhs")
+    crate::families::engine::check_lhs_rows(m, k, lhs.len(), stride)
 }
 
 /// The reference of all four families.
@@ -949,42 +943,9 @@ macro_rules! qai8_family {
                 })
             }
 
-            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
-                entries().iter().map(|e| &e.info).collect()
-            }
-
-            /// One kernel of the family, with its packing.
-            #[derive(Clone, Copy)]
-            pub struct Kernel(&'static Entry);
-
-            impl core::fmt::Debug for Kernel {
-                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-                }
-            }
+            $crate::families::engine::kernel_type!(Entry);
 
             impl Kernel {
-                /// Every kernel of the family in this build.
-                pub fn all() -> impl Iterator<Item = Kernel> {
-                    entries().iter().map(Kernel)
-                }
-
-                /// The kernel with this upstream name.
-                pub fn by_name(name: &str) -> Option<Kernel> {
-                    entries().iter().find(|e| e.info.name == name).map(Kernel)
-                }
-
-                /// The best kernel that can run with `f` for `m` output rows.
-                pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
-                    let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-                    Self::by_name(best.name)
-                }
-
-                /// Registry information.
-                pub fn info(&self) -> &'static $crate::registry::KernelInfo {
-                    &self.0.info
-                }
-
                 /// The packed-RHS layout this kernel reads for `n x k` weights.
                 pub fn rhs_layout(&self, n: usize, k: usize) -> $crate::Result<$crate::packed::PackedLayout> {
                     self.0.rhs_layout(n, k)

@@ -992,15 +992,7 @@ mod imp {
             par: Parallelism,
             out: &mut PackedLhs,
         ) -> Result<()> {
-            error::nonzero(m, "m")?;
-            error::nonzero(k, "k")?;
-            if lhs_stride < k {
-                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
-            }
-            let need = error::mul(m - 1, lhs_stride, "lhs")?
-                .checked_add(k)
-                .ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
-            error::at_least(lhs.len(), need, "lhs")?;
+            engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
             let stride_bytes = error::mul(lhs_stride, core::mem::size_of::<L>(), "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
@@ -1306,42 +1298,9 @@ mod imp {
     /// and `unpack_rhs_row`.
     macro_rules! qai8dxp_kernel {
         (lhs: $lhs:ty, out: $out:ty, weights: $w:ident) => {
-            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
-                entries().iter().map(|e| &e.info).collect()
-            }
-
-            /// One kernel of the family, with its packing.
-            #[derive(Clone, Copy)]
-            pub struct Kernel(&'static $crate::families::qai8dxp_common::Entry);
-
-            impl core::fmt::Debug for Kernel {
-                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-                }
-            }
+            $crate::families::engine::kernel_type!($crate::families::qai8dxp_common::Entry);
 
             impl Kernel {
-                /// Every kernel of the family in this build.
-                pub fn all() -> impl Iterator<Item = Kernel> {
-                    entries().iter().map(Kernel)
-                }
-
-                /// The kernel with this upstream name.
-                pub fn by_name(name: &str) -> Option<Kernel> {
-                    entries().iter().find(|e| e.info.name == name).map(Kernel)
-                }
-
-                /// The best kernel that can run with `f` for `m` output rows.
-                pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
-                    let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-                    Self::by_name(best.name)
-                }
-
-                /// Registry information.
-                pub fn info(&self) -> &'static $crate::registry::KernelInfo {
-                    &self.0.info
-                }
-
                 /// The packed-RHS layout this kernel reads for `n x k` weights.
                 pub fn rhs_layout(&self, n: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
                     self.0.rhs_layout(n, k)
