@@ -717,7 +717,7 @@ mod imp {
     /// One kernel of a family: registry data, functions, packed RHS format.
     pub(crate) struct Entry {
         pub info: KernelInfo,
-        fns: Fns,
+        pub(crate) fns: Fns,
         pub rhs: RhsFormat,
         /// The kernel assumes `m == 1` per call (`run` passes rows singly).
         one_row: bool,
