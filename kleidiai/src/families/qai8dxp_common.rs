@@ -122,6 +122,40 @@ pub(crate) trait LhsElem: Copy + Send + Sync + 'static {
     );
 }
 
+/// `packed_size`, `packed_offset` and `pack` of an [`LhsElem`] impl: the
+/// size query, offset query and run function of its upstream packer.
+#[cfg(target_arch = "aarch64")]
+macro_rules! lhs_packer_fns {
+    ($size:ident, $offset:ident, $run:ident) => {
+        fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
+            // SAFETY: size query, pure arithmetic.
+            unsafe { kleidiai_sys::$size(m, k, mr, kr, sr) }
+        }
+
+        fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
+            // SAFETY: offset query, pure arithmetic.
+            unsafe { kleidiai_sys::$offset(m_idx, k, mr, kr, sr) }
+        }
+
+        unsafe fn pack(
+            m: usize,
+            k: usize,
+            mr: usize,
+            kr: usize,
+            sr: usize,
+            start: usize,
+            lhs: *const Self,
+            stride: usize,
+            dst: *mut u8,
+        ) {
+            // SAFETY: the caller upholds this function's contract; `Self` is
+            // the packer's element type (f32, or the 16-bit pattern of its
+            // `float16_t` / bf16).
+            unsafe { kleidiai_sys::$run(m, k, mr, kr, sr, start, lhs.cast(), stride, dst.cast()) }
+        }
+    };
+}
+
 impl LhsElem for f32 {
     #[cfg(test)]
     fn from_f32(x: f32) -> Self {
@@ -140,32 +174,11 @@ impl LhsElem for f32 {
     const PACKER: &'static str = "kai_lhs_quant_pack_qai8dxp_f32";
 
     #[cfg(target_arch = "aarch64")]
-    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: size query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: offset query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(m_idx, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    unsafe fn pack(
-        m: usize,
-        k: usize,
-        mr: usize,
-        kr: usize,
-        sr: usize,
-        start: usize,
-        lhs: *const f32,
-        stride: usize,
-        dst: *mut u8,
-    ) {
-        // SAFETY: the caller upholds this function's contract.
-        unsafe { kleidiai_sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr, start, lhs, stride, dst.cast()) }
-    }
+    lhs_packer_fns!(
+        kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32,
+        kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32,
+        kai_run_lhs_quant_pack_qai8dxp_f32
+    );
 }
 
 impl LhsElem for f16 {
@@ -201,45 +214,11 @@ impl LhsElem for f16 {
     }
 
     #[cfg(target_arch = "aarch64")]
-    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: size query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f16_neon(m, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: offset query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f16_neon(m_idx, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    unsafe fn pack(
-        m: usize,
-        k: usize,
-        mr: usize,
-        kr: usize,
-        sr: usize,
-        start: usize,
-        lhs: *const f16,
-        stride: usize,
-        dst: *mut u8,
-    ) {
-        // SAFETY: the caller upholds this function's contract (f16 is the
-        // packer's `float16_t`, 2 bytes).
-        unsafe {
-            kleidiai_sys::kai_run_lhs_quant_pack_qai8dxp_f16_neon(
-                m,
-                k,
-                mr,
-                kr,
-                sr,
-                start,
-                lhs.cast(),
-                stride,
-                dst.cast(),
-            )
-        }
-    }
+    lhs_packer_fns!(
+        kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f16_neon,
+        kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f16_neon,
+        kai_run_lhs_quant_pack_qai8dxp_f16_neon
+    );
 }
 
 impl LhsElem for bf16 {
@@ -269,45 +248,11 @@ impl LhsElem for bf16 {
     }
 
     #[cfg(target_arch = "aarch64")]
-    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: size query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon(m, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: offset query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_bf16_neon(m_idx, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    unsafe fn pack(
-        m: usize,
-        k: usize,
-        mr: usize,
-        kr: usize,
-        sr: usize,
-        start: usize,
-        lhs: *const bf16,
-        stride: usize,
-        dst: *mut u8,
-    ) {
-        // SAFETY: the caller upholds this function's contract (bf16 is the
-        // packer's 16-bit pattern).
-        unsafe {
-            kleidiai_sys::kai_run_lhs_quant_pack_qai8dxp_bf16_neon(
-                m,
-                k,
-                mr,
-                kr,
-                sr,
-                start,
-                lhs.cast(),
-                stride,
-                dst.cast(),
-            )
-        }
-    }
+    lhs_packer_fns!(
+        kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon,
+        kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_bf16_neon,
+        kai_run_lhs_quant_pack_qai8dxp_bf16_neon
+    );
 }
 
 /// An output element type: f32, or f16 / bf16 rounded to nearest even from
