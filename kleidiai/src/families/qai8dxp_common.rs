@@ -808,42 +808,15 @@ mod imp {
                     let params = sys::kai_rhs_pack_qsi8cx_params { lhs_zero_point: 1, scale_multiplier: 1.0 };
                     buf = AlignedBuf::zeroed(size);
                     let dst = buf.as_mut_ptr().cast();
+                    let run = match w.order {
+                        Order::NxK => sys::kai_run_rhs_pack_nxk_qsi8cxp_qsi8cx_neon,
+                        Order::KxN => sys::kai_run_rhs_pack_kxn_qsi8cxp_qsi8cx_neon,
+                    };
                     // SAFETY: w.validate() checked `data` holds n * k values
                     // and `scales`/`bias` n; `buf` has the packer's own size
                     // for (n, k, nr, kr, sr); sr == 1, num_groups 1,
                     // extra_bytes 0. Plain C packers.
-                    unsafe {
-                        match w.order {
-                            Order::NxK => sys::kai_run_rhs_pack_nxk_qsi8cxp_qsi8cx_neon(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                            ),
-                            Order::KxN => sys::kai_run_rhs_pack_kxn_qsi8cxp_qsi8cx_neon(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                            ),
-                        }
-                    }
+                    unsafe { run(1, n, k, nr, kr, sr, w.data.as_ptr(), bias, w.scales.as_ptr(), dst, 0, &params) }
                 }
                 (RhsFormat::Qsu2cxp4x4 | RhsFormat::Qsu2cxp4vlx4, Weights::UInt2(w)) => {
                     error::multiple_of(k, 32, "k", "2-bit packers and kernels")?;
@@ -879,6 +852,11 @@ mod imp {
                     let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
                     let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 2 };
                     let dst = buf.as_mut_ptr().cast();
+                    let run = if self.rhs == RhsFormat::Qsu2cxp4x4 {
+                        sys::kai_run_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon
+                    } else {
+                        sys::kai_run_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon
+                    };
                     // SAFETY: w.validate() checked `data` holds n rows of
                     // k / 4 bytes (k % 32 == 0, so the packers' 8-byte loads
                     // stay inside a row) and `scales`/`bias` n values; `buf`
@@ -886,39 +864,21 @@ mod imp {
                     // nr == 4 (NEON) or a multiple of 8 (SME), num_groups 1,
                     // extra_bytes 0, zero points 1 and 2, a 4-entry table.
                     unsafe {
-                        if self.rhs == RhsFormat::Qsu2cxp4x4 {
-                            sys::kai_run_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                                lut.as_ptr(),
-                            )
-                        } else {
-                            sys::kai_run_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                                lut.as_ptr(),
-                            )
-                        }
+                        run(
+                            1,
+                            n,
+                            k,
+                            nr,
+                            kr,
+                            sr,
+                            w.data.as_ptr(),
+                            bias,
+                            w.scales.as_ptr(),
+                            dst,
+                            0,
+                            &params,
+                            lut.as_ptr(),
+                        )
                     }
                 }
                 (_, Weights::Int4(_)) => return Err(wrong("int4")),
