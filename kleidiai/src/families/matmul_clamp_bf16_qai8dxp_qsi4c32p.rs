@@ -81,11 +81,11 @@ mod imp {
     use crate::families::engine::{self, Tiles};
     use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
     use crate::families::qai8dxp_qsi4c32p::{
-        FORMAT_QSI4C32P, LHS_FORMAT, check_bl, neon_rhs_packers, pack_qsi4c32p_rhs,
+        FORMAT_QSI4C32P, LHS_FORMAT, check_bl, kernel_info, pack_qsi4c32p_rhs,
     };
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::KernelInfo;
     use kleidiai_sys as sys;
     use std::sync::OnceLock;
     use sys::interfaces::matmul_clamp_bf16_qai8dxp_qsi4c32p::{Interface, KERNELS};
@@ -102,19 +102,7 @@ mod imp {
         E.get_or_init(|| {
             KERNELS
                 .iter()
-                .map(|(u, iface)| Entry {
-                    info: KernelInfo {
-                        name: u.name,
-                        family: FAMILY,
-                        features: u.features,
-                        vector_length: VectorLength::Any,
-                        tile: tile_kind_for(u.name),
-                        lhs_packer: Some(LHS_PACKER),
-                        rhs_packers: neon_rhs_packers(u.name),
-                        rank: rank_for(u.name, u.features),
-                    },
-                    iface,
-                })
+                .map(|(u, iface)| Entry { info: kernel_info(u, FAMILY, LHS_PACKER).0, iface })
                 .collect()
         })
     }

@@ -71,24 +71,21 @@ pub use imp::*;
 mod imp {
     use super::*;
     use crate::buffer::SendPtr;
-    use crate::cpu::{CpuFeature, Features};
+    use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
     use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
     pub use crate::families::qai8dxp_qsi4c32p::unpack_rhs_row;
     use crate::families::qai8dxp_qsi4c32p::{
-        FORMAT_QSI4C32P, FORMAT_QSI4C32PS1S0, LHS_FORMAT, check_bl, neon_rhs_packers, pack_qsi4c32p_rhs,
+        LHS_FORMAT, check_bl, kernel_info, pack_qsi4c32p_rhs,
     };
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::KernelInfo;
     use kleidiai_sys as sys;
     use std::sync::OnceLock;
     use sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4c32p::{Interface, KERNELS};
 
     const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_f32";
-
-    const RHS_PS1S0: &[&str] =
-        &["kai_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon", "kai_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon"];
 
     struct Entry {
         info: KernelInfo,
@@ -102,21 +99,8 @@ mod imp {
             KERNELS
                 .iter()
                 .map(|(u, iface)| {
-                    let sme2 = u.features.contains(&CpuFeature::Sme2);
-                    Entry {
-                        info: KernelInfo {
-                            name: u.name,
-                            family: FAMILY,
-                            features: u.features,
-                            vector_length: VectorLength::Any,
-                            tile: tile_kind_for(u.name),
-                            lhs_packer: Some(LHS_PACKER),
-                            rhs_packers: if sme2 { RHS_PS1S0 } else { neon_rhs_packers(u.name) },
-                            rank: rank_for(u.name, u.features),
-                        },
-                        iface,
-                        format: if sme2 { FORMAT_QSI4C32PS1S0 } else { FORMAT_QSI4C32P },
-                    }
+                    let (info, format) = kernel_info(u, FAMILY, LHS_PACKER);
+                    Entry { info, iface, format }
                 })
                 .collect()
         })

@@ -63,6 +63,7 @@ mod imp {
     use crate::error;
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedRhs};
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
     use kleidiai_sys as sys;
 
     /// Packed RHS of the NEON kernels (bf16 scales, channel sums, bias).
@@ -76,11 +77,37 @@ mod imp {
     const RHS_NRX8: &[&str] =
         &["kai_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon", "kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0"];
 
+    const RHS_PS1S0: &[&str] =
+        &["kai_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon", "kai_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon"];
+
     /// The NEON RHS packers for a kernel name (`..._qsi4c32p4x8_...`: the
     /// digit after the `x` is `kr / sr`).
-    pub(crate) fn neon_rhs_packers(name: &str) -> &'static [&'static str] {
+    fn neon_rhs_packers(name: &str) -> &'static [&'static str] {
         let tok = name.split('_').find(|t| t.starts_with("qsi4c32p")).unwrap_or("");
         if tok.ends_with('8') { RHS_NRX8 } else { RHS_NRX4 }
+    }
+
+    /// The registry entry of kernel `u` of `family`, whose LHS packer is
+    /// `lhs_packer`, and the packed RHS format it reads: `qsi4c32ps1s0` for
+    /// the SME2 kernels, else `qsi4c32p` (packed by the NEON packer of its
+    /// `kr / sr`).
+    pub(crate) fn kernel_info(
+        u: &'static sys::Ukernel,
+        family: &'static str,
+        lhs_packer: &'static str,
+    ) -> (KernelInfo, &'static str) {
+        let sme2 = u.features.contains(&CpuFeature::Sme2);
+        let info = KernelInfo {
+            name: u.name,
+            family,
+            features: u.features,
+            vector_length: VectorLength::Any,
+            tile: tile_kind_for(u.name),
+            lhs_packer: Some(lhs_packer),
+            rhs_packers: if sme2 { RHS_PS1S0 } else { neon_rhs_packers(u.name) },
+            rank: rank_for(u.name, u.features),
+        };
+        (info, if sme2 { FORMAT_QSI4C32PS1S0 } else { FORMAT_QSI4C32P })
     }
 
     /// Checks the block length against the packers' and kernels' rules
