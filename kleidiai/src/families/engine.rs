@@ -86,6 +86,20 @@ pub(crate) struct Prepared {
     pub lhs_bytes: usize,
 }
 
+/// Checks an `m x k` LHS of `len` elements with rows `stride` elements
+/// apart: `m` and `k` nonzero, `stride >= k`, the last row inside it (in
+/// this order).
+pub(crate) fn check_lhs_rows(m: usize, k: usize, len: usize, stride: usize) -> crate::Result<()> {
+    use crate::error;
+    error::nonzero(m, "m")?;
+    error::nonzero(k, "k")?;
+    if stride < k {
+        return Err(Error::bad_value("lhs_stride", stride, format!("less than k = {k}")));
+    }
+    let need = error::mul(m - 1, stride, "lhs")?.checked_add(k).ok_or_else(|| Error::Overflow("lhs".into()))?;
+    error::at_least(len, need, "lhs")
+}
+
 /// The size checks every family's `prepare` makes for a call with a dense
 /// `m x k` LHS and an `m x n` f32 output (none of the byte counts the
 /// steady-state path computes may overflow).
@@ -121,3 +135,69 @@ pub(crate) fn live_vector_bytes(info: &KernelInfo) -> usize {
 pub(crate) fn live_vector_bytes(_: &KernelInfo) -> usize {
     0
 }
+
+/// A family's kernel list API over its `entries()` (each entry with an
+/// `info: KernelInfo`): `infos()` for the registry and the `Kernel` type
+/// with `Debug`, `all`, `by_name`, `select` and `info`.
+#[cfg(target_arch = "aarch64")]
+macro_rules! kernel_type {
+    ($entry:ty) => {
+        pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
+            entries().iter().map(|e| &e.info).collect()
+        }
+
+        /// One kernel of the family, with its packing.
+        #[derive(Clone, Copy)]
+        pub struct Kernel(&'static $entry);
+
+        impl core::fmt::Debug for Kernel {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+            }
+        }
+
+        impl Kernel {
+            /// Every kernel of the family in this build.
+            pub fn all() -> impl Iterator<Item = Kernel> {
+                entries().iter().map(Kernel)
+            }
+
+            /// The kernel with this upstream name.
+            pub fn by_name(name: &str) -> Option<Kernel> {
+                entries().iter().find(|e| e.info.name == name).map(Kernel)
+            }
+
+            /// The best kernel that can run with `f` for `m` output rows.
+            pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
+                let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
+                Self::by_name(best.name)
+            }
+
+            /// Registry information.
+            pub fn info(&self) -> &'static $crate::registry::KernelInfo {
+                &self.0.info
+            }
+        }
+    };
+}
+#[cfg(target_arch = "aarch64")]
+pub(crate) use kernel_type;
+
+/// The [`Tiles`] a kernel's upstream interface struct `$i` reports (the
+/// generated tables fill in every getter). It runs the getters: use it
+/// inside an `unsafe` block after checking the CPU runs the kernel.
+#[cfg(target_arch = "aarch64")]
+macro_rules! iface_tiles {
+    ($i:expr) => {
+        $crate::families::engine::Tiles {
+            m_step: $i.get_m_step.expect("m_step")(),
+            n_step: $i.get_n_step.expect("n_step")(),
+            mr: $i.get_mr.expect("mr")(),
+            nr: $i.get_nr.expect("nr")(),
+            kr: $i.get_kr.expect("kr")(),
+            sr: $i.get_sr.expect("sr")(),
+        }
+    };
+}
+#[cfg(target_arch = "aarch64")]
+pub(crate) use iface_tiles;

@@ -79,12 +79,13 @@ mod imp {
     use crate::buffer::SendPtr;
     use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
+    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
     use crate::families::qai8dxp_qsi4c32p::{
-        FORMAT_QSI4C32P, LHS_FORMAT, check_bl, neon_rhs_packers, pack_qsi4c32p_rhs,
+        FORMAT_QSI4C32P, LHS_FORMAT, check_bl, kernel_info, pack_qsi4c32p_rhs,
     };
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::KernelInfo;
     use kleidiai_sys as sys;
     use std::sync::OnceLock;
     use sys::interfaces::matmul_clamp_bf16_qai8dxp_qsi4c32p::{Interface, KERNELS};
@@ -101,74 +102,20 @@ mod imp {
         E.get_or_init(|| {
             KERNELS
                 .iter()
-                .map(|(u, iface)| Entry {
-                    info: KernelInfo {
-                        name: u.name,
-                        family: FAMILY,
-                        features: u.features,
-                        vector_length: VectorLength::Any,
-                        tile: tile_kind_for(u.name),
-                        lhs_packer: Some(LHS_PACKER),
-                        rhs_packers: neon_rhs_packers(u.name),
-                        rank: rank_for(u.name, u.features),
-                    },
-                    iface,
-                })
+                .map(|(u, iface)| Entry { info: kernel_info(u, FAMILY, LHS_PACKER).0, iface })
                 .collect()
         })
     }
 
-    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-        entries().iter().map(|e| &e.info).collect()
-    }
-
-    /// One kernel of the family, with its packing.
-    #[derive(Clone, Copy)]
-    pub struct Kernel(&'static Entry);
-
-    impl core::fmt::Debug for Kernel {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-        }
-    }
+    engine::kernel_type!(Entry);
 
     impl Kernel {
-        /// Every kernel of the family in this build.
-        pub fn all() -> impl Iterator<Item = Kernel> {
-            entries().iter().map(Kernel)
-        }
-
-        /// The kernel with this upstream name.
-        pub fn by_name(name: &str) -> Option<Kernel> {
-            entries().iter().find(|e| e.info.name == name).map(Kernel)
-        }
-
-        /// The best kernel that can run with `f` for `m` output rows.
-        pub fn select(m: usize, f: &Features) -> Option<Kernel> {
-            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-            Self::by_name(best.name)
-        }
-
-        /// Registry information.
-        pub fn info(&self) -> &'static KernelInfo {
-            &self.0.info
-        }
-
         fn tiles(&self) -> Result<(Tiles, Features)> {
             let f = engine::ensure_supported(&self.0.info)?;
             let i = self.0.iface;
             // SAFETY: the CPU has every feature the kernel needs
             // (ensure_supported); the generated table fills every getter.
-            let t = unsafe {
-                Tiles {
-                    m_step: i.get_m_step.expect("m_step")(),
-                    n_step: i.get_n_step.expect("n_step")(),
-                    mr: i.get_mr.expect("mr")(),
-                    nr: i.get_nr.expect("nr")(),
-                    kr: i.get_kr.expect("kr")(),
-                    sr: i.get_sr.expect("sr")(),
-                }
-            };
+            let t = unsafe { engine::iface_tiles!(i) };
             Ok((t, f))
         }
 
@@ -217,15 +164,7 @@ mod imp {
             par: Parallelism,
             out: &mut PackedLhs,
         ) -> Result<()> {
-            error::nonzero(m, "m")?;
-            error::nonzero(k, "k")?;
-            if lhs_stride < k {
-                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
-            }
-            let need = error::mul(m - 1, lhs_stride, "lhs")?
-                .checked_add(k)
-                .ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
-            error::at_least(lhs.len(), need, "lhs")?;
+            engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
             let stride_bytes = error::mul(lhs_stride, 2, "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
@@ -236,35 +175,11 @@ mod imp {
                     format!("{LHS_PACKER} needs 8"),
                 ));
             }
-            // SAFETY: size query, pure arithmetic.
-            let size = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon(m, k, mr, kr, sr) };
-            out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(lhs.as_ptr() as *mut bf16);
-            engine::run_rows(par, &self.0.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                // SAFETY: `rows` starts at a multiple of mr (split_aligned):
-                // the packer's offset for rows.start begins a row block no
-                // other range writes; the source pointer is pre-offset, hence
-                // m_idx_start 0; source rows lie inside `lhs` (checked), the
-                // destination inside the `size` bytes reserved; kr / sr = 8
-                // as the packer asserts. It is NEON code, always available.
-                unsafe {
-                    let off =
-                        sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_bf16_neon(rows.start, k, mr, kr, sr);
-                    sys::kai_run_lhs_quant_pack_qai8dxp_bf16_neon(
-                        rows.len(),
-                        k,
-                        mr,
-                        kr,
-                        sr,
-                        0,
-                        src.0.add(rows.start * lhs_stride).cast(),
-                        stride_bytes,
-                        dst.0.add(off).cast(),
-                    );
-                }
-            });
+            let size = <bf16 as LhsElem>::packed_size(m, k, mr, kr, sr);
+            // SAFETY: the rows lie inside `lhs` (checked), `size` is the
+            // packer's own size for the layout's blocks, kr / sr = 8 as the
+            // packer asserts (checked). It is NEON code, always available.
+            unsafe { pack_lhs_rows(&self.0.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
             Ok(())
         }
 

@@ -71,23 +71,21 @@ pub use imp::*;
 mod imp {
     use super::*;
     use crate::buffer::SendPtr;
-    use crate::cpu::{CpuFeature, Features};
+    use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
+    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
     pub use crate::families::qai8dxp_qsi4c32p::unpack_rhs_row;
     use crate::families::qai8dxp_qsi4c32p::{
-        FORMAT_QSI4C32P, FORMAT_QSI4C32PS1S0, LHS_FORMAT, check_bl, neon_rhs_packers, pack_qsi4c32p_rhs,
+        LHS_FORMAT, check_bl, kernel_info, pack_qsi4c32p_rhs,
     };
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::KernelInfo;
     use kleidiai_sys as sys;
     use std::sync::OnceLock;
     use sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4c32p::{Interface, KERNELS};
 
     const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_f32";
-
-    const RHS_PS1S0: &[&str] =
-        &["kai_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon", "kai_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon"];
 
     struct Entry {
         info: KernelInfo,
@@ -101,78 +99,23 @@ mod imp {
             KERNELS
                 .iter()
                 .map(|(u, iface)| {
-                    let sme2 = u.features.contains(&CpuFeature::Sme2);
-                    Entry {
-                        info: KernelInfo {
-                            name: u.name,
-                            family: FAMILY,
-                            features: u.features,
-                            vector_length: VectorLength::Any,
-                            tile: tile_kind_for(u.name),
-                            lhs_packer: Some(LHS_PACKER),
-                            rhs_packers: if sme2 { RHS_PS1S0 } else { neon_rhs_packers(u.name) },
-                            rank: rank_for(u.name, u.features),
-                        },
-                        iface,
-                        format: if sme2 { FORMAT_QSI4C32PS1S0 } else { FORMAT_QSI4C32P },
-                    }
+                    let (info, format) = kernel_info(u, FAMILY, LHS_PACKER);
+                    Entry { info, iface, format }
                 })
                 .collect()
         })
     }
 
-    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-        entries().iter().map(|e| &e.info).collect()
-    }
-
-    /// One kernel of the family, with its packing.
-    #[derive(Clone, Copy)]
-    pub struct Kernel(&'static Entry);
-
-    impl core::fmt::Debug for Kernel {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-        }
-    }
+    engine::kernel_type!(Entry);
 
     impl Kernel {
-        /// Every kernel of the family in this build.
-        pub fn all() -> impl Iterator<Item = Kernel> {
-            entries().iter().map(Kernel)
-        }
-
-        /// The kernel with this upstream name.
-        pub fn by_name(name: &str) -> Option<Kernel> {
-            entries().iter().find(|e| e.info.name == name).map(Kernel)
-        }
-
-        /// The best kernel that can run with `f` for `m` output rows.
-        pub fn select(m: usize, f: &Features) -> Option<Kernel> {
-            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-            Self::by_name(best.name)
-        }
-
-        /// Registry information.
-        pub fn info(&self) -> &'static KernelInfo {
-            &self.0.info
-        }
-
         fn tiles(&self) -> Result<(Tiles, Features)> {
             let f = engine::ensure_supported(&self.0.info)?;
             let i = self.0.iface;
             // SAFETY: the CPU has every feature the kernel needs
             // (ensure_supported), so even SME getters may run; the generated
             // table fills every getter of this interface.
-            let t = unsafe {
-                Tiles {
-                    m_step: i.get_m_step.expect("m_step")(),
-                    n_step: i.get_n_step.expect("n_step")(),
-                    mr: i.get_mr.expect("mr")(),
-                    nr: i.get_nr.expect("nr")(),
-                    kr: i.get_kr.expect("kr")(),
-                    sr: i.get_sr.expect("sr")(),
-                }
-            };
+            let t = unsafe { engine::iface_tiles!(i) };
             Ok((t, f))
         }
 
@@ -322,8 +265,7 @@ mod imp {
             let (t, _) = self.tiles()?;
             check_bl(k, bl, t.kr)?;
             error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
-            // SAFETY: size query, pure arithmetic (kr % sr == 0 checked).
-            let lhs_bytes = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr) };
+            let lhs_bytes = <f32 as LhsElem>::packed_size(m, k, t.mr, t.kr, t.sr);
             Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
         }
 
@@ -353,7 +295,7 @@ mod imp {
             // column 0 are 0. Single-row kernels (mr 1) get one row per call
             // at the packer's offset of that row, as in `run`.
             unsafe {
-                sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs.cast());
+                <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
                 let run = i.run_matmul.expect("run");
                 if t.mr == 1 {
                     let get_lhs = i.get_lhs_packed_offset.expect("lhs offset");
@@ -405,34 +347,11 @@ mod imp {
             error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
         error::at_least(lhs.len(), need, "lhs")?;
         let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
-        // SAFETY: size query, pure arithmetic (kr % sr == 0 checked).
-        let size = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr) };
-        out.reset(layout, size);
-        let dst = SendPtr(out.data_mut().as_mut_ptr());
-        let src = SendPtr(lhs.as_ptr() as *mut f32);
-        engine::run_rows(par, info, m, k, mr, |rows| {
-            let (src, dst) = (src, dst);
-            // SAFETY: `rows` starts at a multiple of mr (split_aligned), so
-            // the packer's offset for rows.start is the start of a whole row
-            // block no other range writes; the pointer is pre-offset, hence
-            // m_idx_start 0. Source rows lie inside `lhs` (checked above),
-            // the destination inside the `size` bytes reserved. The packer is
-            // plain C.
-            unsafe {
-                let off = sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(rows.start, k, mr, kr, sr);
-                sys::kai_run_lhs_quant_pack_qai8dxp_f32(
-                    rows.len(),
-                    k,
-                    mr,
-                    kr,
-                    sr,
-                    0,
-                    src.0.add(rows.start * lhs_stride),
-                    stride_bytes,
-                    dst.0.add(off).cast(),
-                );
-            }
-        });
+        let size = <f32 as LhsElem>::packed_size(m, k, mr, kr, sr);
+        // SAFETY: the rows lie inside `lhs` (checked above), `size` is the
+        // packer's own size for the layout's blocks (kr % sr == 0 checked);
+        // the packer is plain C.
+        unsafe { pack_lhs_rows(info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
         Ok(())
     }
 }

@@ -17,7 +17,7 @@
 
 use crate::error::{self, Result};
 use crate::families::float_common::check_reference_operands;
-use crate::formats::{Int4PerChannel, Order};
+use crate::formats::Int4PerChannel;
 use crate::packed::Clamp;
 use crate::quant::qai8dx_row;
 
@@ -63,144 +63,43 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::{AlignedBuf, SendPtr};
-    use crate::cpu::Features;
-    use crate::families::engine::{self, Tiles};
+    use crate::buffer::AlignedBuf;
+    use crate::cpu::CpuFeature;
+    use crate::families::engine;
+    use crate::families::qai8dxp_common::{
+        Entry, LhsElem, RhsFormat, Run, fns, int4_per_channel_packer, pack_int4_per_channel, pack_lhs_rows,
+    };
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
-    use kleidiai_sys as sys;
+    use kleidiai_sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4cxp::KERNELS;
     use std::sync::OnceLock;
-    use sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4cxp::{Interface, KERNELS};
-
-    pub(super) const FORMAT_QSI4CXP: &str = "qsi4cxp";
-    pub(super) const FORMAT_QSI4CXPS1S0: &str = "qsi4cxps1s0";
-    const LHS_FORMAT: &str = "qai8dxp";
-    const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_f32";
-
-    /// Whether weights in `order` can be packed for a kernel using `format`.
-    fn order_supported(format: &str, order: Order) -> bool {
-        order == Order::NxK || format == FORMAT_QSI4CXP
-    }
-    const RHS_QSI4CXP: &[&str] = &["kai_rhs_pack_nxk_qsi4cxp_qs4cxs1s0", "kai_rhs_pack_kxn_qsi4cxp_qs4cxs1s0"];
-    const RHS_QSI4CXPS1S0: &[&str] = &["kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon"];
-
-    struct Entry {
-        info: KernelInfo,
-        iface: &'static Interface,
-        format: &'static str,
-    }
 
     fn entries() -> &'static [Entry] {
         static E: OnceLock<Vec<Entry>> = OnceLock::new();
         E.get_or_init(|| {
             KERNELS
                 .iter()
-                .map(|(u, iface)| {
+                .map(|(u, i)| {
                     // The SME2 kernels read the s1s0 layout of the NEON packer.
-                    let sme2 = u.features.contains(&sys::CpuFeature::Sme2);
-                    Entry {
-                        info: KernelInfo {
-                            name: u.name,
-                            family: FAMILY,
-                            features: u.features,
-                            vector_length: VectorLength::Any,
-                            tile: tile_kind_for(u.name),
-                            lhs_packer: Some(LHS_PACKER),
-                            rhs_packers: if sme2 { RHS_QSI4CXPS1S0 } else { RHS_QSI4CXP },
-                            rank: rank_for(u.name, u.features),
-                        },
-                        iface,
-                        format: if sme2 { FORMAT_QSI4CXPS1S0 } else { FORMAT_QSI4CXP },
-                    }
+                    let sme2 = u.features.contains(&CpuFeature::Sme2);
+                    let rhs = if sme2 { RhsFormat::Qsi4cxps1s0 } else { RhsFormat::Qsi4cxp };
+                    Entry::new::<f32>(u, fns!(i, F32), rhs, &[], false)
                 })
                 .collect()
         })
     }
 
-    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-        entries().iter().map(|e| &e.info).collect()
-    }
-
-    /// One kernel of the family, with its packing.
-    #[derive(Clone, Copy)]
-    pub struct Kernel(&'static Entry);
-
-    impl core::fmt::Debug for Kernel {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-        }
-    }
+    engine::kernel_type!(Entry);
 
     impl Kernel {
-        /// Every kernel of the family in this build.
-        pub fn all() -> impl Iterator<Item = Kernel> {
-            entries().iter().map(Kernel)
-        }
-
-        /// The kernel with this upstream name.
-        pub fn by_name(name: &str) -> Option<Kernel> {
-            entries().iter().find(|e| e.info.name == name).map(Kernel)
-        }
-
-        /// The best kernel that can run with `f` for `m` output rows.
-        pub fn select(m: usize, f: &Features) -> Option<Kernel> {
-            let best = crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-            Self::by_name(best.name)
-        }
-
-        /// Registry information.
-        pub fn info(&self) -> &'static KernelInfo {
-            &self.0.info
-        }
-
-        fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.0.info)?;
-            let i = self.0.iface;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so even SME getters may run; upstream fills
-            // every getter of this interface (generated table, checked below).
-            let t = unsafe {
-                Tiles {
-                    m_step: i.get_m_step.expect("m_step")(),
-                    n_step: i.get_n_step.expect("n_step")(),
-                    mr: i.get_mr.expect("mr")(),
-                    nr: i.get_nr.expect("nr")(),
-                    kr: i.get_kr.expect("kr")(),
-                    sr: i.get_sr.expect("sr")(),
-                }
-            };
-            Ok((t, f))
-        }
-
         /// The packed-RHS layout this kernel reads for `n x k` weights.
         pub fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
-            let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.0.format,
-                rows: n,
-                k,
-                r: t.nr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
-            })
+            self.0.rhs_layout(n, k)
         }
 
         /// The packed-LHS layout this kernel reads for an `m x k` input.
         pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
-            let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: LHS_FORMAT,
-                rows: m,
-                k,
-                r: t.mr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
-            })
+            self.0.lhs_layout(m, k)
         }
 
         /// Packs the weights for this kernel (and every kernel with the
@@ -208,7 +107,7 @@ mod imp {
         pub fn pack_rhs(&self, w: &Int4PerChannel<'_>) -> Result<PackedRhs> {
             w.validate()?;
             let layout = self.rhs_layout(w.n, w.k)?;
-            if !order_supported(layout.format, w.order) {
+            if !self.0.rhs.takes(w.order) {
                 return Err(crate::Error::WrongFamily {
                     kernel: self.0.info.name,
                     why: format!("has no upstream packer for {:?} weights (use N x K)", w.order),
@@ -216,81 +115,18 @@ mod imp {
             }
             let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
             error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
-            let params =
-                sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: w.encoding.rhs_zero_point() };
-            let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
-            let mut buf;
-            // SAFETY: (all three arms) w.validate() checked `data` holds the
-            // n x k (or k x n) nibbles, `scales` and `bias` n values; the
-            // buffer has the size the packer's own query returns for
-            // (n, k, nr, kr, sr); kr % sr == 0, num_groups 1, extra_bytes 0
-            // and the zero points are the ones the packers accept. These
-            // packers are plain C/NEON code: no feature beyond NEON.
-            unsafe {
-                match (layout.format, w.order) {
-                    (FORMAT_QSI4CXP, Order::NxK) => {
-                        buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(
-                            n, k, nr, kr, sr,
-                        ));
-                        sys::kai_run_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(
-                            1,
-                            n,
-                            k,
-                            nr,
-                            kr,
-                            sr,
-                            w.data.as_ptr(),
-                            bias,
-                            w.scales.as_ptr(),
-                            buf.as_mut_ptr().cast(),
-                            0,
-                            &params,
-                        );
-                    }
-                    (FORMAT_QSI4CXP, Order::KxN) => {
-                        buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4cxp_qs4cxs1s0(
-                            n, k, nr, kr, sr,
-                        ));
-                        sys::kai_run_rhs_pack_kxn_qsi4cxp_qs4cxs1s0(
-                            1,
-                            n,
-                            k,
-                            nr,
-                            kr,
-                            sr,
-                            w.data.as_ptr(),
-                            bias,
-                            w.scales.as_ptr(),
-                            buf.as_mut_ptr().cast(),
-                            0,
-                            &params,
-                        );
-                    }
-                    _ => {
-                        buf = AlignedBuf::zeroed(
-                            sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(n, k, nr, kr, sr),
-                        );
-                        let p = sys::kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon_params {
-                            lhs_zero_point: 1,
-                            rhs_zero_point: w.encoding.rhs_zero_point(),
-                        };
-                        sys::kai_run_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(
-                            1,
-                            n,
-                            k,
-                            nr,
-                            kr,
-                            sr,
-                            w.data.as_ptr(),
-                            bias,
-                            w.scales.as_ptr(),
-                            buf.as_mut_ptr().cast(),
-                            0,
-                            &p,
-                        );
-                    }
-                }
-            }
+            let format = self.0.rhs;
+            let (size, _) = int4_per_channel_packer(format, w.order);
+            // SAFETY: w.validate() checked `data` holds the n x k (or k x n)
+            // nibbles, `scales` and `bias` n values; the buffer has the size
+            // the packer's own query returns for (n, k, nr, kr, sr), the
+            // kernel's blocks for its format; kr % sr == 0 (checked); the
+            // format takes the order (order_supported).
+            let buf = unsafe {
+                let mut buf = AlignedBuf::zeroed(size(n, k, nr, kr, sr));
+                pack_int4_per_channel(format, w, nr, kr, sr, buf.as_mut_ptr().cast());
+                buf
+            };
             Ok(PackedRhs::new(layout, buf))
         }
 
@@ -319,45 +155,15 @@ mod imp {
             par: Parallelism,
             out: &mut PackedLhs,
         ) -> Result<()> {
-            error::nonzero(m, "m")?;
-            error::nonzero(k, "k")?;
-            if lhs_stride < k {
-                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
-            }
-            let need = error::mul(m - 1, lhs_stride, "lhs")?
-                .checked_add(k)
-                .ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
-            error::at_least(lhs.len(), need, "lhs")?;
+            engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
             let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
-            // SAFETY: size query, pure arithmetic.
-            let size = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr) };
-            out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(lhs.as_ptr() as *mut f32);
-            engine::run_rows(par, &self.0.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                // SAFETY: `rows` starts at a multiple of mr (split_aligned), so
-                // the packer's offset for rows.start is the start of a whole
-                // row block no other range writes; the pointer is pre-offset,
-                // hence m_idx_start 0. Source rows lie inside `lhs` (checked
-                // above), the destination inside the `size` bytes reserved.
-                unsafe {
-                    let off = sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(rows.start, k, mr, kr, sr);
-                    sys::kai_run_lhs_quant_pack_qai8dxp_f32(
-                        rows.len(),
-                        k,
-                        mr,
-                        kr,
-                        sr,
-                        0,
-                        src.0.add(rows.start * lhs_stride),
-                        stride_bytes,
-                        dst.0.add(off).cast(),
-                    );
-                }
-            });
+            let size = <f32 as LhsElem>::packed_size(m, k, mr, kr, sr);
+            // SAFETY: the rows lie inside `lhs` (checked above), `size` is
+            // the packer's own size for the kernel's blocks, which upstream
+            // pairs with this plain C packer.
+            unsafe { pack_lhs_rows(&self.0.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
             Ok(())
         }
 
@@ -369,10 +175,9 @@ mod imp {
             let (n, k) = (l.rows, l.k);
             engine::check_prepared_sizes(m, n, k)?;
             rhs.expect(&self.rhs_layout(n, k)?, self.0.info.name)?;
-            let (t, _) = self.tiles()?;
+            let (t, _) = self.0.tiles()?;
             error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
-            // SAFETY: size query, pure arithmetic (kr % sr == 0 checked).
-            let lhs_bytes = unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr) };
+            let lhs_bytes = <f32 as LhsElem>::packed_size(m, k, t.mr, t.kr, t.sr);
             Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
         }
 
@@ -394,7 +199,7 @@ mod imp {
             clamp: Clamp,
         ) {
             let (m, n, k, t) = (p.m, p.n, p.k, p.t);
-            let i = self.0.iface;
+            let Run::F32(run) = self.0.fns.run else { unreachable!("an f32-output kernel") };
             let rp = rhs.data().as_ptr();
             // SAFETY: the caller's contract: every size and layout rule was
             // checked by `prepare` for exactly these operands, the buffers
@@ -402,10 +207,9 @@ mod imp {
             // are 0. Single-row kernels (mr 1) get one row per call at the
             // packer's offset of that row.
             unsafe {
-                sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs.cast());
-                let run = i.run_matmul.expect("run");
+                <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
                 if t.mr == 1 {
-                    let get_lhs = i.get_lhs_packed_offset.expect("lhs offset");
+                    let get_lhs = self.0.fns.lhs_offset;
                     for r in 0..m {
                         let lo = if r == 0 { 0 } else { get_lhs(r, k) };
                         let (a, d) = (lhs.add(lo).cast(), y.add(r * n));
@@ -426,49 +230,7 @@ mod imp {
             clamp: Clamp,
             par: Parallelism,
         ) -> Result<()> {
-            clamp.check()?;
-            let (m, n, k) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k);
-            rhs.expect(&self.rhs_layout(n, k)?, self.0.info.name)?;
-            lhs.expect(&self.lhs_layout(m, k)?, self.0.info.name)?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _) = self.tiles()?;
-            let i = self.0.iface;
-            let (get_lhs, get_rhs, run) = (
-                i.get_lhs_packed_offset.expect("lhs offset"),
-                i.get_rhs_packed_offset.expect("rhs offset"),
-                i.run_matmul.expect("run"),
-            );
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            engine::run_grid(par, &self.0.info, m, n, k, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dp);
-                // SAFETY: both packed buffers have exactly the layouts this
-                // kernel computes for (m, n, k) (checked above), so the
-                // offsets for a row start that is a multiple of m_step and a
-                // column start that is a multiple of n_step (plan_grid) lie
-                // inside them; dst holds m x n f32 and tiles are disjoint;
-                // the CPU supports the kernel (tiles() checked).
-                unsafe {
-                    let lo = get_lhs(rows.start, k);
-                    let ro = get_rhs(cols.start, k);
-                    run(
-                        rows.len(),
-                        cols.len(),
-                        k,
-                        lp.0.add(lo).cast(),
-                        rp.0.add(ro).cast(),
-                        dp.0.add(rows.start * n + cols.start),
-                        n * 4,
-                        4,
-                        clamp.min,
-                        clamp.max,
-                    );
-                }
-            });
-            Ok(())
+            self.0.run(lhs, rhs, dst, clamp, par)
         }
 
         /// Packs the dense `m x k` LHS and runs: the one-call form (use
@@ -499,7 +261,8 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::formats::Int4Encoding;
+    use crate::families::qai8dxp_common::RhsFormat;
+    use crate::formats::{Int4Encoding, Order};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
     use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
@@ -529,7 +292,7 @@ mod tests {
             let mut cases = 0;
             let mut worst = 0f64;
             for (ci, &(m, n, k)) in shapes.iter().enumerate() {
-                let order = if lay.format == FORMAT_QSI4CXP && ci % 2 == 1 { Order::KxN } else { Order::NxK };
+                let order = if lay.format == RhsFormat::Qsi4cxp.id() && ci % 2 == 1 { Order::KxN } else { Order::NxK };
                 let enc = if ci % 3 == 0 { Int4Encoding::Offset8 } else { Int4Encoding::Signed };
                 let (data, scales, bias) = weights(&mut rng, n, k, order, enc);
                 let w = Int4PerChannel {

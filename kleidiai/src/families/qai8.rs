@@ -99,13 +99,7 @@ pub(crate) fn channel_params(w: Weights<'_, '_>, q: &Qai8Quant) -> Result<(Vec<i
 
 /// Checks an `m x k` int8 LHS with rows `stride` values apart.
 pub(crate) fn check_lhs(m: usize, k: usize, lhs: &[i8], stride: usize) -> Result<()> {
-    error::nonzero(m, "m")?;
-    error::nonzero(k, "k")?;
-    if stride < k {
-        return Err(crate::Error::bad_value("lhs_stride", stride, format!("less than k = {k}")));
-    }
-    let need = error::mul(m - 1, stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
-    error::at_least(lhs.len(), need, "lhs")
+    crate::families::engine::check_lhs_rows(m, k, lhs.len(), stride)
 }
 
 /// The reference of all four families.
@@ -231,6 +225,41 @@ mod imp {
         pub lhs_offset: Option<unsafe extern "C" fn(usize, usize) -> usize>,
         pub rhs_offset: unsafe extern "C" fn(usize, usize) -> usize,
         pub run: RunQ,
+    }
+
+    /// The GEMV interface (`matmul_clamp_qai8_qai8_qsi8cxp`): no `mr`, and
+    /// its LHS is plain rows, not packed.
+    impl From<&sys::kai_matmul_clamp_qai8_qai8p_qsi8cxp_ukernel> for IfaceFns {
+        fn from(i: &sys::kai_matmul_clamp_qai8_qai8p_qsi8cxp_ukernel) -> Self {
+            IfaceFns {
+                m_step: i.get_m_step.expect("m_step"),
+                n_step: i.get_n_step.expect("n_step"),
+                mr: None,
+                nr: i.get_nr.expect("nr"),
+                kr: i.get_kr.expect("kr"),
+                sr: i.get_sr.expect("sr"),
+                lhs_offset: None,
+                rhs_offset: i.get_rhs_packed_offset.expect("rhs offset"),
+                run: i.run_matmul.expect("run"),
+            }
+        }
+    }
+
+    /// The GEMM interface (`matmul_clamp_qai8_qai8p_qsi8cxp`), packed LHS.
+    impl From<&sys::kai_matmul_clamp_qai8_qai8p_qsi8cxpsb_ukernel> for IfaceFns {
+        fn from(i: &sys::kai_matmul_clamp_qai8_qai8p_qsi8cxpsb_ukernel) -> Self {
+            IfaceFns {
+                m_step: i.get_m_step.expect("m_step"),
+                n_step: i.get_n_step.expect("n_step"),
+                mr: Some(i.get_mr.expect("mr")),
+                nr: i.get_nr.expect("nr"),
+                kr: i.get_kr.expect("kr"),
+                sr: i.get_sr.expect("sr"),
+                lhs_offset: Some(i.get_lhs_packed_offset.expect("lhs offset")),
+                rhs_offset: i.get_rhs_packed_offset.expect("rhs offset"),
+                run: i.run_matmul.expect("run"),
+            }
+        }
     }
 
     /// How a kernel is called.
@@ -412,11 +441,12 @@ mod imp {
             let (zp, mult) = (q.lhs_zero_point, q.scale_multiplier());
             let neg_zp = -zp;
             let scales = w.scales();
-            let mut buf;
-            match w {
+            let kxn;
+            // The uker packer and the values it reads.
+            let (ctor, values): (unsafe extern "C" fn() -> sys::kai_matmul_pack_rhs_uker_api, *const c_void) = match w {
                 Weights::I8(w8) => {
                     // Both int8 packers read K x N.
-                    let kxn: std::borrow::Cow<'_, [i8]> = match w8.order {
+                    kxn = match w8.order {
                         Order::KxN => std::borrow::Cow::Borrowed(&w8.data[..n * k]),
                         Order::NxK => (0..k * n).map(|i| w8.data[(i % n) * k + i / n]).collect(),
                     };
@@ -428,7 +458,7 @@ mod imp {
                         // (check_tiles); the buffer has the packer's size; the
                         // zero-point correction fits int32 (channel_params).
                         unsafe {
-                            buf = AlignedBuf::zeroed(
+                            let mut buf = AlignedBuf::zeroed(
                                 sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme(n, k),
                             );
                             sys::kai_run_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme(
@@ -446,25 +476,10 @@ mod imp {
                                 0,
                                 &params,
                             );
-                        }
-                    } else {
-                        // SAFETY: as above, through the uker packer's table;
-                        // the scalars outlive the call.
-                        unsafe {
-                            let p = PackRhs::new(sys::kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme);
-                            buf = AlignedBuf::zeroed(p.packed_size(n, k));
-                            let mut args = sys::kai_matmul_pack_rhs_uker_args::default();
-                            args.shape.n = n;
-                            args.shape.k = k;
-                            args.operand.rhs.ptr = kxn.as_ptr().cast();
-                            args.operand.bias_n.ptr = bias.as_ptr().cast();
-                            args.operand.k_sum_scale_global.ptr = (&neg_zp as *const i32).cast();
-                            args.operand.scale_n.ptr = scales.as_ptr().cast();
-                            args.operand.scale_global.ptr = (&mult as *const f32).cast();
-                            args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
-                            p.run(&mut args);
+                            return Ok(PackedRhs::new(layout, buf));
                         }
                     }
+                    (sys::kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme, kxn.as_ptr().cast())
                 }
                 Weights::I4(w4) => {
                     let ctor = match (w4.order, w4.encoding) {
@@ -481,29 +496,32 @@ mod imp {
                             sys::kai_matmul_pack_rhs_kxn_qsi4cxp8vsx4sf32bi32_qsu4cx_f32_i32_sme
                         }
                     };
-                    // SAFETY: the CPU runs SME (rhs_layout); the data holds
-                    // the nibbles in the order and encoding of the packer
-                    // picked, rows padded to whole bytes as its stride query
-                    // says (validated); bias and scales hold n values; the
-                    // buffer has the packer's size; the zero-point correction
-                    // fits int32 (channel_params), so the packer's C
-                    // arithmetic does not overflow.
-                    unsafe {
-                        let p = PackRhs::new(ctor);
-                        buf = AlignedBuf::zeroed(p.packed_size(n, k));
-                        let mut args = sys::kai_matmul_pack_rhs_uker_args::default();
-                        args.shape.n = n;
-                        args.shape.k = k;
-                        args.operand.rhs.ptr = w4.data.as_ptr().cast();
-                        args.operand.bias_n.ptr = bias.as_ptr().cast();
-                        args.operand.k_sum_scale_global.ptr = (&neg_zp as *const i32).cast();
-                        args.operand.scale_n.ptr = scales.as_ptr().cast();
-                        args.operand.scale_global.ptr = (&mult as *const f32).cast();
-                        args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
-                        p.run(&mut args);
-                    }
+                    (ctor, w4.data.as_ptr().cast())
                 }
-            }
+            };
+            // SAFETY: the CPU runs SME (rhs_layout); `values` holds the int8
+            // weights K x N with rows n bytes apart (kxn), or the int4 nibbles
+            // in the order and encoding of the packer picked, rows padded to
+            // whole bytes as its stride query says (validated); bias and
+            // scales hold n values; the buffer has the packer's size; the
+            // scalars outlive the call; the zero-point correction fits int32
+            // (channel_params), so the packer's C arithmetic does not
+            // overflow.
+            let buf = unsafe {
+                let p = PackRhs::new(ctor);
+                let mut buf = AlignedBuf::zeroed(p.packed_size(n, k));
+                let mut args = sys::kai_matmul_pack_rhs_uker_args::default();
+                args.shape.n = n;
+                args.shape.k = k;
+                args.operand.rhs.ptr = values;
+                args.operand.bias_n.ptr = bias.as_ptr().cast();
+                args.operand.k_sum_scale_global.ptr = (&neg_zp as *const i32).cast();
+                args.operand.scale_n.ptr = scales.as_ptr().cast();
+                args.operand.scale_global.ptr = (&mult as *const f32).cast();
+                args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
+                p.run(&mut args);
+                buf
+            };
             Ok(PackedRhs::new(layout, buf))
         }
 
@@ -676,6 +694,26 @@ mod imp {
             self.run_any(lhs.layout().rows, Some(lhs), None, rhs, out, dst, par)
         }
 
+        /// Runs on a dense `m x k` LHS, packing it first if the kernel reads
+        /// a packed LHS.
+        pub(crate) fn matmul(
+            &self,
+            m: usize,
+            lhs: &[i8],
+            rhs: &PackedRhs,
+            out: &Qai8Output,
+            dst: &mut [i8],
+            par: Parallelism,
+        ) -> Result<()> {
+            let k = rhs.layout().k;
+            if self.lhs == Lhs::Unpacked {
+                return self.run_plain(m, lhs, k, rhs, out, dst, par);
+            }
+            let mut packed = PackedLhs::empty();
+            self.pack_lhs_into(m, k, lhs, k, par, &mut packed)?;
+            self.run_packed(&packed, rhs, out, dst, par)
+        }
+
         /// Runs a kernel that reads plain int8 rows (`lhs_stride` apart).
         #[allow(clippy::too_many_arguments)]
         pub(crate) fn run_plain(
@@ -732,148 +770,300 @@ mod imp {
         }
         Ok(())
     }
-
-    /// The methods the four families' `Kernel` types forward to an [`Entry`].
-    macro_rules! qai8_kernel_common {
-        ($entries:path, $weights:ident) => {
-            /// Every kernel of the family in this build.
-            pub fn all() -> impl Iterator<Item = Kernel> {
-                $entries().iter().map(Kernel)
-            }
-
-            /// The kernel with this upstream name.
-            pub fn by_name(name: &str) -> Option<Kernel> {
-                $entries().iter().find(|e| e.info.name == name).map(Kernel)
-            }
-
-            /// The best kernel that can run with `f` for `m` output rows.
-            pub fn select(m: usize, f: &crate::cpu::Features) -> Option<Kernel> {
-                let best = crate::registry::select_from($entries().iter().map(|e| &e.info), m, f)?;
-                Self::by_name(best.name)
-            }
-
-            /// Registry information.
-            pub fn info(&self) -> &'static crate::registry::KernelInfo {
-                &self.0.info
-            }
-
-            /// The packed-RHS layout this kernel reads for `n x k` weights.
-            pub fn rhs_layout(&self, n: usize, k: usize) -> Result<crate::packed::PackedLayout> {
-                self.0.rhs_layout(n, k)
-            }
-
-            /// Packs the weights with the quantisation `q` baked in (the LHS
-            /// zero point into the bias, `lhs_scale / dst_scale` into the
-            /// scales): the packed RHS is only valid with that `q`.
-            pub fn pack_rhs(&self, w: &$weights<'_>, q: &crate::quant::Qai8Quant) -> Result<crate::packed::PackedRhs> {
-                self.0.pack_rhs(w.into(), q)
-            }
-        };
-    }
-    pub(crate) use qai8_kernel_common;
-
-    /// `run` and `matmul` of the families whose kernels read plain int8 rows.
-    macro_rules! qai8_plain_run {
-        () => {
-            /// `dst = requantize(lhs · wᵀ)`: `lhs` is `m x k`, rows
-            /// `lhs_stride` values apart; `dst` is `m x n`, rows `n` apart.
-            #[allow(clippy::too_many_arguments)]
-            pub fn run(
-                &self,
-                m: usize,
-                lhs: &[i8],
-                lhs_stride: usize,
-                rhs: &crate::packed::PackedRhs,
-                out: &crate::quant::Qai8Output,
-                dst: &mut [i8],
-                par: crate::par::Parallelism,
-            ) -> Result<()> {
-                self.0.run_plain(m, lhs, lhs_stride, rhs, out, dst, par)
-            }
-
-            /// [`run`](Self::run) on a dense `m x k` LHS.
-            pub fn matmul(
-                &self,
-                m: usize,
-                lhs: &[i8],
-                rhs: &crate::packed::PackedRhs,
-                out: &crate::quant::Qai8Output,
-                dst: &mut [i8],
-                par: crate::par::Parallelism,
-            ) -> Result<()> {
-                let k = rhs.layout().k;
-                self.0.run_plain(m, lhs, k, rhs, out, dst, par)
-            }
-        };
-    }
-    pub(crate) use qai8_plain_run;
-
-    /// LHS packing, `run` and `matmul` of the families whose kernels read a
-    /// packed LHS.
-    macro_rules! qai8_packed_run {
-        () => {
-            /// The packed-LHS layout this kernel reads for an `m x k` input.
-            pub fn lhs_layout(&self, m: usize, k: usize) -> Result<crate::packed::PackedLayout> {
-                self.0.lhs_layout(m, k)
-            }
-
-            /// Packs an `m x k` int8 LHS, rows `lhs_stride` values apart.
-            pub fn pack_lhs(
-                &self,
-                m: usize,
-                k: usize,
-                lhs: &[i8],
-                lhs_stride: usize,
-                par: crate::par::Parallelism,
-            ) -> Result<crate::packed::PackedLhs> {
-                let mut out = crate::packed::PackedLhs::empty();
-                self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-                Ok(out)
-            }
-
-            /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-            pub fn pack_lhs_into(
-                &self,
-                m: usize,
-                k: usize,
-                lhs: &[i8],
-                lhs_stride: usize,
-                par: crate::par::Parallelism,
-                out: &mut crate::packed::PackedLhs,
-            ) -> Result<()> {
-                self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
-            }
-
-            /// `dst = requantize(lhs · wᵀ)`: `dst` is `m x n`, rows `n` apart.
-            pub fn run(
-                &self,
-                lhs: &crate::packed::PackedLhs,
-                rhs: &crate::packed::PackedRhs,
-                out: &crate::quant::Qai8Output,
-                dst: &mut [i8],
-                par: crate::par::Parallelism,
-            ) -> Result<()> {
-                self.0.run_packed(lhs, rhs, out, dst, par)
-            }
-
-            /// Packs the dense `m x k` LHS and runs: the one-call form.
-            pub fn matmul(
-                &self,
-                m: usize,
-                lhs: &[i8],
-                rhs: &crate::packed::PackedRhs,
-                out: &crate::quant::Qai8Output,
-                dst: &mut [i8],
-                par: crate::par::Parallelism,
-            ) -> Result<()> {
-                let k = rhs.layout().k;
-                let packed = self.pack_lhs(m, k, lhs, k, par)?;
-                self.run(&packed, rhs, out, dst, par)
-            }
-        };
-    }
-    pub(crate) use qai8_packed_run;
 }
+
+/// Defines one of the four families in its module, from its declaration:
+/// `FAMILY`, `reference` (documented by the attributes given first, its
+/// example), and on aarch64 the kernel list `entries()` (the interface
+/// kernels of `sys::interfaces::<family>::KERNELS`, if `iface` is given,
+/// then the `kai_matmul_uker_api` ones of `API_KERNELS`, each with its
+/// [`Lhs`] and [`Rhs`]), `infos()`, the typed `Kernel` (`lhs: plain` or
+/// `lhs: packed`: the methods of a kernel that reads plain int8 rows or a
+/// packed LHS), `unpack_rhs_row`, and the family's tests.
+macro_rules! qai8_family {
+    (@int4 StaticInt4Weights) => {
+        true
+    };
+    (@int4 StaticInt8Weights) => {
+        false
+    };
+    // The weights of the error tests: n 3, k 8, every value 1.
+    (@test_weights StaticInt4Weights) => {
+        StaticInt4Weights {
+            n: 3,
+            k: 8,
+            order: Order::NxK,
+            encoding: $crate::formats::Int4Encoding::Offset8,
+            data: &[0x99; 12],
+            scales: &[1.0; 3],
+            bias: None,
+        }
+    };
+    (@test_weights StaticInt8Weights) => {
+        StaticInt8Weights { n: 3, k: 8, order: Order::NxK, data: &[1; 24], scales: &[1.0; 3], bias: None }
+    };
+    // One value short of the test weights.
+    (@short_data StaticInt4Weights) => {
+        &[0x99; 11]
+    };
+    (@short_data StaticInt8Weights) => {
+        &[1; 23]
+    };
+    // The mixing test's run on a 2 x 8 LHS of 2s.
+    (@mix_run plain, $kern:ident, $packed:ident, $out:ident, $dst:ident, $seq:ident) => {
+        $kern.run(2, &[2; 16], 8, &$packed, &$out, &mut $dst, $seq).unwrap();
+    };
+    (@mix_run packed, $kern:ident, $packed:ident, $out:ident, $dst:ident, $seq:ident) => {
+        $kern.run(&$kern.pack_lhs(2, 8, &[2; 16], 8, $seq).unwrap(), &$packed, &$out, &mut $dst, $seq).unwrap();
+    };
+    // The mixing test's bad LHS.
+    (@mix_errors plain, $kern:ident, $packed:ident, $out:ident, $dst:ident, $seq:ident) => {
+        assert!($kern.run(2, &[0; 16], 7, &$packed, &$out, &mut $dst, $seq).is_err(), "stride < k");
+        assert!($kern.run(usize::MAX, &[0; 16], 8, &$packed, &$out, &mut $dst, $seq).is_err(), "overflowing m");
+    };
+    (@mix_errors packed, $kern:ident, $packed:ident, $out:ident, $dst:ident, $seq:ident) => {
+        // A packed LHS of another k is rejected.
+        let lhs = $kern.pack_lhs(2, 12, &[1; 24], 12, $seq).unwrap();
+        let r = $kern.run(&lhs, &$packed, &$out, &mut $dst, $seq);
+        assert!(matches!(r, Err($crate::Error::LayoutMismatch { .. })), "{r:?}");
+        assert!($kern.pack_lhs(usize::MAX, 8, &[0; 8], 8, $seq).is_err(), "overflowing m");
+        assert!($kern.pack_lhs(1, 8, &[0; 8], 7, $seq).is_err(), "stride < k");
+    };
+    // `run` and `matmul` of the families whose kernels read plain int8 rows.
+    (@run plain) => {
+        /// `dst = requantize(lhs · wᵀ)`: `lhs` is `m x k`, rows
+        /// `lhs_stride` values apart; `dst` is `m x n`, rows `n` apart.
+        #[allow(clippy::too_many_arguments)]
+        pub fn run(
+            &self,
+            m: usize,
+            lhs: &[i8],
+            lhs_stride: usize,
+            rhs: &$crate::packed::PackedRhs,
+            out: &$crate::quant::Qai8Output,
+            dst: &mut [i8],
+            par: $crate::par::Parallelism,
+        ) -> $crate::Result<()> {
+            self.0.run_plain(m, lhs, lhs_stride, rhs, out, dst, par)
+        }
+    };
+    // LHS packing, `run` and `matmul` of the families whose kernels read a
+    // packed LHS.
+    (@run packed) => {
+        /// The packed-LHS layout this kernel reads for an `m x k` input.
+        pub fn lhs_layout(&self, m: usize, k: usize) -> $crate::Result<$crate::packed::PackedLayout> {
+            self.0.lhs_layout(m, k)
+        }
+
+        /// Packs an `m x k` int8 LHS, rows `lhs_stride` values apart.
+        pub fn pack_lhs(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[i8],
+            lhs_stride: usize,
+            par: $crate::par::Parallelism,
+        ) -> $crate::Result<$crate::packed::PackedLhs> {
+            let mut out = $crate::packed::PackedLhs::empty();
+            self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+            Ok(out)
+        }
+
+        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+        pub fn pack_lhs_into(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[i8],
+            lhs_stride: usize,
+            par: $crate::par::Parallelism,
+            out: &mut $crate::packed::PackedLhs,
+        ) -> $crate::Result<()> {
+            self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
+        }
+
+        /// `dst = requantize(lhs · wᵀ)`: `dst` is `m x n`, rows `n` apart.
+        pub fn run(
+            &self,
+            lhs: &$crate::packed::PackedLhs,
+            rhs: &$crate::packed::PackedRhs,
+            out: &$crate::quant::Qai8Output,
+            dst: &mut [i8],
+            par: $crate::par::Parallelism,
+        ) -> $crate::Result<()> {
+            self.0.run_packed(lhs, rhs, out, dst, par)
+        }
+    };
+    (
+        $(#[$example:meta])*
+        family: $family:ident,
+        weights: $w:ident,
+        lhs: $run:ident,
+        kernels: { $(iface: ($il:ident, $ir:ident),)? uker: ($ul:ident, $ur:ident) $(,)? } $(,)?
+    ) => {
+        /// Upstream family directory.
+        pub const FAMILY: &str = stringify!($family);
+
+        /// The portable reference (test oracle and fallback): `lhs` is dense
+        /// `m x w.k`, `dst` dense `m x w.n`; errors where packing would (a bias
+        /// whose zero-point correction leaves int32, zero points outside int8).
+        ///
+        $(#[$example])*
+        pub fn reference(
+            m: usize,
+            lhs: &[i8],
+            w: &$crate::formats::$w<'_>,
+            q: &$crate::quant::Qai8Quant,
+            out: &$crate::quant::Qai8Output,
+            dst: &mut [i8],
+        ) -> $crate::Result<()> {
+            $crate::families::qai8::reference_impl(m, lhs, w.into(), q, out, dst)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        pub use imp::*;
+
+        #[cfg(target_arch = "aarch64")]
+        mod imp {
+            use super::*;
+            use $crate::families::qai8::{Call, Entry, Lhs, Rhs, entry};
+            use std::sync::OnceLock;
+
+            pub(super) fn entries() -> &'static [Entry] {
+                static E: OnceLock<Vec<Entry>> = OnceLock::new();
+                E.get_or_init(|| {
+                    let mut v = Vec::new();
+                    $(for (u, i) in kleidiai_sys::interfaces::$family::KERNELS {
+                        v.push(entry(FAMILY, u, Call::Iface(i.into()), Lhs::$il, Rhs::$ir));
+                    })?
+                    for &(u, ctor) in kleidiai_sys::interfaces::$family::API_KERNELS {
+                        v.push(entry(FAMILY, u, Call::Uker(ctor), Lhs::$ul, Rhs::$ur));
+                    }
+                    v
+                })
+            }
+
+            $crate::families::engine::kernel_type!(Entry);
+
+            impl Kernel {
+                /// The packed-RHS layout this kernel reads for `n x k` weights.
+                pub fn rhs_layout(&self, n: usize, k: usize) -> $crate::Result<$crate::packed::PackedLayout> {
+                    self.0.rhs_layout(n, k)
+                }
+
+                /// Packs the weights with the quantisation `q` baked in (the LHS
+                /// zero point into the bias, `lhs_scale / dst_scale` into the
+                /// scales): the packed RHS is only valid with that `q`.
+                pub fn pack_rhs(
+                    &self,
+                    w: &$crate::formats::$w<'_>,
+                    q: &$crate::quant::Qai8Quant,
+                ) -> $crate::Result<$crate::packed::PackedRhs> {
+                    self.0.pack_rhs(w.into(), q)
+                }
+
+                /// [`run`](Self::run) on a dense `m x k` LHS (which this call
+                /// packs first if the kernel reads a packed LHS): the one-call
+                /// form.
+                pub fn matmul(
+                    &self,
+                    m: usize,
+                    lhs: &[i8],
+                    rhs: &$crate::packed::PackedRhs,
+                    out: &$crate::quant::Qai8Output,
+                    dst: &mut [i8],
+                    par: $crate::par::Parallelism,
+                ) -> $crate::Result<()> {
+                    self.0.matmul(m, lhs, rhs, out, dst, par)
+                }
+
+                $crate::families::qai8::qai8_family!(@run $run);
+            }
+
+            /// The quantised values of weight row `row` of a packed RHS of this
+            /// family, as f32 (exact). The packed bytes hold the weight scale only
+            /// multiplied by `lhs_scale / dst_scale`: multiply by your weight scale
+            /// to dequantise.
+            pub fn unpack_rhs_row(rhs: &$crate::packed::PackedRhs, row: usize, out: &mut [f32]) -> $crate::Result<()> {
+                $crate::families::qai8::unpack_rhs_row(rhs, row, out)
+            }
+        }
+
+        #[cfg(all(test, target_arch = "aarch64"))]
+        mod tests {
+            use super::*;
+            use $crate::families::qai8::qai8_family;
+            use $crate::formats::{$w, Order};
+            use $crate::packed::PackedRhs;
+            use $crate::par::Parallelism;
+            use $crate::quant::{Qai8Output, Qai8Quant};
+
+            #[test]
+            fn conformance() {
+                $crate::families::qai8::tests::conformance(FAMILY, imp::entries(), qai8_family!(@int4 $w));
+            }
+
+            /// The best kernel for `m` rows on this CPU (none: the test is
+            /// skipped), the test weights, quantisation, output and the
+            /// weights packed for the kernel.
+            fn setup(m: usize) -> Option<(Kernel, $w<'static>, Qai8Quant, Qai8Output, PackedRhs, Parallelism)> {
+                let kern = Kernel::select(m, &$crate::cpu::Features::current())?;
+                let w = qai8_family!(@test_weights $w);
+                let q = Qai8Quant { lhs_scale: 1.0, lhs_zero_point: 0, dst_scale: 1.0 };
+                let packed = kern.pack_rhs(&w, &q).unwrap();
+                Some((kern, w, q, Qai8Output::unclamped(0), packed, Parallelism::Sequential))
+            }
+
+            #[test]
+            fn mixing_layouts_is_an_error() {
+                let f = $crate::cpu::Features::current();
+                let Some((kern, _, _, out, packed, seq)) = setup(2) else {
+                    return;
+                };
+                let mut dst = [0i8; 6];
+                qai8_family!(@mix_run $run, kern, packed, out, dst, seq);
+                assert_eq!(dst, [16; 6]);
+                // Every other kernel of the family takes the packed RHS only if it
+                // has the same layout.
+                for other in Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
+                    let r = other.rhs_layout(3, 8).unwrap();
+                    assert_eq!(r == *packed.layout(), r.format == packed.layout().format && r.r == packed.layout().r);
+                }
+                qai8_family!(@mix_errors $run, kern, packed, out, dst, seq);
+            }
+
+            #[test]
+            fn bad_input_is_an_error() {
+                let Some((kern, w, q, out, packed, seq)) = setup(1) else {
+                    return;
+                };
+                let mut dst = [0i8; 3];
+                assert!(kern.matmul(1, &[0; 7], &packed, &out, &mut dst, seq).is_err(), "short lhs");
+                assert!(kern.matmul(1, &[0; 8], &packed, &out, &mut dst[..2], seq).is_err(), "short dst");
+                assert!(kern.matmul(0, &[], &packed, &out, &mut dst, seq).is_err(), "m = 0");
+                let bad_out = Qai8Output { zero_point: 0, min: 5, max: 4 };
+                assert!(kern.matmul(1, &[0; 8], &packed, &bad_out, &mut dst, seq).is_err(), "empty clamp");
+                assert!(kern.matmul(1, &[0; 8], &packed, &Qai8Output::unclamped(300), &mut dst, seq).is_err(), "zero point");
+                assert!(kern.pack_rhs(&$w { data: qai8_family!(@short_data $w), ..w }, &q).is_err(), "short weights");
+                assert!(kern.pack_rhs(&$w { n: usize::MAX, ..w }, &q).is_err(), "overflow");
+                let zp = Qai8Quant { lhs_zero_point: -200, ..q };
+                assert!(kern.pack_rhs(&w, &zp).is_err(), "lhs zero point outside int8");
+                let neg = Qai8Quant { dst_scale: 0.0, ..q };
+                assert!(kern.pack_rhs(&w, &neg).is_err(), "zero scale");
+                // The zero-point correction must stay in int32.
+                let big = $w { bias: Some(&[i32::MAX, 0, 0]), ..w };
+                assert!(kern.pack_rhs(&big, &Qai8Quant { lhs_zero_point: -1, ..q }).is_err(), "bias overflow");
+                let mut d = [0i8; 3];
+                assert!(reference(1, &[0; 8], &big, &Qai8Quant { lhs_zero_point: -1, ..q }, &out, &mut d).is_err());
+                let mut r = [0f32; 8];
+                assert!(unpack_rhs_row(&packed, 3, &mut r).is_err(), "row out of range");
+                kern.matmul(1, &[1; 8], &packed, &out, &mut dst, seq).unwrap();
+                assert_eq!(dst, [8; 3]);
+            }
+        }
+    };
+}
+pub(crate) use qai8_family;
 
 /// Conformance and error tests shared by the four families.
 #[cfg(all(test, target_arch = "aarch64"))]

@@ -122,6 +122,40 @@ pub(crate) trait LhsElem: Copy + Send + Sync + 'static {
     );
 }
 
+/// `packed_size`, `packed_offset` and `pack` of an [`LhsElem`] impl: the
+/// size query, offset query and run function of its upstream packer.
+#[cfg(target_arch = "aarch64")]
+macro_rules! lhs_packer_fns {
+    ($size:ident, $offset:ident, $run:ident) => {
+        fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
+            // SAFETY: size query, pure arithmetic.
+            unsafe { kleidiai_sys::$size(m, k, mr, kr, sr) }
+        }
+
+        fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
+            // SAFETY: offset query, pure arithmetic.
+            unsafe { kleidiai_sys::$offset(m_idx, k, mr, kr, sr) }
+        }
+
+        unsafe fn pack(
+            m: usize,
+            k: usize,
+            mr: usize,
+            kr: usize,
+            sr: usize,
+            start: usize,
+            lhs: *const Self,
+            stride: usize,
+            dst: *mut u8,
+        ) {
+            // SAFETY: the caller upholds this function's contract; `Self` is
+            // the packer's element type (f32, or the 16-bit pattern of its
+            // `float16_t` / bf16).
+            unsafe { kleidiai_sys::$run(m, k, mr, kr, sr, start, lhs.cast(), stride, dst.cast()) }
+        }
+    };
+}
+
 impl LhsElem for f32 {
     #[cfg(test)]
     fn from_f32(x: f32) -> Self {
@@ -140,32 +174,11 @@ impl LhsElem for f32 {
     const PACKER: &'static str = "kai_lhs_quant_pack_qai8dxp_f32";
 
     #[cfg(target_arch = "aarch64")]
-    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: size query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: offset query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32(m_idx, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    unsafe fn pack(
-        m: usize,
-        k: usize,
-        mr: usize,
-        kr: usize,
-        sr: usize,
-        start: usize,
-        lhs: *const f32,
-        stride: usize,
-        dst: *mut u8,
-    ) {
-        // SAFETY: the caller upholds this function's contract.
-        unsafe { kleidiai_sys::kai_run_lhs_quant_pack_qai8dxp_f32(m, k, mr, kr, sr, start, lhs, stride, dst.cast()) }
-    }
+    lhs_packer_fns!(
+        kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32,
+        kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32,
+        kai_run_lhs_quant_pack_qai8dxp_f32
+    );
 }
 
 impl LhsElem for f16 {
@@ -201,45 +214,11 @@ impl LhsElem for f16 {
     }
 
     #[cfg(target_arch = "aarch64")]
-    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: size query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f16_neon(m, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: offset query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f16_neon(m_idx, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    unsafe fn pack(
-        m: usize,
-        k: usize,
-        mr: usize,
-        kr: usize,
-        sr: usize,
-        start: usize,
-        lhs: *const f16,
-        stride: usize,
-        dst: *mut u8,
-    ) {
-        // SAFETY: the caller upholds this function's contract (f16 is the
-        // packer's `float16_t`, 2 bytes).
-        unsafe {
-            kleidiai_sys::kai_run_lhs_quant_pack_qai8dxp_f16_neon(
-                m,
-                k,
-                mr,
-                kr,
-                sr,
-                start,
-                lhs.cast(),
-                stride,
-                dst.cast(),
-            )
-        }
-    }
+    lhs_packer_fns!(
+        kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f16_neon,
+        kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f16_neon,
+        kai_run_lhs_quant_pack_qai8dxp_f16_neon
+    );
 }
 
 impl LhsElem for bf16 {
@@ -269,45 +248,11 @@ impl LhsElem for bf16 {
     }
 
     #[cfg(target_arch = "aarch64")]
-    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: size query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon(m, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-        // SAFETY: offset query, pure arithmetic.
-        unsafe { kleidiai_sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_bf16_neon(m_idx, k, mr, kr, sr) }
-    }
-
-    #[cfg(target_arch = "aarch64")]
-    unsafe fn pack(
-        m: usize,
-        k: usize,
-        mr: usize,
-        kr: usize,
-        sr: usize,
-        start: usize,
-        lhs: *const bf16,
-        stride: usize,
-        dst: *mut u8,
-    ) {
-        // SAFETY: the caller upholds this function's contract (bf16 is the
-        // packer's 16-bit pattern).
-        unsafe {
-            kleidiai_sys::kai_run_lhs_quant_pack_qai8dxp_bf16_neon(
-                m,
-                k,
-                mr,
-                kr,
-                sr,
-                start,
-                lhs.cast(),
-                stride,
-                dst.cast(),
-            )
-        }
-    }
+    lhs_packer_fns!(
+        kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon,
+        kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_bf16_neon,
+        kai_run_lhs_quant_pack_qai8dxp_bf16_neon
+    );
 }
 
 /// An output element type: f32, or f16 / bf16 rounded to nearest even from
@@ -591,6 +536,124 @@ mod imp {
         }
     }
 
+    /// The packing half of [`Entry::pack_lhs_into`], after its checks:
+    /// resets `out` to `layout` and `size` bytes and runs `L`'s packer over
+    /// the layout's `rows x k` values of `lhs` (rows `lhs_stride` values,
+    /// `stride_bytes` bytes apart), the row blocks split over `par`.
+    ///
+    /// # Safety
+    /// `lhs` holds `(rows - 1) * lhs_stride + k` values and `stride_bytes`
+    /// is `lhs_stride` in bytes; `size` is the packer's own size for the
+    /// layout's (rows, k, r, kr, sr), blocks that meet the packer's rules
+    /// ([`LhsElem::check_block`]); the CPU has the packer's features.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn pack_lhs_rows<L: LhsElem>(
+        info: &KernelInfo,
+        layout: PackedLayout,
+        size: usize,
+        lhs: &[L],
+        lhs_stride: usize,
+        stride_bytes: usize,
+        par: Parallelism,
+        out: &mut PackedLhs,
+    ) {
+        let (m, k, mr, kr, sr) = (layout.rows, layout.k, layout.r, layout.kr, layout.sr);
+        out.reset(layout, size);
+        let dst = SendPtr(out.data_mut().as_mut_ptr());
+        let src = SendPtr(lhs.as_ptr() as *mut L);
+        engine::run_rows(par, info, m, k, mr, |rows| {
+            let (src, dst) = (src, dst);
+            let (pieces, height) = if L::ROW_BY_ROW { (rows.len(), 1) } else { (1, rows.len()) };
+            for p in 0..pieces {
+                let first = rows.start + p * height;
+                let off = L::packed_offset(first, k, mr, kr, sr);
+                // SAFETY: `rows` starts at a multiple of mr (split_aligned),
+                // so its row blocks are written by this range only; `first`
+                // is rows.start or, row by row, any row of it, going to slot
+                // first % mr of the block the packer's offset points to.
+                // Source rows lie inside `lhs`, the destination inside the
+                // `size` bytes reserved, the blocks meet the packer's rules
+                // and the CPU has its features (the caller's contract).
+                unsafe {
+                    L::pack(
+                        height,
+                        k,
+                        mr,
+                        kr,
+                        sr,
+                        first % mr,
+                        src.0.add(first * lhs_stride),
+                        stride_bytes,
+                        dst.0.add(off),
+                    );
+                }
+            }
+        });
+    }
+
+    /// An int4 per-channel RHS packer's size query.
+    pub(crate) type Int4PackedSize = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
+    type Int4PackRun = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        *const u8,
+        *const f32,
+        *const f32,
+        *mut c_void,
+        usize,
+        *const sys::kai_rhs_pack_qs4cxs1s0_param,
+    );
+
+    /// Upstream's packer of int4 per-channel weights in `order` for `format`
+    /// (`Qsi4cxp`: N x K or K x N; `Qsi4cxps1s0`: N x K): its size query
+    /// and run function.
+    pub(crate) fn int4_per_channel_packer(format: RhsFormat, order: Order) -> (Int4PackedSize, Int4PackRun) {
+        match (format, order) {
+            (RhsFormat::Qsi4cxp, Order::NxK) => (
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxp_qs4cxs1s0,
+                sys::kai_run_rhs_pack_nxk_qsi4cxp_qs4cxs1s0,
+            ),
+            (RhsFormat::Qsi4cxp, Order::KxN) => (
+                sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4cxp_qs4cxs1s0,
+                sys::kai_run_rhs_pack_kxn_qsi4cxp_qs4cxs1s0,
+            ),
+            _ => (
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon,
+            ),
+        }
+    }
+
+    /// Packs int4 per-channel weights for `format` into `dst` with
+    /// [`int4_per_channel_packer`]`(format, w.order)` (LHS zero point 1,
+    /// the weights' own zero point; one group, no extra bytes).
+    ///
+    /// # Safety
+    /// `w` is validated (`data` holds the n x k or k x n nibbles, `scales`
+    /// and `bias` n values); `dst` holds the bytes that packer's size query
+    /// returns for (n, k, nr, kr, sr); nr, kr and sr are the blocks of a
+    /// kernel reading `format`, with kr % sr == 0; `format` takes `w.order`.
+    /// The packers are plain C / NEON code: no feature beyond NEON.
+    pub(crate) unsafe fn pack_int4_per_channel(
+        format: RhsFormat,
+        w: &Int4PerChannel<'_>,
+        nr: usize,
+        kr: usize,
+        sr: usize,
+        dst: *mut c_void,
+    ) {
+        let (_, run) = int4_per_channel_packer(format, w.order);
+        let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
+        let params =
+            sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: w.encoding.rhs_zero_point() };
+        // SAFETY: the caller's contract is the packer's.
+        unsafe { run(1, w.n, w.k, nr, kr, sr, w.data.as_ptr(), bias, w.scales.as_ptr(), dst, 0, &params) }
+    }
+
     /// `x` rounded up to a multiple of `to`, or an overflow error.
     fn roundup(x: usize, to: usize, what: &str) -> Result<usize> {
         error::mul(x.div_ceil(to.max(1)), to.max(1), what)
@@ -599,7 +662,7 @@ mod imp {
     /// One kernel of a family: registry data, functions, packed RHS format.
     pub(crate) struct Entry {
         pub info: KernelInfo,
-        fns: Fns,
+        pub(crate) fns: Fns,
         pub rhs: RhsFormat,
         /// The kernel assumes `m == 1` per call (`run` passes rows singly).
         one_row: bool,
@@ -723,69 +786,14 @@ mod imp {
                     order_ok(w.order)?;
                     // k_internal (a multiple of 32) must be a multiple of kr.
                     error::multiple_of(32, kr, "32", "the int4 packers' k rounding")?;
-                    let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
-                    let zp = w.encoding.rhs_zero_point();
-                    let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: zp };
                     buf = AlignedBuf::zeroed(size);
-                    let dst = buf.as_mut_ptr().cast();
-                    // SAFETY: (all three arms) w.validate() checked `data`
-                    // holds the n x k (or k x n) nibbles and `scales`/`bias`
-                    // n values; `buf` has the size the packer's own query
-                    // returns for (n, k, nr, kr, sr); kr % sr == 0, k_internal
-                    // (a multiple of 32) is a multiple of kr, num_groups 1, extra_bytes 0, zero points 1 and
-                    // 0 / 8. Plain C packers: no feature beyond NEON.
-                    unsafe {
-                        match (self.rhs, w.order) {
-                            (RhsFormat::Qsi4cxp, Order::NxK) => sys::kai_run_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                            ),
-                            (RhsFormat::Qsi4cxp, Order::KxN) => sys::kai_run_rhs_pack_kxn_qsi4cxp_qs4cxs1s0(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                            ),
-                            _ => {
-                                let p = sys::kai_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon_params {
-                                    lhs_zero_point: 1,
-                                    rhs_zero_point: zp,
-                                };
-                                sys::kai_run_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(
-                                    1,
-                                    n,
-                                    k,
-                                    nr,
-                                    kr,
-                                    sr,
-                                    w.data.as_ptr(),
-                                    bias,
-                                    w.scales.as_ptr(),
-                                    dst,
-                                    0,
-                                    &p,
-                                )
-                            }
-                        }
-                    }
+                    // SAFETY: w.validate() checked the data, scales and bias;
+                    // `buf` has the size the packer's own query returns for
+                    // (n, k, nr, kr, sr) (checked_size), the kernel's blocks;
+                    // kr % sr == 0 and k_internal (a multiple of 32) is a
+                    // multiple of kr (checked above); the format takes the
+                    // order (order_ok).
+                    unsafe { pack_int4_per_channel(self.rhs, &w, nr, kr, sr, buf.as_mut_ptr().cast()) }
                 }
                 (RhsFormat::Qsi8cxp, Weights::Int8(w)) => {
                     order_ok(w.order)?;
@@ -800,42 +808,15 @@ mod imp {
                     let params = sys::kai_rhs_pack_qsi8cx_params { lhs_zero_point: 1, scale_multiplier: 1.0 };
                     buf = AlignedBuf::zeroed(size);
                     let dst = buf.as_mut_ptr().cast();
+                    let run = match w.order {
+                        Order::NxK => sys::kai_run_rhs_pack_nxk_qsi8cxp_qsi8cx_neon,
+                        Order::KxN => sys::kai_run_rhs_pack_kxn_qsi8cxp_qsi8cx_neon,
+                    };
                     // SAFETY: w.validate() checked `data` holds n * k values
                     // and `scales`/`bias` n; `buf` has the packer's own size
                     // for (n, k, nr, kr, sr); sr == 1, num_groups 1,
                     // extra_bytes 0. Plain C packers.
-                    unsafe {
-                        match w.order {
-                            Order::NxK => sys::kai_run_rhs_pack_nxk_qsi8cxp_qsi8cx_neon(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                            ),
-                            Order::KxN => sys::kai_run_rhs_pack_kxn_qsi8cxp_qsi8cx_neon(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                            ),
-                        }
-                    }
+                    unsafe { run(1, n, k, nr, kr, sr, w.data.as_ptr(), bias, w.scales.as_ptr(), dst, 0, &params) }
                 }
                 (RhsFormat::Qsu2cxp4x4 | RhsFormat::Qsu2cxp4vlx4, Weights::UInt2(w)) => {
                     error::multiple_of(k, 32, "k", "2-bit packers and kernels")?;
@@ -871,6 +852,11 @@ mod imp {
                     let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
                     let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 2 };
                     let dst = buf.as_mut_ptr().cast();
+                    let run = if self.rhs == RhsFormat::Qsu2cxp4x4 {
+                        sys::kai_run_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon
+                    } else {
+                        sys::kai_run_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon
+                    };
                     // SAFETY: w.validate() checked `data` holds n rows of
                     // k / 4 bytes (k % 32 == 0, so the packers' 8-byte loads
                     // stay inside a row) and `scales`/`bias` n values; `buf`
@@ -878,39 +864,21 @@ mod imp {
                     // nr == 4 (NEON) or a multiple of 8 (SME), num_groups 1,
                     // extra_bytes 0, zero points 1 and 2, a 4-entry table.
                     unsafe {
-                        if self.rhs == RhsFormat::Qsu2cxp4x4 {
-                            sys::kai_run_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                                lut.as_ptr(),
-                            )
-                        } else {
-                            sys::kai_run_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon(
-                                1,
-                                n,
-                                k,
-                                nr,
-                                kr,
-                                sr,
-                                w.data.as_ptr(),
-                                bias,
-                                w.scales.as_ptr(),
-                                dst,
-                                0,
-                                &params,
-                                lut.as_ptr(),
-                            )
-                        }
+                        run(
+                            1,
+                            n,
+                            k,
+                            nr,
+                            kr,
+                            sr,
+                            w.data.as_ptr(),
+                            bias,
+                            w.scales.as_ptr(),
+                            dst,
+                            0,
+                            &params,
+                            lut.as_ptr(),
+                        )
                     }
                 }
                 (_, Weights::Int4(_)) => return Err(wrong("int4")),
@@ -929,15 +897,7 @@ mod imp {
             par: Parallelism,
             out: &mut PackedLhs,
         ) -> Result<()> {
-            error::nonzero(m, "m")?;
-            error::nonzero(k, "k")?;
-            if lhs_stride < k {
-                return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
-            }
-            let need = error::mul(m - 1, lhs_stride, "lhs")?
-                .checked_add(k)
-                .ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
-            error::at_least(lhs.len(), need, "lhs")?;
+            engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
             let stride_bytes = error::mul(lhs_stride, core::mem::size_of::<L>(), "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
@@ -949,38 +909,11 @@ mod imp {
             if L::packed_size(m, k, mr, kr, sr) != size {
                 return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
             }
-            out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(lhs.as_ptr() as *mut L);
-            engine::run_rows(par, &self.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                let (pieces, height) = if L::ROW_BY_ROW { (rows.len(), 1) } else { (1, rows.len()) };
-                for p in 0..pieces {
-                    let first = rows.start + p * height;
-                    let off = L::packed_offset(first, k, mr, kr, sr);
-                    // SAFETY: `rows` starts at a multiple of mr
-                    // (split_aligned), so its row blocks are written by this
-                    // range only; `first` is rows.start or, row by row, any
-                    // row of it, going to slot first % mr of the block the
-                    // packer's offset points to. Source rows lie inside `lhs`
-                    // (checked above), the destination inside the `size`
-                    // bytes reserved; check_block passed and the CPU has the
-                    // kernel's features, which include the packer's.
-                    unsafe {
-                        L::pack(
-                            height,
-                            k,
-                            mr,
-                            kr,
-                            sr,
-                            first % mr,
-                            src.0.add(first * lhs_stride),
-                            stride_bytes,
-                            dst.0.add(off),
-                        );
-                    }
-                }
-            });
+            // SAFETY: the rows lie inside `lhs` (checked above), `size` is
+            // the packer's own size for the layout's blocks, check_block
+            // passed, and the CPU has the kernel's features, which include
+            // the packer's.
+            unsafe { pack_lhs_rows(&self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
             Ok(())
         }
 
@@ -1270,42 +1203,9 @@ mod imp {
     /// and `unpack_rhs_row`.
     macro_rules! qai8dxp_kernel {
         (lhs: $lhs:ty, out: $out:ty, weights: $w:ident) => {
-            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
-                entries().iter().map(|e| &e.info).collect()
-            }
-
-            /// One kernel of the family, with its packing.
-            #[derive(Clone, Copy)]
-            pub struct Kernel(&'static $crate::families::qai8dxp_common::Entry);
-
-            impl core::fmt::Debug for Kernel {
-                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-                }
-            }
+            $crate::families::engine::kernel_type!($crate::families::qai8dxp_common::Entry);
 
             impl Kernel {
-                /// Every kernel of the family in this build.
-                pub fn all() -> impl Iterator<Item = Kernel> {
-                    entries().iter().map(Kernel)
-                }
-
-                /// The kernel with this upstream name.
-                pub fn by_name(name: &str) -> Option<Kernel> {
-                    entries().iter().find(|e| e.info.name == name).map(Kernel)
-                }
-
-                /// The best kernel that can run with `f` for `m` output rows.
-                pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
-                    let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-                    Self::by_name(best.name)
-                }
-
-                /// Registry information.
-                pub fn info(&self) -> &'static $crate::registry::KernelInfo {
-                    &self.0.info
-                }
-
                 /// The packed-RHS layout this kernel reads for `n x k` weights.
                 pub fn rhs_layout(&self, n: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
                     self.0.rhs_layout(n, k)

@@ -63,6 +63,7 @@ mod imp {
     use crate::error;
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedRhs};
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
     use kleidiai_sys as sys;
 
     /// Packed RHS of the NEON kernels (bf16 scales, channel sums, bias).
@@ -76,11 +77,37 @@ mod imp {
     const RHS_NRX8: &[&str] =
         &["kai_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon", "kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0"];
 
+    const RHS_PS1S0: &[&str] =
+        &["kai_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon", "kai_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon"];
+
     /// The NEON RHS packers for a kernel name (`..._qsi4c32p4x8_...`: the
     /// digit after the `x` is `kr / sr`).
-    pub(crate) fn neon_rhs_packers(name: &str) -> &'static [&'static str] {
+    fn neon_rhs_packers(name: &str) -> &'static [&'static str] {
         let tok = name.split('_').find(|t| t.starts_with("qsi4c32p")).unwrap_or("");
         if tok.ends_with('8') { RHS_NRX8 } else { RHS_NRX4 }
+    }
+
+    /// The registry entry of kernel `u` of `family`, whose LHS packer is
+    /// `lhs_packer`, and the packed RHS format it reads: `qsi4c32ps1s0` for
+    /// the SME2 kernels, else `qsi4c32p` (packed by the NEON packer of its
+    /// `kr / sr`).
+    pub(crate) fn kernel_info(
+        u: &'static sys::Ukernel,
+        family: &'static str,
+        lhs_packer: &'static str,
+    ) -> (KernelInfo, &'static str) {
+        let sme2 = u.features.contains(&CpuFeature::Sme2);
+        let info = KernelInfo {
+            name: u.name,
+            family,
+            features: u.features,
+            vector_length: VectorLength::Any,
+            tile: tile_kind_for(u.name),
+            lhs_packer: Some(lhs_packer),
+            rhs_packers: if sme2 { RHS_PS1S0 } else { neon_rhs_packers(u.name) },
+            rank: rank_for(u.name, u.features),
+        };
+        (info, if sme2 { FORMAT_QSI4C32PS1S0 } else { FORMAT_QSI4C32P })
     }
 
     /// Checks the block length against the packers' and kernels' rules
@@ -92,6 +119,35 @@ mod imp {
         error::multiple_of(k, bl, "k", "qsi4c32: whole blocks")?;
         error::multiple_of(bl, kr, "bl", "qsi4c32 packing: bl must be a multiple of kr")
     }
+
+    /// A qsi4c32p RHS packer's size query.
+    type PackedSize = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, sys::kai_datatype) -> usize;
+    /// A qsi4c32p RHS packer's run function, with parameters `P`.
+    type PackRun<P> = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        *const u8,
+        usize,
+        *const f32,
+        *const core::ffi::c_void,
+        usize,
+        *mut core::ffi::c_void,
+        usize,
+        *const P,
+    );
+
+    /// A qsi4c32p RHS packer by input order (the parameter struct differs).
+    #[derive(Clone, Copy)]
+    enum Packer {
+        Nxk(PackedSize, PackRun<sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params>),
+        Kxn(PackedSize, PackRun<sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params>),
+    }
+    use Packer::{Kxn, Nxk};
 
     /// Packs `w` into the `qsi4c32p` / `qsi4c32ps1s0` layout `layout`
     /// (bf16 scales, sums and bias), choosing upstream's packer by format,
@@ -126,142 +182,50 @@ mod imp {
         let p_kxn =
             sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
         let (vp, sp) = (values.as_ptr(), scales.as_ptr().cast::<core::ffi::c_void>());
+        // Upstream's packer for the format, input order and `kr / sr`.
+        let packer = match (ps1s0, kxn, kr / sr) {
+            (true, true, _) => Kxn(
+                sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon,
+                sys::kai_run_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon,
+            ),
+            (true, false, _) => Nxk(
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon,
+            ),
+            (false, true, _) => Kxn(
+                sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0,
+                sys::kai_run_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0,
+            ),
+            (false, false, 4) => Nxk(
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon,
+            ),
+            (false, false, 8) => Nxk(
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon,
+            ),
+            (false, false, _) => Nxk(
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0,
+                sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0,
+            ),
+        };
+        let (Nxk(size, _) | Kxn(size, _)) = packer;
         let mut buf;
-        // SAFETY: (every arm) `values` holds the whole matrix in `order` with
-        // rows `rhs_stride` bytes apart (qsu4_s1s0), `scales` n rows of k / bl
-        // bf16 (`scale_stride` bytes), `bias` n floats or null; k % bl == 0,
-        // bl % 32 == 0, bl % kr == 0, kr % sr == 0, nr % 4 == 0 (checked
-        // above), zero points 1 / 8 and scale type bf16 as the packers
-        // require, num_groups 1, extra_bytes 0; the destination has the size
-        // the packer's own query returns. The NEON packers need nothing
-        // beyond NEON except the K x N s1s0 one (FP16 + BF16, checked).
+        // SAFETY: (either order) `values` holds the whole matrix in `order`
+        // with rows `rhs_stride` bytes apart (qsu4_s1s0), `scales` n rows of
+        // k / bl bf16 (`scale_stride` bytes), `bias` n floats or null;
+        // k % bl == 0, bl % 32 == 0, bl % kr == 0, kr % sr == 0, nr % 4 == 0
+        // (checked above), zero points 1 / 8 and scale type bf16 as the
+        // packers require, num_groups 1, extra_bytes 0; the destination has
+        // the size the packer's own query returns. The NEON packers need
+        // nothing beyond NEON except the K x N s1s0 one (FP16 + BF16,
+        // checked).
         unsafe {
-            if ps1s0 && kxn {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_kxn_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_kxn,
-                );
-            } else if ps1s0 {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_nxk_qsi4c32ps1s0nrx4_qsu4c32s1s0_neon(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_nxk,
-                );
-            } else if kxn {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_kxn,
-                );
-            } else if kr / sr == 4 {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_nxk_qsi4c32pnrx4_qsu4c32s1s0_neon(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_nxk,
-                );
-            } else if kr / sr == 8 {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_nxk_qsi4c32pnrx8_qsu4c32s1s0_neon(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_nxk,
-                );
-            } else {
-                buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(
-                    n, k, nr, kr, sr, bl, dt,
-                ));
-                sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    bl,
-                    vp,
-                    rhs_stride,
-                    bias,
-                    sp,
-                    scale_stride,
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    &p_nxk,
-                );
+            buf = AlignedBuf::zeroed(size(n, k, nr, kr, sr, bl, dt));
+            let out = buf.as_mut_ptr().cast();
+            match packer {
+                Nxk(_, run) => run(1, n, k, nr, kr, sr, bl, vp, rhs_stride, bias, sp, scale_stride, out, 0, &p_nxk),
+                Kxn(_, run) => run(1, n, k, nr, kr, sr, bl, vp, rhs_stride, bias, sp, scale_stride, out, 0, &p_kxn),
             }
         }
         Ok(PackedRhs::new(layout, buf))
