@@ -148,41 +148,9 @@ mod imp {
                 })
             }
 
-            pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-                entries().iter().map(|e| &e.info).collect()
-            }
-
-            /// One kernel of the family, with its packing.
-            #[derive(Clone, Copy)]
-            pub struct Kernel(&'static Entry);
-
-            impl core::fmt::Debug for Kernel {
-                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-                }
-            }
+            $crate::families::engine::kernel_type!(Entry, select_rows: 2);
 
             impl Kernel {
-                /// Every kernel of the family in this build.
-                pub fn all() -> impl Iterator<Item = Kernel> {
-                    entries().iter().map(Kernel)
-                }
-
-                /// The kernel with this upstream name.
-                pub fn by_name(name: &str) -> Option<Kernel> {
-                    entries().iter().find(|e| e.info.name == name).map(Kernel)
-                }
-
-                /// The best kernel that can run with `f` (there is one).
-                pub fn select(f: &Features) -> Option<Kernel> {
-                    let best = crate::registry::select_from(entries().iter().map(|e| &e.info), 2, f)?;
-                    Self::by_name(best.name)
-                }
-
-                /// Registry information.
-                pub fn info(&self) -> &'static KernelInfo {
-                    &self.0.info
-                }
 
                 /// The packed-weights layout for `channels` channels (it
                 /// depends on the SME vector length in force).

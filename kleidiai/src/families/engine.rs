@@ -138,10 +138,34 @@ pub(crate) fn live_vector_bytes(_: &KernelInfo) -> usize {
 
 /// A family's kernel list API over its `entries()` (each entry with an
 /// `info: KernelInfo`): `infos()` for the registry and the `Kernel` type
-/// with `Debug`, `all`, `by_name`, `select` and `info`.
+/// with `Debug`, `all`, `by_name`, `select` and `info`. `select` takes the
+/// output rows `m`, or with `select_rows: M` only the features (families
+/// whose kernels do not depend on `m`).
 #[cfg(target_arch = "aarch64")]
 macro_rules! kernel_type {
     ($entry:ty) => {
+        $crate::families::engine::kernel_type!(@common $entry);
+
+        impl Kernel {
+            /// The best kernel that can run with `f` for `m` output rows.
+            pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
+                let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
+                Self::by_name(best.name)
+            }
+        }
+    };
+    ($entry:ty, select_rows: $m:expr) => {
+        $crate::families::engine::kernel_type!(@common $entry);
+
+        impl Kernel {
+            /// The best kernel that can run with `f` (there is one).
+            pub fn select(f: &$crate::cpu::Features) -> Option<Kernel> {
+                let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), $m, f)?;
+                Self::by_name(best.name)
+            }
+        }
+    };
+    (@common $entry:ty) => {
         pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
             entries().iter().map(|e| &e.info).collect()
         }
@@ -165,12 +189,6 @@ macro_rules! kernel_type {
             /// The kernel with this upstream name.
             pub fn by_name(name: &str) -> Option<Kernel> {
                 entries().iter().find(|e| e.info.name == name).map(Kernel)
-            }
-
-            /// The best kernel that can run with `f` for `m` output rows.
-            pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
-                let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-                Self::by_name(best.name)
             }
 
             /// Registry information.
