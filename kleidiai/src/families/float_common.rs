@@ -63,6 +63,74 @@ pub(crate) fn reference<T: FloatElement>(
     Ok(())
 }
 
+/// A float family module: `FAMILY` (the upstream directory `$family`),
+/// `reference` (documented by the given doc comment), and on aarch64 the
+/// items of [`float_kernel!`] and the tests of `float_tests!`, for element
+/// `$t`. A `packed` family lists `(name token, LHS format, RHS format)`, a
+/// `direct` one `(name token, RHS format)`: a kernel reads the formats of
+/// the first token its name contains.
+macro_rules! float_family {
+    (
+        family: $family:ident,
+        elem: $t:ty,
+        $(#[$doc:meta])*
+        reference,
+        packed: [$(($tok:literal, $lhs:expr, $rhs:expr)),+ $(,)?] $(,)?
+    ) => {
+        $crate::families::float_common::float_family! {
+            @module $family, $t, [$(#[$doc])*], packed, [$(($tok, Some($lhs), $rhs)),+]
+        }
+    };
+    (
+        family: $family:ident,
+        elem: $t:ty,
+        $(#[$doc:meta])*
+        reference,
+        direct: [$(($tok:literal, $rhs:expr)),+ $(,)?] $(,)?
+    ) => {
+        $crate::families::float_common::float_family! {
+            @module $family, $t, [$(#[$doc])*], direct, [$(($tok, None, $rhs)),+]
+        }
+    };
+    (@module $family:ident, $t:ty, [$(#[$doc:meta])*], $kind:ident, [$($formats:tt)*]) => {
+        use $crate::error::Result;
+        use $crate::formats::FloatWeights;
+        use $crate::packed::Clamp;
+
+        /// Upstream family directory.
+        pub const FAMILY: &str = stringify!($family);
+
+        $(#[$doc])*
+        pub fn reference(m: usize, lhs: &[$t], w: &FloatWeights<'_, $t>, clamp: Clamp, dst: &mut [$t]) -> Result<()> {
+            $crate::families::float_common::reference(m, lhs, w, clamp, dst)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        pub use imp::*;
+
+        #[cfg(target_arch = "aarch64")]
+        mod imp {
+            use super::*;
+            use $crate::families::float_common as fc;
+
+            $crate::families::float_common::float_kernel! {
+                interface: $family,
+                elem: $t,
+                $kind,
+                formats: [$($formats)*],
+            }
+        }
+
+        #[cfg(all(test, target_arch = "aarch64"))]
+        mod tests {
+            use super::*;
+
+            $crate::families::float_common::test_support::float_tests!($kind, $t);
+        }
+    };
+}
+pub(crate) use float_family;
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) use glue::*;
 
@@ -1235,8 +1303,9 @@ mod glue {
                     std::sync::OnceLock::new();
                 E.get_or_init(|| {
                     use kleidiai_sys::interfaces::$iface::{API_KERNELS, KERNELS};
-                    let kernels = KERNELS.iter().map(|(u, i)| (*u, $crate::families::float_common::float_kernel!(@imp $kind i)));
-                    $crate::families::float_common::entries(FAMILY, kernels, API_KERNELS, &[$(($tok, $lhs, $rhs)),+])
+                    use $crate::families::float_common::{entries, float_kernel};
+                    let kernels = KERNELS.iter().map(|(u, i)| (*u, float_kernel!(@imp $kind i)));
+                    entries(FAMILY, kernels, API_KERNELS, &[$(($tok, $lhs, $rhs)),+])
                 })
             }
 

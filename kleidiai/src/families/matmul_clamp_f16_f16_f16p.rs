@@ -39,58 +39,25 @@
 //!   typically 0.02 (observed: up to 0.012), while the f32-accumulating
 //!   kernels stay within one f16 ulp.
 
-use crate::error::Result;
-use crate::formats::FloatWeights;
-use crate::packed::Clamp;
-use half::f16;
-
-/// Upstream family directory.
-pub const FAMILY: &str = "matmul_clamp_f16_f16_f16p";
-
-/// The portable reference (test oracle and fallback):
-/// `dst = clamp(lhs · wᵀ + bias)` computed in f64 from the f16 inputs,
-/// clamped, rounded once to f16.
-///
-/// ```
-/// use half::f16;
-/// use kleidiai::families::matmul_clamp_f16_f16_f16p::reference;
-/// use kleidiai::formats::{FloatWeights, Order};
-/// use kleidiai::Clamp;
-/// let h = |v: f32| f16::from_f32(v);
-/// let w = FloatWeights { n: 1, k: 2, order: Order::NxK, data: &[h(1.0), h(2.0)], bias: Some(&[h(0.5)]) };
-/// let mut y = [f16::ZERO];
-/// reference(1, &[h(1.0), h(1.0)], &w, Clamp::NONE, &mut y).unwrap();
-/// assert_eq!(y[0], h(3.5));
-/// ```
-pub fn reference(m: usize, lhs: &[f16], w: &FloatWeights<'_, f16>, clamp: Clamp, dst: &mut [f16]) -> Result<()> {
-    super::float_common::reference(m, lhs, w, clamp, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::families::float_common::{self as fc, float_kernel};
-
-    // The packed formats a kernel reads, by the operand tokens of its name.
-    float_kernel! {
-        interface: matmul_clamp_f16_f16_f16p,
-        elem: f16,
-        direct,
-        formats: [
-            ("_f16p32x1b_", None, &fc::X16P32X1B),
-            ("_f16p16x1biasf16_", None, &fc::F16P16X1BIASF16),
-            ("_f16p2vlx2b_", None, &fc::X16P2VLX2B),
-            ("_f16p16vsx2bf16_", None, &fc::X16P16VSX2BX16),
-        ],
-    }
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-
-    crate::families::float_common::test_support::float_tests!(direct, f16);
+super::float_common::float_family! {
+    family: matmul_clamp_f16_f16_f16p,
+    elem: half::f16,
+    /// The portable reference (test oracle and fallback):
+    /// `dst = clamp(lhs · wᵀ + bias)` computed in f64 from the f16 inputs,
+    /// clamped, rounded once to f16.
+    ///
+    /// ```
+    /// use half::f16;
+    /// use kleidiai::families::matmul_clamp_f16_f16_f16p::reference;
+    /// use kleidiai::formats::{FloatWeights, Order};
+    /// use kleidiai::Clamp;
+    /// let h = |v: f32| f16::from_f32(v);
+    /// let w = FloatWeights { n: 1, k: 2, order: Order::NxK, data: &[h(1.0), h(2.0)], bias: Some(&[h(0.5)]) };
+    /// let mut y = [f16::ZERO];
+    /// reference(1, &[h(1.0), h(1.0)], &w, Clamp::NONE, &mut y).unwrap();
+    /// assert_eq!(y[0], h(3.5));
+    /// ```
+    reference,
+    direct: [("_f16p32x1b_", &fc::X16P32X1B), ("_f16p16x1biasf16_", &fc::F16P16X1BIASF16),
+             ("_f16p2vlx2b_", &fc::X16P2VLX2B), ("_f16p16vsx2bf16_", &fc::X16P16VSX2BX16)],
 }

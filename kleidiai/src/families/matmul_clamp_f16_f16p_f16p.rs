@@ -21,54 +21,23 @@
 //! summation error of any order, plus the two roundings to f16 landing on
 //! either side of a rounding boundary.
 
-use crate::error::Result;
-use crate::formats::FloatWeights;
-use crate::packed::Clamp;
-use half::f16;
-
-/// Upstream family directory.
-pub const FAMILY: &str = "matmul_clamp_f16_f16p_f16p";
-
-/// The portable reference (test oracle and fallback): the same math as
-/// [`super::matmul_clamp_f16_f16_f16p::reference`] (f64, one rounding to f16).
-///
-/// ```
-/// use half::f16;
-/// use kleidiai::families::matmul_clamp_f16_f16p_f16p::reference;
-/// use kleidiai::formats::{FloatWeights, Order};
-/// use kleidiai::Clamp;
-/// let h = |v: f32| f16::from_f32(v);
-/// let w = FloatWeights { n: 2, k: 1, order: Order::KxN, data: &[h(1.0), h(-1.0)], bias: None };
-/// let mut y = [f16::ZERO; 2];
-/// reference(1, &[h(3.0)], &w, Clamp { min: -2.0, max: 2.0 }, &mut y).unwrap();
-/// assert_eq!(y, [h(2.0), h(-2.0)]);
-/// ```
-pub fn reference(m: usize, lhs: &[f16], w: &FloatWeights<'_, f16>, clamp: Clamp, dst: &mut [f16]) -> Result<()> {
-    super::float_common::reference(m, lhs, w, clamp, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::families::float_common::{self as fc, float_kernel};
-
-    // The packed formats a kernel reads, by the operand tokens of its name.
-    float_kernel! {
-        interface: matmul_clamp_f16_f16p_f16p,
-        elem: f16,
-        packed,
-        formats: [
-            ("_f16p2vlx2_f16p2vlx2", Some(&fc::X16P2VLX2), &fc::X16P2VLX2B),
-        ],
-    }
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-
-    crate::families::float_common::test_support::float_tests!(packed, f16);
+super::float_common::float_family! {
+    family: matmul_clamp_f16_f16p_f16p,
+    elem: half::f16,
+    /// The portable reference (test oracle and fallback): the same math as
+    /// [`super::matmul_clamp_f16_f16_f16p::reference`] (f64, one rounding to f16).
+    ///
+    /// ```
+    /// use half::f16;
+    /// use kleidiai::families::matmul_clamp_f16_f16p_f16p::reference;
+    /// use kleidiai::formats::{FloatWeights, Order};
+    /// use kleidiai::Clamp;
+    /// let h = |v: f32| f16::from_f32(v);
+    /// let w = FloatWeights { n: 2, k: 1, order: Order::KxN, data: &[h(1.0), h(-1.0)], bias: None };
+    /// let mut y = [f16::ZERO; 2];
+    /// reference(1, &[h(3.0)], &w, Clamp { min: -2.0, max: 2.0 }, &mut y).unwrap();
+    /// assert_eq!(y, [h(2.0), h(-2.0)]);
+    /// ```
+    reference,
+    packed: [("_f16p2vlx2_f16p2vlx2", &fc::X16P2VLX2, &fc::X16P2VLX2B)],
 }

@@ -32,57 +32,24 @@
 //! `≤ k 2^-53 Σ|t|`) and rounds once (`≤ u |want|`). The test allows
 //! `(k + 2) u Σ|t| + u |want|`, which covers both.
 
-use crate::error::Result;
-use crate::formats::FloatWeights;
-use crate::packed::Clamp;
-
-/// Upstream family directory.
-pub const FAMILY: &str = "matmul_clamp_f32_f32_f32p";
-
-/// The portable reference (test oracle and fallback):
-/// `dst = clamp(lhs · wᵀ + bias)` for a dense `m x k` LHS, accumulated in
-/// f64 and rounded once.
-///
-/// ```
-/// use kleidiai::families::matmul_clamp_f32_f32_f32p::reference;
-/// use kleidiai::formats::{FloatWeights, Order};
-/// use kleidiai::Clamp;
-/// let w = FloatWeights { n: 1, k: 2, order: Order::NxK, data: &[1.0, 2.0], bias: Some(&[0.5]) };
-/// let mut y = [0f32];
-/// reference(1, &[1.0, 1.0], &w, Clamp::NONE, &mut y).unwrap();
-/// assert_eq!(y[0], 3.5);
-/// ```
-pub fn reference(m: usize, lhs: &[f32], w: &FloatWeights<'_, f32>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
-    super::float_common::reference(m, lhs, w, clamp, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::families::float_common::{self as fc, float_kernel};
-
-    // The packed formats a kernel reads, by the operand tokens of its name.
-    float_kernel! {
-        interface: matmul_clamp_f32_f32_f32p,
-        elem: f32,
-        direct,
-        formats: [
-            ("_f32p16x1b_", None, &fc::X32P16X1B),
-            ("_f32p8x1biasf32_", None, &fc::F32P8X1BIASF32),
-            ("_f32p4vlx1b_", None, &fc::X32P4VLX1B),
-            ("_f32p2vlx1b_", None, &fc::F32P2VLX1BIASF32),
-            ("_f32p16vlx1b_", None, &fc::F32P16VLX1B),
-            ("_f32p4vsx1bf32_", None, &fc::X32P4VSX1BX32),
-        ],
-    }
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-
-    crate::families::float_common::test_support::float_tests!(direct, f32);
+super::float_common::float_family! {
+    family: matmul_clamp_f32_f32_f32p,
+    elem: f32,
+    /// The portable reference (test oracle and fallback):
+    /// `dst = clamp(lhs · wᵀ + bias)` for a dense `m x k` LHS, accumulated in
+    /// f64 and rounded once.
+    ///
+    /// ```
+    /// use kleidiai::families::matmul_clamp_f32_f32_f32p::reference;
+    /// use kleidiai::formats::{FloatWeights, Order};
+    /// use kleidiai::Clamp;
+    /// let w = FloatWeights { n: 1, k: 2, order: Order::NxK, data: &[1.0, 2.0], bias: Some(&[0.5]) };
+    /// let mut y = [0f32];
+    /// reference(1, &[1.0, 1.0], &w, Clamp::NONE, &mut y).unwrap();
+    /// assert_eq!(y[0], 3.5);
+    /// ```
+    reference,
+    direct: [("_f32p16x1b_", &fc::X32P16X1B), ("_f32p8x1biasf32_", &fc::F32P8X1BIASF32),
+             ("_f32p4vlx1b_", &fc::X32P4VLX1B), ("_f32p2vlx1b_", &fc::F32P2VLX1BIASF32),
+             ("_f32p16vlx1b_", &fc::F32P16VLX1B), ("_f32p4vsx1bf32_", &fc::X32P4VSX1BX32)],
 }

@@ -20,52 +20,22 @@
 //! allows `(k + 2) 2^-24 Σ|t| + 2^-24 |want|`: the worst case of any
 //! summation order, plus the reference's single rounding.
 
-use crate::error::Result;
-use crate::formats::FloatWeights;
-use crate::packed::Clamp;
-
-/// Upstream family directory.
-pub const FAMILY: &str = "matmul_clamp_f32_f32p_f32p";
-
-/// The portable reference (test oracle and fallback): the same math as
-/// [`super::matmul_clamp_f32_f32_f32p::reference`].
-///
-/// ```
-/// use kleidiai::families::matmul_clamp_f32_f32p_f32p::reference;
-/// use kleidiai::formats::{FloatWeights, Order};
-/// use kleidiai::Clamp;
-/// let w = FloatWeights { n: 2, k: 1, order: Order::KxN, data: &[1.0, -1.0], bias: None };
-/// let mut y = [0f32; 2];
-/// reference(1, &[3.0], &w, Clamp { min: -2.0, max: 2.0 }, &mut y).unwrap();
-/// assert_eq!(y, [2.0, -2.0]);
-/// ```
-pub fn reference(m: usize, lhs: &[f32], w: &FloatWeights<'_, f32>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
-    super::float_common::reference(m, lhs, w, clamp, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::families::float_common::{self as fc, float_kernel};
-
-    // The packed formats a kernel reads, by the operand tokens of its name.
-    float_kernel! {
-        interface: matmul_clamp_f32_f32p_f32p,
-        elem: f32,
-        packed,
-        formats: [
-            ("_f32p2vlx1_f32p2vlx1", Some(&fc::F32P2VLX1), &fc::F32P2VLX1BIASF32),
-            ("_f32p4vsx1_f32p4vsx1bf32_", Some(&fc::X32P4VSX1), &fc::X32P4VSX1BX32),
-        ],
-    }
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-
-    crate::families::float_common::test_support::float_tests!(packed, f32);
+super::float_common::float_family! {
+    family: matmul_clamp_f32_f32p_f32p,
+    elem: f32,
+    /// The portable reference (test oracle and fallback): the same math as
+    /// [`super::matmul_clamp_f32_f32_f32p::reference`].
+    ///
+    /// ```
+    /// use kleidiai::families::matmul_clamp_f32_f32p_f32p::reference;
+    /// use kleidiai::formats::{FloatWeights, Order};
+    /// use kleidiai::Clamp;
+    /// let w = FloatWeights { n: 2, k: 1, order: Order::KxN, data: &[1.0, -1.0], bias: None };
+    /// let mut y = [0f32; 2];
+    /// reference(1, &[3.0], &w, Clamp { min: -2.0, max: 2.0 }, &mut y).unwrap();
+    /// assert_eq!(y, [2.0, -2.0]);
+    /// ```
+    reference,
+    packed: [("_f32p2vlx1_f32p2vlx1", &fc::F32P2VLX1, &fc::F32P2VLX1BIASF32),
+             ("_f32p4vsx1_f32p4vsx1bf32_", &fc::X32P4VSX1, &fc::X32P4VSX1BX32)],
 }
