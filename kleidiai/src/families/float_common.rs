@@ -63,6 +63,74 @@ pub(crate) fn reference<T: FloatElement>(
     Ok(())
 }
 
+/// A float family module: `FAMILY` (the upstream directory `$family`),
+/// `reference` (documented by the given doc comment), and on aarch64 the
+/// items of [`float_kernel!`] and the tests of `float_tests!`, for element
+/// `$t`. A `packed` family lists `(name token, LHS format, RHS format)`, a
+/// `direct` one `(name token, RHS format)`: a kernel reads the formats of
+/// the first token its name contains.
+macro_rules! float_family {
+    (
+        family: $family:ident,
+        elem: $t:ty,
+        $(#[$doc:meta])*
+        reference,
+        packed: [$(($tok:literal, $lhs:expr, $rhs:expr)),+ $(,)?] $(,)?
+    ) => {
+        $crate::families::float_common::float_family! {
+            @module $family, $t, [$(#[$doc])*], packed, [$(($tok, Some($lhs), $rhs)),+]
+        }
+    };
+    (
+        family: $family:ident,
+        elem: $t:ty,
+        $(#[$doc:meta])*
+        reference,
+        direct: [$(($tok:literal, $rhs:expr)),+ $(,)?] $(,)?
+    ) => {
+        $crate::families::float_common::float_family! {
+            @module $family, $t, [$(#[$doc])*], direct, [$(($tok, None, $rhs)),+]
+        }
+    };
+    (@module $family:ident, $t:ty, [$(#[$doc:meta])*], $kind:ident, [$($formats:tt)*]) => {
+        use $crate::error::Result;
+        use $crate::formats::FloatWeights;
+        use $crate::packed::Clamp;
+
+        /// Upstream family directory.
+        pub const FAMILY: &str = stringify!($family);
+
+        $(#[$doc])*
+        pub fn reference(m: usize, lhs: &[$t], w: &FloatWeights<'_, $t>, clamp: Clamp, dst: &mut [$t]) -> Result<()> {
+            $crate::families::float_common::reference(m, lhs, w, clamp, dst)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        pub use imp::*;
+
+        #[cfg(target_arch = "aarch64")]
+        mod imp {
+            use super::*;
+            use $crate::families::float_common as fc;
+
+            $crate::families::float_common::float_kernel! {
+                interface: $family,
+                elem: $t,
+                $kind,
+                formats: [$($formats)*],
+            }
+        }
+
+        #[cfg(all(test, target_arch = "aarch64"))]
+        mod tests {
+            use super::*;
+
+            $crate::families::float_common::test_support::float_tests!($kind, $t);
+        }
+    };
+}
+pub(crate) use float_family;
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) use glue::*;
 
@@ -1183,15 +1251,256 @@ mod glue {
         }
         Ok(())
     }
+
+    /// A kernel's formats, by a token of its name: `(token, LHS format (none
+    /// for the direct families), RHS format)`.
+    pub(crate) type FormatToken = (&'static str, Option<&'static LhsFormat>, &'static RhsFormat);
+
+    /// A family's kernels: those of `kernels` (interface functions), then
+    /// those of `api` (`kai_matmul_uker_api`), each with the formats of the
+    /// first token of `formats` its name contains; kernels with none are
+    /// left out.
+    pub(crate) fn entries(
+        family: &'static str,
+        kernels: impl Iterator<Item = (&'static sys::Ukernel, Imp)>,
+        api: &[(&'static sys::Ukernel, UkerApiFn)],
+        formats: &[FormatToken],
+    ) -> Vec<FloatKernel> {
+        let find = |name: &str| formats.iter().find(|(t, _, _)| name.contains(t)).copied();
+        let mut v: Vec<FloatKernel> = kernels
+            .filter_map(|(u, imp)| {
+                let (_, l, r) = find(u.name)?;
+                Some(FloatKernel::new(u, family, imp, r, l))
+            })
+            .collect();
+        v.extend(api.iter().filter_map(|&(u, api)| {
+            let (_, l, r) = find(u.name)?;
+            let imp = if l.is_some() { Imp::PackedApi(api) } else { Imp::DirectApi(api) };
+            Some(FloatKernel::new(u, family, imp, r, l))
+        }));
+        v
+    }
+
+    /// The items of a float family module: `FORMATS` (the RHS formats of
+    /// `formats`), `entries()` (one [`FloatKernel`] per kernel of the
+    /// generated interface module `$iface` with a format), `infos`, `Kernel`
+    /// (a handle on one entry) with its methods, and `unpack_rhs_row`.
+    /// `$t` is the element type; `packed` families pack the LHS
+    /// (`pack_lhs`, `run` on a packed LHS), `direct` ones read it as is
+    /// (`run` on a strided LHS).
+    macro_rules! float_kernel {
+        (
+            interface: $iface:ident,
+            elem: $t:ty,
+            $kind:ident,
+            formats: [$(($tok:literal, $lhs:expr, $rhs:expr)),+ $(,)?] $(,)?
+        ) => {
+            /// The RHS formats of this family.
+            pub(crate) const FORMATS: &[&$crate::families::float_common::RhsFormat] = &[$($rhs),+];
+
+            fn entries() -> &'static [$crate::families::float_common::FloatKernel] {
+                static E: std::sync::OnceLock<Vec<$crate::families::float_common::FloatKernel>> =
+                    std::sync::OnceLock::new();
+                E.get_or_init(|| {
+                    use kleidiai_sys::interfaces::$iface::{API_KERNELS, KERNELS};
+                    use $crate::families::float_common::{entries, float_kernel};
+                    let kernels = KERNELS.iter().map(|(u, i)| (*u, float_kernel!(@imp $kind i)));
+                    entries(FAMILY, kernels, API_KERNELS, &[$(($tok, $lhs, $rhs)),+])
+                })
+            }
+
+            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
+                entries().iter().map(|e| &e.info).collect()
+            }
+
+            /// One kernel of the family, with its packing.
+            #[derive(Clone, Copy)]
+            pub struct Kernel(&'static $crate::families::float_common::FloatKernel);
+
+            impl core::fmt::Debug for Kernel {
+                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                    f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+                }
+            }
+
+            impl Kernel {
+                /// Every kernel of the family in this build.
+                pub fn all() -> impl Iterator<Item = Kernel> {
+                    entries().iter().map(Kernel)
+                }
+
+                /// The kernel with this upstream name.
+                pub fn by_name(name: &str) -> Option<Kernel> {
+                    entries().iter().find(|e| e.info.name == name).map(Kernel)
+                }
+
+                /// The best kernel that can run with `f` for `m` output rows.
+                pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
+                    let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
+                    Self::by_name(best.name)
+                }
+
+                /// Registry information.
+                pub fn info(&self) -> &'static $crate::registry::KernelInfo {
+                    &self.0.info
+                }
+
+                /// The shared float-kernel glue (the steady-state path of the
+                /// high-level API calls it directly).
+                pub(crate) fn float_kernel(&self) -> &'static $crate::families::float_common::FloatKernel {
+                    self.0
+                }
+
+                /// The packed-RHS layout this kernel reads for `n x k` weights.
+                pub fn rhs_layout(&self, n: usize, k: usize) -> Result<$crate::packed::PackedLayout> {
+                    self.0.rhs_layout(n, k)
+                }
+
+                /// Packs the weights (and bias; zeros without one) for this kernel
+                /// and every kernel with the same [`rhs_layout`](Self::rhs_layout).
+                pub fn pack_rhs(&self, w: &FloatWeights<'_, $t>) -> Result<$crate::packed::PackedRhs> {
+                    self.0.pack_rhs(w)
+                }
+
+                $crate::families::float_common::float_kernel!(@methods $kind $t);
+            }
+
+            /// Weight row `row` of a packed RHS of this family, as f32 (exact;
+            /// bias not included): what ggml's `get_rows` needs.
+            pub fn unpack_rhs_row(rhs: &$crate::packed::PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
+                $crate::families::float_common::unpack_rhs_row(rhs, row, out, FORMATS)
+            }
+        };
+        (@imp packed $i:ident) => {
+            $crate::families::float_common::Imp::Packed {
+                m_step: $i.get_m_step.expect("m_step"),
+                n_step: $i.get_n_step.expect("n_step"),
+                mr: $i.get_mr.expect("mr"),
+                nr: $i.get_nr.expect("nr"),
+                kr: $i.get_kr.expect("kr"),
+                sr: $i.get_sr.expect("sr"),
+                lhs_offset: $i.get_lhs_packed_offset.expect("lhs offset"),
+                rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
+                run: $i.run_matmul.expect("run"),
+            }
+        };
+        (@imp direct $i:ident) => {
+            $crate::families::float_common::Imp::Direct {
+                m_step: $i.get_m_step.expect("m_step"),
+                n_step: $i.get_n_step.expect("n_step"),
+                nr: $i.get_nr.expect("nr"),
+                kr: $i.get_kr.expect("kr"),
+                sr: $i.get_sr.expect("sr"),
+                rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
+                run: $i.run_matmul.expect("run"),
+            }
+        };
+        (@methods packed $t:ty) => {
+            /// The packed-LHS layout this kernel reads for an `m x k` input.
+            pub fn lhs_layout(&self, m: usize, k: usize) -> Result<$crate::packed::PackedLayout> {
+                self.0.lhs_layout(m, k)
+            }
+
+            /// Packs an `m x k` LHS with rows `lhs_stride` elements apart.
+            pub fn pack_lhs(
+                &self,
+                m: usize,
+                k: usize,
+                lhs: &[$t],
+                lhs_stride: usize,
+                par: $crate::par::Parallelism,
+            ) -> Result<$crate::packed::PackedLhs> {
+                let layout = self.lhs_layout(m, k)?;
+                let mut out = $crate::packed::PackedLhs::new(layout, $crate::buffer::AlignedBuf::default());
+                self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+                Ok(out)
+            }
+
+            /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+            pub fn pack_lhs_into(
+                &self,
+                m: usize,
+                k: usize,
+                lhs: &[$t],
+                lhs_stride: usize,
+                par: $crate::par::Parallelism,
+                out: &mut $crate::packed::PackedLhs,
+            ) -> Result<()> {
+                self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
+            }
+
+            /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
+            pub fn run(
+                &self,
+                lhs: &$crate::packed::PackedLhs,
+                rhs: &$crate::packed::PackedRhs,
+                dst: &mut [$t],
+                clamp: Clamp,
+                par: $crate::par::Parallelism,
+            ) -> Result<()> {
+                self.0.run_packed(lhs, rhs, dst, clamp, par)
+            }
+
+            /// Packs the dense `m x k` LHS and runs: the one-call form (use
+            /// [`pack_lhs_into`](Self::pack_lhs_into) and [`run`](Self::run) to
+            /// reuse the packed-LHS allocation).
+            pub fn matmul(
+                &self,
+                m: usize,
+                lhs: &[$t],
+                rhs: &$crate::packed::PackedRhs,
+                dst: &mut [$t],
+                clamp: Clamp,
+                par: $crate::par::Parallelism,
+            ) -> Result<()> {
+                let k = rhs.layout().k;
+                let packed = self.pack_lhs(m, k, lhs, k, par)?;
+                self.run(&packed, rhs, dst, clamp, par)
+            }
+        };
+        (@methods direct $t:ty) => {
+            /// `dst = clamp(lhs · wᵀ + bias)`: `lhs` is `m x k` with rows
+            /// `lhs_stride` elements apart, `dst` is `m x n` with rows `n` apart.
+            #[allow(clippy::too_many_arguments)] // the strided LHS needs them all
+            pub fn run(
+                &self,
+                m: usize,
+                lhs: &[$t],
+                lhs_stride: usize,
+                rhs: &$crate::packed::PackedRhs,
+                dst: &mut [$t],
+                clamp: Clamp,
+                par: $crate::par::Parallelism,
+            ) -> Result<()> {
+                self.0.run_direct(m, lhs, lhs_stride, rhs, dst, clamp, par)
+            }
+
+            /// [`run`](Self::run) for a dense LHS (rows `k` apart).
+            pub fn matmul(
+                &self,
+                m: usize,
+                lhs: &[$t],
+                rhs: &$crate::packed::PackedRhs,
+                dst: &mut [$t],
+                clamp: Clamp,
+                par: $crate::par::Parallelism,
+            ) -> Result<()> {
+                self.run(m, lhs, rhs.layout().k, rhs, dst, clamp, par)
+            }
+        };
+    }
+    pub(crate) use float_kernel;
 }
 
 /// Test support shared by the four families' conformance tests.
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod test_support {
     use super::*;
+    use crate::cpu::{CpuFeature, Features};
     use crate::formats::Order;
-    use crate::packed::PackedRhs;
+    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
+    use crate::registry::KernelInfo;
     use crate::testing::{Rng, THREADS, bit_identical, compare, tail_shapes};
 
     /// How a kernel accumulates, which sets its error bound.
@@ -1344,4 +1653,204 @@ pub(crate) mod test_support {
         }
         Ok((cases, worst))
     }
+
+    /// What only the packed-LHS families have (`None` for the direct ones).
+    #[allow(clippy::type_complexity)] // the families' own method signatures
+    pub(crate) struct PackedOps<K, T: 'static> {
+        pub lhs_layout: fn(&K, usize, usize) -> Result<PackedLayout>,
+        pub pack_lhs: fn(&K, usize, usize, &[T], usize, Parallelism) -> Result<PackedLhs>,
+        pub run: fn(&K, &PackedLhs, &PackedRhs, &mut [T], Clamp, Parallelism) -> Result<()>,
+    }
+
+    /// A float family's public API as function pointers (`float_tests!`
+    /// fills them with the family's own `Kernel` methods, `unpack_rhs_row`
+    /// and `reference`), so the checks below run through each family's API.
+    #[allow(clippy::type_complexity)] // the families' own method signatures
+    pub(crate) struct Ops<K, T: 'static> {
+        pub by_name: fn(&str) -> Option<K>,
+        pub all: fn() -> Vec<K>,
+        pub select: fn(usize, &Features) -> Option<K>,
+        pub info: fn(&K) -> &'static KernelInfo,
+        pub float_kernel: fn(&K) -> &'static FloatKernel,
+        pub rhs_layout: fn(&K, usize, usize) -> Result<PackedLayout>,
+        pub pack_rhs: fn(&K, &FloatWeights<'_, T>) -> Result<PackedRhs>,
+        pub matmul: fn(&K, usize, &[T], &PackedRhs, &mut [T], Clamp, Parallelism) -> Result<()>,
+        /// `(m, lhs, lhs_stride, rhs, dst, clamp, par)`: the strided LHS
+        /// through `pack_lhs_into` and `run` (packed) or `run` (direct).
+        pub strided: fn(&K, usize, &[T], usize, &PackedRhs, &mut [T], Clamp, Parallelism) -> Result<()>,
+        pub packed: Option<PackedOps<K, T>>,
+        pub unpack_rhs_row: fn(&PackedRhs, usize, &mut [f32]) -> Result<()>,
+        pub reference: fn(usize, &[T], &FloatWeights<'_, T>, Clamp, &mut [T]) -> Result<()>,
+        /// How many RHS formats the family has.
+        pub formats: usize,
+    }
+
+    /// [`conformance`] of every kernel of a family: the packed families
+    /// through the reusable scratch with a row stride > k, the direct ones
+    /// through `matmul`.
+    pub(crate) fn family_conformance<K, T: FloatElement>(o: &Ops<K, T>, family: &str) {
+        crate::testing::conformance(family, |info| {
+            let kernel = (o.by_name)(info.name).unwrap();
+            let pack = |w: &FloatWeights<'_, T>| (o.pack_rhs)(&kernel, w);
+            let run = |m: usize, lhs: &[T], rhs: &PackedRhs, dst: &mut [T], c: Clamp, par: Parallelism| {
+                if o.packed.is_none() {
+                    return (o.matmul)(&kernel, m, lhs, rhs, dst, c, par);
+                }
+                let k = rhs.layout().k;
+                let pad = [T::from_f32(9.0); 3];
+                let wide: Vec<T> = (0..m).flat_map(|r| lhs[r * k..(r + 1) * k].iter().copied().chain(pad)).collect();
+                (o.strided)(&kernel, m, &wide, k + 3, rhs, dst, c, par)
+            };
+            let api = Api { pack: &pack, run: &run, unpack: &o.unpack_rhs_row };
+            // The NEON FP16 kernels accumulate in f16, the others in f32.
+            let accum = if info.tier() == CpuFeature::Fp16 { Accum::F16Sequential } else { Accum::F32 };
+            conformance((o.float_kernel)(&kernel), accum, &[1, 17, 40], api)
+        });
+    }
+
+    /// Weights packed for one kernel run on every kernel with the same RHS
+    /// layout and are rejected by the others; a packed LHS of another
+    /// kernel's layout or of another depth is rejected.
+    pub(crate) fn mixing_layouts<K: core::fmt::Debug, T: FloatElement>(o: &Ops<K, T>) {
+        let f = Features::current();
+        let Some(k1) = (o.select)(4, &f) else {
+            return;
+        };
+        let (n, k) = (9, 8);
+        let half = T::from_f32(0.5);
+        let data = vec![half; n * k];
+        let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: None };
+        let packed = (o.pack_rhs)(&k1, &w).unwrap();
+        let lhs = vec![half; 2 * k];
+        let seq = Parallelism::Sequential;
+        for other in (o.all)().into_iter().filter(|k| (o.info)(k).supported(&f).is_ok()) {
+            let mut dst = vec![T::ZERO; 2 * n];
+            let r = (o.matmul)(&other, 2, &lhs, &packed, &mut dst, Clamp::NONE, seq);
+            let same = (o.rhs_layout)(&other, n, k).unwrap() == *packed.layout();
+            assert!(same || o.formats > 1, "one format for the family");
+            if same {
+                r.unwrap();
+                assert!(dst.iter().all(|y| y.to_f32() == k as f32 * 0.25), "{other:?}");
+            } else {
+                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{other:?}: {r:?}");
+            }
+            let Some(p) = &o.packed else {
+                continue;
+            };
+            // A packed LHS of another kernel or shape is rejected too.
+            let lp = (p.pack_lhs)(&other, 2, k, &lhs, k, seq).unwrap();
+            let wrong_k = (p.pack_lhs)(&other, 2, k - 1, &lhs, k, seq).unwrap();
+            let r = (p.run)(&k1, &wrong_k, &packed, &mut dst, Clamp::NONE, seq);
+            assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{other:?}: {r:?}");
+            let r = (p.run)(&k1, &lp, &packed, &mut dst, Clamp::NONE, seq);
+            if (p.lhs_layout)(&other, 2, k).unwrap() != (p.lhs_layout)(&k1, 2, k).unwrap() {
+                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{other:?}: {r:?}");
+            }
+        }
+    }
+
+    /// Short, empty or overflowing operands, bad clamps and bad rows are
+    /// errors (on a GEMM kernel of a packed family, a GEMV kernel of a
+    /// direct one).
+    pub(crate) fn bad_input<K, T: FloatElement>(o: &Ops<K, T>) {
+        let f = Features::current();
+        let (m, order) = if o.packed.is_some() { (8, Order::KxN) } else { (1, Order::NxK) };
+        let Some(kern) = (o.select)(m, &f) else {
+            return;
+        };
+        let (seq, none, z) = (Parallelism::Sequential, Clamp::NONE, T::ZERO);
+        let data = vec![T::from_f32(1.0); 32];
+        let w = FloatWeights { n: 4, k: 8, order, data: &data, bias: None };
+        let packed = (o.pack_rhs)(&kern, &w).unwrap();
+        let mut dst = vec![z; 8];
+        let mm = |m, lhs: &[T], dst: &mut [T], c| (o.matmul)(&kern, m, lhs, &packed, dst, c, seq);
+        let strided = |m, lhs: &[T], stride, dst: &mut [T]| (o.strided)(&kern, m, lhs, stride, &packed, dst, none, seq);
+        assert!(mm(1, &[z; 7], &mut dst, none).is_err(), "short lhs");
+        assert!(mm(1, &[z; 8], &mut dst[..3], none).is_err(), "short dst");
+        assert!(mm(2, &[z; 16], &mut dst[..7], none).is_err(), "short dst, two rows");
+        assert!(mm(0, &[], &mut dst, none).is_err(), "m = 0");
+        assert!(strided(2, &[z; 15], 8, &mut dst).is_err(), "short strided lhs");
+        assert!(strided(1, &[z; 8], 7, &mut dst).is_err(), "stride < k");
+        assert!(strided(usize::MAX, &[z; 8], 8, &mut dst).is_err(), "overflowing m");
+        if let Some(p) = &o.packed {
+            assert!((p.pack_lhs)(&kern, 1, 0, &[z; 8], 8, seq).is_err(), "k = 0");
+            assert!((p.pack_lhs)(&kern, usize::MAX, 8, &[z; 8], 8, seq).is_err(), "overflowing m");
+        }
+        let nan = [Clamp { min: 0.0, max: f32::NAN }, Clamp { min: f32::NAN, max: 1.0 }];
+        for c in nan.into_iter().chain([Clamp { min: 1.0, max: 0.0 }]) {
+            assert!(mm(1, &[z; 8], &mut dst, c).is_err(), "bad clamp {c:?}");
+        }
+        let pack = |v: FloatWeights<'_, T>| (o.pack_rhs)(&kern, &v);
+        assert!(pack(FloatWeights { data: &data[..31], ..w }).is_err(), "short weights");
+        assert!(pack(FloatWeights { bias: Some(&data[..3]), ..w }).is_err(), "short bias");
+        assert!(pack(FloatWeights { n: 0, ..w }).is_err(), "n = 0");
+        assert!(pack(FloatWeights { k: 0, ..w }).is_err(), "k = 0");
+        assert!(pack(FloatWeights { n: usize::MAX / 2, ..w }).is_err(), "overflowing n");
+        assert!(pack(FloatWeights { k: usize::MAX / 2, ..w }).is_err(), "overflowing k");
+        let mut row = vec![0f32; 8];
+        assert!((o.unpack_rhs_row)(&packed, 4, &mut row).is_err(), "row out of range");
+        assert!((o.unpack_rhs_row)(&packed, 0, &mut row[..7]).is_err(), "short row");
+        assert!((o.reference)(1, &[z; 7], &w, none, &mut dst).is_err(), "reference: short lhs");
+    }
+
+    /// The tests of a float family module (which has `FAMILY`, `FORMATS`,
+    /// `Kernel`, `unpack_rhs_row` and `reference`) of element `$t`, `packed`
+    /// or `direct` as in `float_kernel!`.
+    macro_rules! float_tests {
+        ($kind:ident, $t:ty) => {
+            fn ops() -> $crate::families::float_common::test_support::Ops<Kernel, $t> {
+                $crate::families::float_common::test_support::Ops {
+                    by_name: Kernel::by_name,
+                    all: || Kernel::all().collect(),
+                    select: Kernel::select,
+                    info: Kernel::info,
+                    float_kernel: Kernel::float_kernel,
+                    rhs_layout: Kernel::rhs_layout,
+                    pack_rhs: Kernel::pack_rhs,
+                    matmul: Kernel::matmul,
+                    strided: $crate::families::float_common::test_support::float_tests!(@strided $kind),
+                    packed: $crate::families::float_common::test_support::float_tests!(@packed $kind),
+                    unpack_rhs_row,
+                    reference,
+                    formats: FORMATS.len(),
+                }
+            }
+
+            #[test]
+            fn conformance() {
+                $crate::families::float_common::test_support::family_conformance(&ops(), FAMILY);
+            }
+
+            #[test]
+            fn mixing_layouts_is_an_error() {
+                $crate::families::float_common::test_support::mixing_layouts(&ops());
+            }
+
+            #[test]
+            fn bad_input_is_an_error() {
+                $crate::families::float_common::test_support::bad_input(&ops());
+            }
+        };
+        (@strided packed) => {
+            |k, m, lhs, stride, rhs, dst, clamp, par| {
+                let mut scratch = $crate::packed::PackedLhs::empty();
+                k.pack_lhs_into(m, rhs.layout().k, lhs, stride, par, &mut scratch)?;
+                k.run(&scratch, rhs, dst, clamp, par)
+            }
+        };
+        (@strided direct) => {
+            |k, m, lhs, stride, rhs, dst, clamp, par| k.run(m, lhs, stride, rhs, dst, clamp, par)
+        };
+        (@packed packed) => {
+            Some($crate::families::float_common::test_support::PackedOps {
+                lhs_layout: Kernel::lhs_layout,
+                pack_lhs: Kernel::pack_lhs,
+                run: Kernel::run,
+            })
+        };
+        (@packed direct) => {
+            None
+        };
+    }
+    pub(crate) use float_tests;
 }

@@ -89,6 +89,7 @@ mod imp {
     use crate::par::Parallelism;
     use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
     use kleidiai_sys as sys;
+    use std::borrow::Cow;
 
     pub(crate) const FORMAT: &str = "u8p4vsx4";
     const LHS_PACKER: &str = "kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme";
@@ -249,38 +250,16 @@ mod imp {
             lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
             check_bias(bias, m, n)?;
             // The kernels read both accumulator biases unconditionally.
-            let zeros_m;
-            let bias_m = match bias.per_row {
-                Some(b) => b,
-                None => {
-                    zeros_m = vec![0i32; m];
-                    &zeros_m[..]
-                }
-            };
-            let zeros_n;
-            let bias_n = match bias.per_col {
-                Some(b) => b,
-                None => {
-                    zeros_n = vec![0i32; n];
-                    &zeros_n[..]
-                }
-            };
-            let zeros_f;
+            let bias_m = or_zeros(bias.per_row, m);
+            let bias_n = or_zeros(bias.per_col, n);
             let (scale, out_bias, clamp) = match stage {
-                Stage::I32 => (1.0, &[][..], Clamp::NONE),
+                Stage::I32 => (1.0, Cow::Borrowed(&[][..]), Clamp::NONE),
                 Stage::F32 { scale, bias, clamp } => {
                     clamp.check()?;
-                    let b = match bias {
-                        Some(b) => {
-                            error::at_least(b.len(), n, "output bias")?;
-                            b
-                        }
-                        None => {
-                            zeros_f = vec![0f32; n];
-                            &zeros_f[..]
-                        }
-                    };
-                    (scale, b, clamp)
+                    if let Some(b) = bias {
+                        error::at_least(b.len(), n, "output bias")?;
+                    }
+                    (scale, or_zeros(bias, n), clamp)
                 }
             };
             let f32_out = matches!(stage, Stage::F32 { .. });
@@ -327,6 +306,11 @@ mod imp {
         }
     }
 
+    /// `values`, or `len` zeros where there are none.
+    fn or_zeros<T: Clone + Default>(values: Option<&[T]>, len: usize) -> Cow<'_, [T]> {
+        values.map_or_else(|| Cow::Owned(vec![T::default(); len]), Cow::Borrowed)
+    }
+
     /// Weight row `row` of a `u8p4vsx4` packed RHS, as f32.
     pub(crate) fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
         let l = *rhs.layout();
@@ -347,84 +331,161 @@ mod imp {
         Ok(())
     }
 
-    /// The methods both families' `Kernel` types forward to an [`Entry`].
-    macro_rules! u8_kernel_common {
-        ($entries:path) => {
-            /// Every kernel of the family in this build.
-            pub fn all() -> impl Iterator<Item = Kernel> {
-                $entries().iter().map(Kernel)
+    /// The items of a family module: `entries()` (one [`Entry`] per kernel
+    /// of the generated interface module `$iface`), `infos`, `Kernel` (a
+    /// handle on one entry) with its methods, and `unpack_rhs_row`. `run`
+    /// and `matmul` take the family's stage arguments `$arg: $ty` after the
+    /// accumulator biases and write `$out` values; `$stage` builds the
+    /// [`Stage`] from them.
+    macro_rules! u8_kernel {
+        (
+            interface: $iface:ident,
+            out: $out:ty,
+            $(#[$run_doc:meta])*
+            stage: ($($arg:ident: $ty:ty),*) => $stage:expr $(,)?
+        ) => {
+            fn entries() -> &'static [$crate::families::u8p_u8p::Entry] {
+                static E: std::sync::OnceLock<Vec<$crate::families::u8p_u8p::Entry>> = std::sync::OnceLock::new();
+                E.get_or_init(|| {
+                    $crate::families::u8p_u8p::build_entries(FAMILY, kleidiai_sys::interfaces::$iface::API_KERNELS)
+                })
             }
 
-            /// The kernel with this upstream name.
-            pub fn by_name(name: &str) -> Option<Kernel> {
-                $entries().iter().find(|e| e.info.name == name).map(Kernel)
+            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
+                entries().iter().map(|e| &e.info).collect()
             }
 
-            /// The best kernel that can run with `f` for `m` output rows.
-            pub fn select(m: usize, f: &crate::cpu::Features) -> Option<Kernel> {
-                let best = crate::registry::select_from($entries().iter().map(|e| &e.info), m, f)?;
-                Self::by_name(best.name)
+            /// One kernel of the family, with its packing.
+            #[derive(Clone, Copy)]
+            pub struct Kernel(pub(crate) &'static $crate::families::u8p_u8p::Entry);
+
+            impl core::fmt::Debug for Kernel {
+                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                    f.debug_tuple("Kernel").field(&self.0.info.name).finish()
+                }
             }
 
-            /// Registry information.
-            pub fn info(&self) -> &'static crate::registry::KernelInfo {
-                &self.0.info
+            impl Kernel {
+                /// Every kernel of the family in this build.
+                pub fn all() -> impl Iterator<Item = Kernel> {
+                    entries().iter().map(Kernel)
+                }
+
+                /// The kernel with this upstream name.
+                pub fn by_name(name: &str) -> Option<Kernel> {
+                    entries().iter().find(|e| e.info.name == name).map(Kernel)
+                }
+
+                /// The best kernel that can run with `f` for `m` output rows.
+                pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
+                    let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
+                    Self::by_name(best.name)
+                }
+
+                /// Registry information.
+                pub fn info(&self) -> &'static $crate::registry::KernelInfo {
+                    &self.0.info
+                }
+
+                /// The packed-RHS layout this kernel reads for `n x k` weights.
+                pub fn rhs_layout(&self, n: usize, k: usize) -> Result<$crate::packed::PackedLayout> {
+                    self.0.rhs_layout(n, k)
+                }
+
+                /// The packed-LHS layout this kernel reads for an `m x k` input.
+                pub fn lhs_layout(&self, m: usize, k: usize) -> Result<$crate::packed::PackedLayout> {
+                    self.0.lhs_layout(m, k)
+                }
+
+                /// Packs N x K or K x N weights (one packed format for both).
+                pub fn pack_rhs(&self, w: &U8Weights<'_>) -> Result<$crate::packed::PackedRhs> {
+                    self.0.pack_rhs(w)
+                }
+
+                /// Packs an `m x k` LHS, rows `lhs_stride` bytes apart.
+                pub fn pack_lhs(
+                    &self,
+                    m: usize,
+                    k: usize,
+                    lhs: &[u8],
+                    lhs_stride: usize,
+                    par: $crate::par::Parallelism,
+                ) -> Result<$crate::packed::PackedLhs> {
+                    let mut out = $crate::packed::PackedLhs::empty();
+                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+                    Ok(out)
+                }
+
+                /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+                pub fn pack_lhs_into(
+                    &self,
+                    m: usize,
+                    k: usize,
+                    lhs: &[u8],
+                    lhs_stride: usize,
+                    par: $crate::par::Parallelism,
+                    out: &mut $crate::packed::PackedLhs,
+                ) -> Result<()> {
+                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
+                }
+
+                $(#[$run_doc])*
+                #[allow(clippy::too_many_arguments)]
+                pub fn run(
+                    &self,
+                    lhs: &$crate::packed::PackedLhs,
+                    rhs: &$crate::packed::PackedRhs,
+                    bias: &AccBias<'_>,
+                    $($arg: $ty,)*
+                    dst: &mut [$out],
+                    par: $crate::par::Parallelism,
+                ) -> Result<()> {
+                    let (m, n) = (lhs.layout().rows, rhs.layout().rows);
+                    $crate::error::at_least(dst.len(), $crate::error::mul(m, n, "dst")?, "dst")?;
+                    let dst = $crate::buffer::SendPtr(dst.as_mut_ptr().cast());
+                    self.0.run(lhs, rhs, bias, $stage, dst, par)
+                }
+
+                /// Packs the dense `m x k` LHS and runs: the one-call form.
+                #[allow(clippy::too_many_arguments)]
+                pub fn matmul(
+                    &self,
+                    m: usize,
+                    lhs: &[u8],
+                    rhs: &$crate::packed::PackedRhs,
+                    bias: &AccBias<'_>,
+                    $($arg: $ty,)*
+                    dst: &mut [$out],
+                    par: $crate::par::Parallelism,
+                ) -> Result<()> {
+                    let k = rhs.layout().k;
+                    let packed = self.pack_lhs(m, k, lhs, k, par)?;
+                    self.run(&packed, rhs, bias, $($arg,)* dst, par)
+                }
             }
 
-            /// The packed-RHS layout this kernel reads for `n x k` weights.
-            pub fn rhs_layout(&self, n: usize, k: usize) -> Result<crate::packed::PackedLayout> {
-                self.0.rhs_layout(n, k)
-            }
-
-            /// The packed-LHS layout this kernel reads for an `m x k` input.
-            pub fn lhs_layout(&self, m: usize, k: usize) -> Result<crate::packed::PackedLayout> {
-                self.0.lhs_layout(m, k)
-            }
-
-            /// Packs N x K or K x N weights (one packed format for both).
-            pub fn pack_rhs(&self, w: &U8Weights<'_>) -> Result<crate::packed::PackedRhs> {
-                self.0.pack_rhs(w)
-            }
-
-            /// Packs an `m x k` LHS, rows `lhs_stride` bytes apart.
-            pub fn pack_lhs(
-                &self,
-                m: usize,
-                k: usize,
-                lhs: &[u8],
-                lhs_stride: usize,
-                par: crate::par::Parallelism,
-            ) -> Result<crate::packed::PackedLhs> {
-                let mut out = crate::packed::PackedLhs::empty();
-                self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-                Ok(out)
-            }
-
-            /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-            pub fn pack_lhs_into(
-                &self,
-                m: usize,
-                k: usize,
-                lhs: &[u8],
-                lhs_stride: usize,
-                par: crate::par::Parallelism,
-                out: &mut crate::packed::PackedLhs,
-            ) -> Result<()> {
-                self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
+            /// Weight row `row` of a packed RHS of this family, as f32 (exact).
+            pub fn unpack_rhs_row(rhs: &$crate::packed::PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
+                $crate::families::u8p_u8p::unpack_rhs_row(rhs, row, out)
             }
         };
     }
-    pub(crate) use u8_kernel_common;
+    pub(crate) use u8_kernel;
 }
 
-/// Conformance and error tests shared by both families.
+/// Conformance and error tests shared by both families: a family module
+/// runs them with [`u8_tests!`](tests::u8_tests), which gives its own
+/// `Kernel`, `reference` and output stage.
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod tests {
-    use crate::formats::Order;
+    use super::{AccBias, Entry};
+    use crate::cpu::Features;
+    use crate::error::Result;
+    use crate::formats::{Order, U8Weights};
     use crate::packed::{PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::KernelInfo;
-    use crate::testing::{Rng, THREADS, tail_shapes};
+    use crate::testing::{self, Rng, THREADS, tail_shapes};
 
     /// One case's inputs, random.
     pub(crate) struct Case {
@@ -471,6 +532,92 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// A family's output value: compared and hashed as its 32 bits.
+    pub(crate) trait Word: Copy + Default + core::fmt::Display {
+        /// What a fresh output holds before the kernel writes it.
+        const FILL: Self;
+        fn bits(self) -> u32;
+        fn from_bits(b: u32) -> Self;
+        /// The output of an accumulator `v` under the plain stage.
+        fn plain(v: i32) -> Self;
+    }
+
+    impl Word for i32 {
+        const FILL: Self = i32::MIN;
+        fn bits(self) -> u32 {
+            self as u32
+        }
+        fn from_bits(b: u32) -> Self {
+            b as i32
+        }
+        fn plain(v: i32) -> Self {
+            v
+        }
+    }
+
+    impl Word for f32 {
+        const FILL: Self = f32::NAN;
+        fn bits(self) -> u32 {
+            self.to_bits()
+        }
+        fn from_bits(b: u32) -> Self {
+            f32::from_bits(b)
+        }
+        fn plain(v: i32) -> Self {
+            v as f32
+        }
+    }
+
+    /// What differs between the families, as the shared tests drive it
+    /// (filled in by [`u8_tests!`] with the family's own `Kernel` methods and
+    /// `reference`; packing is the same [`Entry`] code for both).
+    /// `Args` owns the stage arguments of one run (after the biases).
+    #[allow(clippy::too_many_arguments)] // the families' own signatures
+    pub(crate) trait Family {
+        type Args;
+        type Out: Word;
+        const FAMILY: &'static str;
+        fn kernel(name: &str) -> Option<Kernel>;
+        fn select(m: usize, f: &Features) -> Option<Kernel>;
+        /// A case's stage arguments, drawn from `rng`.
+        fn draw(c: &Case, rng: &mut Rng) -> Self::Args;
+        /// Scale 1, no output bias, no clamp.
+        fn plain() -> Self::Args;
+        /// Stage arguments every run and the reference reject (for `n`
+        /// outputs per row), with what is wrong.
+        fn bad(n: usize) -> Vec<(Self::Args, &'static str)>;
+        fn reference(
+            m: usize,
+            lhs: &[u8],
+            w: &U8Weights<'_>,
+            bias: &AccBias<'_>,
+            a: &Self::Args,
+            dst: &mut [Self::Out],
+        ) -> Result<()>;
+        fn run(
+            k: Kernel,
+            lhs: &PackedLhs,
+            rhs: &PackedRhs,
+            bias: &AccBias<'_>,
+            a: &Self::Args,
+            dst: &mut [Self::Out],
+            par: Parallelism,
+        ) -> Result<()>;
+        fn matmul(
+            k: Kernel,
+            m: usize,
+            lhs: &[u8],
+            rhs: &PackedRhs,
+            bias: &AccBias<'_>,
+            a: &Self::Args,
+            dst: &mut [Self::Out],
+            par: Parallelism,
+        ) -> Result<()>;
+    }
+
+    /// The entry behind a family's kernel handle.
+    pub(crate) type Kernel = &'static Entry;
+
     /// Runs `go(case, threads)` for every thread count and checks the
     /// results are bit-identical (as `u32` words).
     pub(crate) fn each_thread_count(
@@ -495,8 +642,8 @@ pub(crate) mod tests {
     }
 
     /// Unpacked rows equal the weights.
-    pub(crate) fn check_unpack(info: &KernelInfo, case: &Case, packed: &PackedRhs) -> Result<(), String> {
-        let w = crate::formats::U8Weights { n: case.n, k: case.k, order: case.order, data: &case.rhs };
+    fn check_unpack(info: &KernelInfo, case: &Case, packed: &PackedRhs) -> Result<(), String> {
+        let w = U8Weights { n: case.n, k: case.k, order: case.order, data: &case.rhs };
         let mut row = vec![0f32; case.k];
         for r in [0, case.n / 2, case.n - 1] {
             super::unpack_rhs_row(packed, r, &mut row).map_err(|e| e.to_string())?;
@@ -508,4 +655,196 @@ pub(crate) mod tests {
         }
         Ok(())
     }
+
+    /// Every kernel against the reference, bit for bit, on every thread
+    /// count; then the unpacked rows.
+    pub(crate) fn conformance<F: Family>() {
+        testing::conformance(F::FAMILY, |info| {
+            let kernel = F::kernel(info.name).unwrap();
+            let (t, _, _) = kernel.tiles().map_err(|e| (0, e.to_string()))?;
+            let mut rng = Rng::new(0xf3);
+            let mut count = 0;
+            for c in cases(t.mr, t.m_step, t.nr, t.n_step) {
+                let w = U8Weights { n: c.n, k: c.k, order: c.order, data: &c.rhs };
+                let bias = AccBias { per_row: c.bias_m.as_deref(), per_col: c.bias_n.as_deref() };
+                let args = F::draw(&c, &mut rng);
+                let mut want = vec![F::Out::default(); c.m * c.n];
+                F::reference(c.m, &c.lhs, &w, &bias, &args, &mut want).map_err(|e| (count, e.to_string()))?;
+                let packed = kernel.pack_rhs(&w).map_err(|e| (count, e.to_string()))?;
+                let got = each_thread_count(&c, |par, scratch| {
+                    let mut dst = vec![F::Out::FILL; c.m * c.n];
+                    kernel.pack_lhs_into(c.m, c.k, &c.lhs, c.k, par, scratch).map_err(|e| e.to_string())?;
+                    F::run(kernel, scratch, &packed, &bias, &args, &mut dst, par).map_err(|e| e.to_string())?;
+                    Ok(dst.iter().map(|x| x.bits()).collect())
+                })
+                .map_err(|e| (count, e))?;
+                if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i].bits()) {
+                    let g = F::Out::from_bits(got[i]);
+                    return Err((count, format!("m={} n={} k={}: element {i}: {g} != {}", c.m, c.n, c.k, want[i])));
+                }
+                check_unpack(info, &c, &packed).map_err(|e| (count, e))?;
+                count += 1;
+            }
+            Ok((count, 0.0))
+        });
+    }
+
+    /// [`Entry::pack_lhs_into`], allocating.
+    fn pack_lhs(kern: Kernel, m: usize, k: usize, lhs: &[u8], stride: usize, par: Parallelism) -> Result<PackedLhs> {
+        let mut out = PackedLhs::empty();
+        kern.pack_lhs_into(m, k, lhs, stride, par, &mut out)?;
+        Ok(out)
+    }
+
+    /// The kernel selected for `m` rows (if the CPU runs one), 3 x 8 weights
+    /// of ones in `order`, and their packing.
+    fn small<F: Family>(m: usize, order: Order) -> Option<(Kernel, U8Weights<'static>, PackedRhs)> {
+        let kern = F::select(m, &Features::current())?;
+        let w = U8Weights { n: 3, k: 8, order, data: &[1; 24] };
+        let packed = kern.pack_rhs(&w).unwrap();
+        Some((kern, w, packed))
+    }
+
+    /// A packed LHS of another depth is rejected; one of the right depth
+    /// runs.
+    pub(crate) fn mixing_layouts<F: Family>() {
+        let Some((kern, _, packed)) = small::<F>(4, Order::NxK) else {
+            return;
+        };
+        let seq = Parallelism::Sequential;
+        let lhs = pack_lhs(kern, 2, 12, &[1; 24], 12, seq).unwrap();
+        let mut dst = [F::Out::default(); 6];
+        let r = F::run(kern, &lhs, &packed, &AccBias::default(), &F::plain(), &mut dst, seq);
+        assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
+        // A packed LHS is not a packed RHS of the other family's format
+        // unless the bytes agree: the same kernel accepts its own.
+        let lhs = pack_lhs(kern, 2, 8, &[1; 16], 8, seq).unwrap();
+        F::run(kern, &lhs, &packed, &AccBias::default(), &F::plain(), &mut dst, seq).unwrap();
+        assert_eq!(dst.map(Word::bits), [F::Out::plain(8).bits(); 6]);
+    }
+
+    /// Short or empty inputs, bad stage arguments and overflowing shapes are
+    /// errors; a good call still runs afterwards.
+    pub(crate) fn bad_input<F: Family>() {
+        let Some((kern, w, packed)) = small::<F>(1, Order::KxN) else {
+            return;
+        };
+        let seq = Parallelism::Sequential;
+        let none = AccBias::default();
+        let plain = F::plain();
+        let mut dst = [F::Out::default(); 3];
+        let mm = |m, lhs: &[u8], bias: &AccBias<'_>, a: &F::Args, dst: &mut [F::Out]| {
+            F::matmul(kern, m, lhs, &packed, bias, a, dst, seq)
+        };
+        assert!(mm(1, &[0; 7], &none, &plain, &mut dst).is_err(), "short lhs");
+        assert!(mm(1, &[0; 8], &none, &plain, &mut dst[..2]).is_err(), "short dst");
+        assert!(mm(0, &[], &none, &plain, &mut dst).is_err(), "m = 0");
+        let short = AccBias { per_col: Some(&[1, 2]), ..none };
+        assert!(mm(1, &[0; 8], &short, &plain, &mut dst).is_err(), "short bias");
+        for (bad, what) in F::bad(w.n) {
+            assert!(mm(1, &[0; 8], &none, &bad, &mut dst).is_err(), "{what}");
+            let mut out = [F::Out::default(); 3];
+            assert!(F::reference(1, &[0; 8], &w, &none, &bad, &mut out).is_err(), "reference: {what}");
+        }
+        assert!(kern.pack_rhs(&U8Weights { data: &[1; 23], ..w }).is_err(), "short weights");
+        assert!(kern.pack_rhs(&U8Weights { n: 0, ..w }).is_err(), "n = 0");
+        assert!(kern.pack_rhs(&U8Weights { n: usize::MAX, ..w }).is_err(), "overflow");
+        assert!(pack_lhs(kern, usize::MAX, 8, &[0; 8], 8, seq).is_err(), "overflowing m");
+        assert!(pack_lhs(kern, 1, 8, &[0; 8], 7, seq).is_err(), "stride < k");
+        let mut r = [0f32; 8];
+        assert!(super::unpack_rhs_row(&packed, 3, &mut r).is_err());
+        mm(1, &[1; 8], &none, &plain, &mut dst).unwrap();
+        assert_eq!(dst.map(Word::bits), [F::Out::plain(8).bits(); 3]);
+    }
+
+    /// The tests of a family module (which has `FAMILY`, `Kernel`,
+    /// `unpack_rhs_row` and `reference`): `$args` owns a run's stage
+    /// arguments, `draw` makes a case's from the test RNG, `plain` and `bad`
+    /// are as in [`Family`], and `pass` turns `&$args` into the arguments
+    /// `Kernel::run` and `reference` take after the biases.
+    macro_rules! u8_tests {
+        (
+            out: $out:ty,
+            args: $args:ty,
+            draw: |$c:pat_param, $rng:pat_param| $draw:expr,
+            plain: $plain:expr,
+            bad: |$n:pat_param| $bad:expr,
+            pass: |$a:ident| ($($pass:expr),* $(,)?) $(,)?
+        ) => {
+            use $crate::families::u8p_u8p::tests as t;
+
+            /// This family, for the shared tests.
+            struct Fam;
+
+            impl t::Family for Fam {
+                type Args = $args;
+                type Out = $out;
+                const FAMILY: &'static str = FAMILY;
+                fn kernel(name: &str) -> Option<t::Kernel> {
+                    Kernel::by_name(name).map(|k| k.0)
+                }
+                fn select(m: usize, f: &$crate::cpu::Features) -> Option<t::Kernel> {
+                    Kernel::select(m, f).map(|k| k.0)
+                }
+                fn draw($c: &t::Case, $rng: &mut $crate::testing::Rng) -> $args {
+                    $draw
+                }
+                fn plain() -> $args {
+                    $plain
+                }
+                fn bad($n: usize) -> Vec<($args, &'static str)> {
+                    $bad
+                }
+                fn reference(
+                    m: usize,
+                    lhs: &[u8],
+                    w: &U8Weights<'_>,
+                    bias: &AccBias<'_>,
+                    $a: &$args,
+                    dst: &mut [$out],
+                ) -> Result<()> {
+                    reference(m, lhs, w, bias, $($pass,)* dst)
+                }
+                fn run(
+                    k: t::Kernel,
+                    lhs: &$crate::packed::PackedLhs,
+                    rhs: &$crate::packed::PackedRhs,
+                    bias: &AccBias<'_>,
+                    $a: &$args,
+                    dst: &mut [$out],
+                    par: $crate::par::Parallelism,
+                ) -> Result<()> {
+                    Kernel(k).run(lhs, rhs, bias, $($pass,)* dst, par)
+                }
+                fn matmul(
+                    k: t::Kernel,
+                    m: usize,
+                    lhs: &[u8],
+                    rhs: &$crate::packed::PackedRhs,
+                    bias: &AccBias<'_>,
+                    $a: &$args,
+                    dst: &mut [$out],
+                    par: $crate::par::Parallelism,
+                ) -> Result<()> {
+                    Kernel(k).matmul(m, lhs, rhs, bias, $($pass,)* dst, par)
+                }
+            }
+
+            #[test]
+            fn conformance() {
+                t::conformance::<Fam>();
+            }
+
+            #[test]
+            fn mixing_layouts_is_an_error() {
+                t::mixing_layouts::<Fam>();
+            }
+
+            #[test]
+            fn bad_input_is_an_error() {
+                t::bad_input::<Fam>();
+            }
+        };
+    }
+    pub(crate) use u8_tests;
 }
