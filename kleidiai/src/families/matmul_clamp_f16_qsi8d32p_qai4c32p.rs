@@ -99,11 +99,7 @@ mod imp {
     use crate::cpu::CpuFeature;
     use crate::packed::PackedRhs;
     use crate::registry::KernelInfo;
-    use core::ffi::c_void;
-    use kleidiai_sys as sys;
-    use shared::{Arch, Entry, Fns, RunFn};
-    use std::sync::OnceLock;
-    use sys::interfaces::matmul_clamp_f16_qsi8d32p_qai4c32p::KERNELS;
+    use shared::{Arch, LhsQuant, RunFn, qai4_entries};
 
     /// One kernel of the family, with its packing: `all`, `by_name`,
     /// `select`, `rhs_layout`, `lhs_layout`, `pack_rhs`, `pack_lhs(_into)`,
@@ -111,67 +107,9 @@ mod imp {
     pub type Kernel = shared::Kernel<Family>;
 
     impl Arch for Family {
-        const LHS_PACKER: &'static str = "kai_lhs_quant_pack_qsi8d32pscalef32_f16_neon";
+        const LHS: LhsQuant = LhsQuant::F16;
         const LHS_FEATURES: &'static [CpuFeature] = &[CpuFeature::Fp16];
-        fn entries() -> &'static [Entry] {
-            static E: OnceLock<Vec<Entry>> = OnceLock::new();
-            E.get_or_init(|| {
-                shared::build_entries::<Family>(
-                    KERNELS
-                        .iter()
-                        .map(|(u, i)| {
-                            let fns = Fns {
-                                m_step: i.get_m_step.expect("m_step"),
-                                n_step: i.get_n_step.expect("n_step"),
-                                mr: i.get_mr.expect("mr"),
-                                nr: i.get_nr.expect("nr"),
-                                kr: i.get_kr.expect("kr"),
-                                sr: i.get_sr.expect("sr"),
-                                lhs_offset: i.get_lhs_packed_offset.expect("lhs offset"),
-                                rhs_offset: i.get_rhs_packed_offset.expect("rhs offset"),
-                                run: RunFn::Void(i.run_matmul.expect("run")),
-                            };
-                            (*u, fns)
-                        })
-                        .collect(),
-                )
-            })
-        }
-        unsafe fn lhs_packed_size(m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            // SAFETY: forwarded; the caller meets the preconditions.
-            unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f16_neon(m, k, bl, mr, kr, sr) }
-        }
-        unsafe fn lhs_packed_offset(m_idx: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            // SAFETY: forwarded; the caller meets the preconditions.
-            unsafe { sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f16_neon(m_idx, k, bl, mr, kr, sr) }
-        }
-        unsafe fn lhs_pack(
-            m: usize,
-            k: usize,
-            bl: usize,
-            mr: usize,
-            kr: usize,
-            sr: usize,
-            lhs: *const f16,
-            stride_bytes: usize,
-            out: *mut c_void,
-        ) {
-            // SAFETY: forwarded; the caller meets the preconditions.
-            unsafe {
-                sys::kai_run_lhs_quant_pack_qsi8d32pscalef32_f16_neon(
-                    m,
-                    k,
-                    bl,
-                    mr,
-                    kr,
-                    sr,
-                    0,
-                    lhs.cast(),
-                    stride_bytes,
-                    out,
-                )
-            }
-        }
+        qai4_entries!(matmul_clamp_f16_qsi8d32p_qai4c32p, RunFn::Void);
     }
 
     /// Weight row `row` of a packed RHS of this family, as f32

@@ -232,28 +232,18 @@ mod imp {
         Ok(())
     }
 
-    /// A kernel's size getter (`kai_get_{m,n}_step`, `mr`, `nr`, `kr`, `sr`).
-    pub(crate) type Getter = unsafe extern "C" fn() -> usize;
+    pub(crate) use crate::families::float_common::Getter;
     /// A kernel's packed offset query (`(m_idx | n_idx, k, bl)`).
     pub(crate) type OffsetFn = unsafe extern "C" fn(usize, usize, usize) -> usize;
-    /// A kernel's `run_matmul` (the same C signature in both families).
-    pub(crate) type RunFn = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *mut f32,
-        usize,
-        usize,
-        f32,
-        f32,
-    );
+    /// A kernel's `run_matmul` writing `D` (the C signature of every
+    /// qsi4c32p and qai4c32p kernel but for the destination type).
+    pub(crate) type Run<D> =
+        unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut D, usize, usize, f32, f32);
 
-    /// One kernel's functions, taken from its interface struct.
+    /// One kernel's functions, taken from its interface struct, with its
+    /// `run_matmul` as `R` (shared with `qsi8d32p_qai4c32p`).
     #[derive(Clone, Copy)]
-    pub(crate) struct Fns {
+    pub(crate) struct Fns<R> {
         pub m_step: Getter,
         pub n_step: Getter,
         pub mr: Getter,
@@ -262,12 +252,37 @@ mod imp {
         pub sr: Getter,
         pub lhs_offset: OffsetFn,
         pub rhs_offset: OffsetFn,
-        pub run: RunFn,
+        pub run: R,
     }
 
-    /// [`Fns`] from an upstream interface struct of either family.
+    impl<R> Fns<R> {
+        /// The kernel's tile sizes.
+        ///
+        /// # Safety
+        /// The CPU has every feature the kernel needs (SME getters read
+        /// the vector length).
+        pub(crate) unsafe fn tiles(&self) -> Tiles {
+            // SAFETY: the caller's contract; the getters take no arguments.
+            unsafe {
+                Tiles {
+                    m_step: (self.m_step)(),
+                    n_step: (self.n_step)(),
+                    mr: (self.mr)(),
+                    nr: (self.nr)(),
+                    kr: (self.kr)(),
+                    sr: (self.sr)(),
+                }
+            }
+        }
+    }
+
+    /// [`Fns`] from an upstream interface struct of any of the four
+    /// families, `run_matmul` wrapped by `$run` (the identity by default).
     macro_rules! q4_fns {
         ($i:expr) => {
+            $crate::families::qsi8d32p_qsi4c32p::q4_fns!($i, core::convert::identity)
+        };
+        ($i:expr, $run:expr) => {
             $crate::families::qsi8d32p_qsi4c32p::Fns {
                 m_step: $i.get_m_step.expect("m_step"),
                 n_step: $i.get_n_step.expect("n_step"),
@@ -277,7 +292,7 @@ mod imp {
                 sr: $i.get_sr.expect("sr"),
                 lhs_offset: $i.get_lhs_packed_offset.expect("lhs offset"),
                 rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
-                run: $i.run_matmul.expect("run"),
+                run: $run($i.run_matmul.expect("run")),
             }
         };
     }
@@ -463,7 +478,7 @@ mod imp {
     /// driver of both families.
     pub(crate) struct Q4Kernel {
         pub info: KernelInfo,
-        fns: Fns,
+        fns: Fns<Run<f32>>,
         rhs_format: &'static str,
         lhs: LhsPacker,
         /// The SVE kernels handle only `bl = 32`.
@@ -476,7 +491,7 @@ mod imp {
         pub(crate) fn new(
             u: &'static sys::Ukernel,
             family: &'static str,
-            fns: Fns,
+            fns: Fns<Run<f32>>,
             (features, vector_length): (&'static [CpuFeature], VectorLength),
             lhs: LhsPacker,
             rhs_format: &'static str,
@@ -517,21 +532,9 @@ mod imp {
 
         pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
             let f = engine::ensure_supported(&self.info)?;
-            let x = &self.fns;
             // SAFETY: the CPU has every feature (and the SVE vector length)
-            // the kernel and its LHS packer need (ensure_supported), so even
-            // SME getters may run; they take no arguments.
-            let t = unsafe {
-                Tiles {
-                    m_step: (x.m_step)(),
-                    n_step: (x.n_step)(),
-                    mr: (x.mr)(),
-                    nr: (x.nr)(),
-                    kr: (x.kr)(),
-                    sr: (x.sr)(),
-                }
-            };
-            Ok((t, f))
+            // the kernel and its LHS packer need (ensure_supported).
+            Ok((unsafe { self.fns.tiles() }, f))
         }
 
         fn check(&self, k: usize, bl: usize, t: &Tiles) -> Result<()> {
