@@ -95,55 +95,16 @@ pub use imp::*;
 
 #[cfg(target_arch = "aarch64")]
 mod imp {
-    use super::*;
-    use crate::cpu::CpuFeature;
-    use crate::packed::PackedRhs;
-    use crate::registry::KernelInfo;
-    use shared::{Arch, LhsQuant, RunFn, qai4_entries};
+    use super::Family;
 
-    /// One kernel of the family, with its packing: `all`, `by_name`,
-    /// `select`, `rhs_layout`, `lhs_layout`, `pack_rhs`, `pack_lhs(_into)`,
-    /// `run`, `matmul`.
-    pub type Kernel = shared::Kernel<Family>;
-
-    impl Arch for Family {
-        const LHS: LhsQuant = LhsQuant::F16;
-        const LHS_FEATURES: &'static [CpuFeature] = &[CpuFeature::Fp16];
-        qai4_entries!(matmul_clamp_f16_qsi8d32p_qai4c32p, RunFn::Void);
-    }
-
-    /// Weight row `row` of a packed RHS of this family, as f32
-    /// (`value * scale + offset`; bias not included): what ggml's
-    /// `get_rows` needs. Both packed formats.
-    pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
-        shared::unpack_rhs_row(rhs, row, out)
-    }
-
-    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-        shared::infos::<Family>()
+    super::shared::qai4_family! {
+        interface: matmul_clamp_f16_qsi8d32p_qai4c32p,
+        lhs: F16,
+        lhs_features: &[crate::cpu::CpuFeature::Fp16],
+        run: Void,
     }
 }
 
+// Half an f16 ulp, relative; the SME2 MOPA kernel's running sum.
 #[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn conformance() {
-        // Half an f16 ulp, relative; the SME2 MOPA kernel's running sum.
-        shared::tests::conformance::<Family>(
-            1.0 / 2048.0,
-            &["kai_matmul_clamp_f16_qsi8d32p1vlx4_qai4c32p4vlx4_1vlx4vl_sme2_mopa"],
-        );
-    }
-
-    #[test]
-    fn mixing_layouts_is_an_error() {
-        shared::tests::mixing_layouts_is_an_error::<Family>();
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        shared::tests::bad_input_is_an_error::<Family>();
-    }
-}
+shared::qai4_tests!(1.0 / 2048.0, &["kai_matmul_clamp_f16_qsi8d32p1vlx4_qai4c32p4vlx4_1vlx4vl_sme2_mopa"]);

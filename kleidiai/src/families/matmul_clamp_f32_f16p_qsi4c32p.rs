@@ -92,6 +92,7 @@ mod imp {
 
     q4_kernel! {
         interface: matmul_clamp_f32_f16p_qsi4c32p,
+        fast: false,
         entry: |u: &'static kleidiai_sys::Ukernel, fns| {
             let features = if u.features.contains(&CpuFeature::Fp16) { u.features } else { FEATURES };
             let spec = (features, VectorLength::Any);
@@ -132,21 +133,6 @@ mod imp {
             out: &mut PackedLhs,
         ) -> Result<()> {
             self.0.pack_lhs_into(m, k, 0, lhs, lhs_stride, par, out)
-        }
-
-        /// Packs the dense `m x k` LHS and runs: the one-call form.
-        pub fn matmul(
-            &self,
-            m: usize,
-            lhs: &[f32],
-            rhs: &PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            let k = rhs.layout().k;
-            let packed = self.pack_lhs(m, k, lhs, k, par)?;
-            self.run(&packed, rhs, dst, clamp, par)
         }
     }
 

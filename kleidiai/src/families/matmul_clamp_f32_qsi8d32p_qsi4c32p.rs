@@ -104,17 +104,17 @@ pub use imp::*;
 mod imp {
     use super::*;
     use crate::cpu::CpuFeature;
-    use crate::families::engine;
     pub use crate::families::qsi8d32p_qsi4c32p::unpack_rhs_row;
     use crate::families::qsi8d32p_qsi4c32p::{
         FORMAT_PS1S0SCALEF16, FORMAT_PS4S0SF16, FORMAT_SCALEF16, LhsPacker, Q4Kernel, q4_kernel,
     };
-    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
+    use crate::packed::{PackedLayout, PackedLhs};
     use crate::par::Parallelism;
     use crate::registry::VectorLength;
 
     q4_kernel! {
         interface: matmul_clamp_f32_qsi8d32p_qsi4c32p,
+        fast: true,
         entry: |u: &'static kleidiai_sys::Ukernel, fns| {
             let sme = u.features.contains(&CpuFeature::Sme);
             let sme2 = u.features.contains(&CpuFeature::Sme2);
@@ -189,50 +189,6 @@ mod imp {
             out: &mut PackedLhs,
         ) -> Result<()> {
             self.0.pack_lhs_into(m, k, bl, lhs, lhs_stride, par, out)
-        }
-
-        /// The checks of [`pack_lhs_into`](Self::pack_lhs_into) and
-        /// [`run`](Self::run) for a dense `m x k` LHS and `rhs`, made once
-        /// (the steady-state path of `PackedWeights::matmul`).
-        pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
-            self.0.prepare(m, rhs)
-        }
-
-        /// What `pack_lhs_into` then `run` do on one thread for the whole
-        /// output, without their checks.
-        ///
-        /// # Safety
-        /// As `Q4Kernel::run_prepared`: `p` is what
-        /// [`prepare`](Self::prepare) returned (`Some`) for this `rhs`; the
-        /// CPU still runs the kernel at the vector length it ran at then;
-        /// `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes` writable bytes
-        /// (64-byte aligned), `y` `p.m x p.n` f32; `clamp` is valid.
-        pub(crate) unsafe fn run_prepared(
-            &self,
-            p: &engine::Prepared,
-            x: *const f32,
-            lhs: *mut u8,
-            rhs: &PackedRhs,
-            y: *mut f32,
-            clamp: Clamp,
-        ) {
-            // SAFETY: the caller's contract, forwarded unchanged.
-            unsafe { self.0.run_prepared(p, x, lhs, rhs, y, clamp) }
-        }
-
-        /// Packs the dense `m x k` LHS and runs: the one-call form.
-        pub fn matmul(
-            &self,
-            m: usize,
-            lhs: &[f32],
-            rhs: &PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            let (k, bl) = (rhs.layout().k, rhs.layout().bl);
-            let packed = self.pack_lhs(m, k, bl, lhs, k, par)?;
-            self.run(&packed, rhs, dst, clamp, par)
         }
     }
 }

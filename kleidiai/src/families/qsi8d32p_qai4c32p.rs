@@ -301,29 +301,53 @@ mod imp {
         /// Features the LHS packer needs beyond the kernel's.
         const LHS_FEATURES: &'static [CpuFeature];
         /// The family's kernels (built once, see [`build_entries`]; declared
-        /// by `qai4_entries!`).
+        /// by `qai4_family!`).
         fn entries() -> &'static [Entry];
     }
 
-    /// `Arch::entries` for the family whose upstream table is `$iface`,
-    /// its `run_matmul` wrapped as `$run` (a [`RunFn`] variant).
-    macro_rules! qai4_entries {
-        ($iface:ident, $run:path) => {
-            fn entries() -> &'static [$crate::families::qsi8d32p_qai4c32p::Entry] {
-                static E: std::sync::OnceLock<Vec<$crate::families::qsi8d32p_qai4c32p::Entry>> =
-                    std::sync::OnceLock::new();
-                E.get_or_init(|| {
-                    $crate::families::qsi8d32p_qai4c32p::build_entries::<Self>(
-                        kleidiai_sys::interfaces::$iface::KERNELS
-                            .iter()
-                            .map(|(u, i)| (*u, $crate::families::qsi8d32p_qsi4c32p::q4_fns!(i, $run)))
-                            .collect(),
-                    )
-                })
+    /// A family's aarch64 items over its `Family` type: `Kernel`, the
+    /// [`Arch`] binding (LHS packer `$lhs`, the packer's extra features, the
+    /// kernel table of upstream's `$iface` with `run_matmul` as the
+    /// [`RunFn`] variant `$run`), `unpack_rhs_row` and `infos`.
+    macro_rules! qai4_family {
+        (interface: $iface:ident, lhs: $lhs:ident, lhs_features: $feat:expr, run: $run:ident $(,)?) => {
+            /// One kernel of the family, with its packing: `all`, `by_name`,
+            /// `select`, `rhs_layout`, `lhs_layout`, `pack_rhs`, `pack_lhs(_into)`,
+            /// `run`, `matmul`.
+            pub type Kernel = $crate::families::qsi8d32p_qai4c32p::Kernel<Family>;
+
+            impl $crate::families::qsi8d32p_qai4c32p::Arch for Family {
+                const LHS: $crate::families::qsi8d32p_qai4c32p::LhsQuant =
+                    $crate::families::qsi8d32p_qai4c32p::LhsQuant::$lhs;
+                const LHS_FEATURES: &'static [$crate::cpu::CpuFeature] = $feat;
+                fn entries() -> &'static [$crate::families::qsi8d32p_qai4c32p::Entry] {
+                    static E: std::sync::OnceLock<Vec<$crate::families::qsi8d32p_qai4c32p::Entry>> =
+                        std::sync::OnceLock::new();
+                    E.get_or_init(|| {
+                        let run = $crate::families::qsi8d32p_qai4c32p::RunFn::$run;
+                        $crate::families::qsi8d32p_qai4c32p::build_entries::<Self>(
+                            kleidiai_sys::interfaces::$iface::KERNELS
+                                .iter()
+                                .map(|(u, i)| (*u, $crate::families::qsi8d32p_qsi4c32p::q4_fns!(i, run)))
+                                .collect(),
+                        )
+                    })
+                }
+            }
+
+            /// Weight row `row` of a packed RHS of this family, as f32
+            /// (`value * scale + offset`; bias not included): what ggml's
+            /// `get_rows` needs. Both packed formats.
+            pub fn unpack_rhs_row(rhs: &$crate::packed::PackedRhs, row: usize, out: &mut [f32]) -> $crate::Result<()> {
+                $crate::families::qsi8d32p_qai4c32p::unpack_rhs_row(rhs, row, out)
+            }
+
+            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
+                $crate::families::qsi8d32p_qai4c32p::infos::<Family>()
             }
         };
     }
-    pub(crate) use qai4_entries;
+    pub(crate) use qai4_family;
 
     /// A kernel of one of the two families.
     pub struct Entry {
@@ -781,6 +805,35 @@ mod imp {
         Ok(())
     }
 }
+
+/// A family's test module over its `Family` type: the shared tests below,
+/// with the conformance tolerance's `half_ulp_out` and `rounds_per_block`.
+#[cfg(all(test, target_arch = "aarch64"))]
+macro_rules! qai4_tests {
+    ($half_ulp_out:expr, $rounds_per_block:expr $(,)?) => {
+        mod tests {
+            use super::Family;
+            use $crate::families::qsi8d32p_qai4c32p::tests as shared;
+
+            #[test]
+            fn conformance() {
+                shared::conformance::<Family>($half_ulp_out, $rounds_per_block);
+            }
+
+            #[test]
+            fn mixing_layouts_is_an_error() {
+                shared::mixing_layouts_is_an_error::<Family>();
+            }
+
+            #[test]
+            fn bad_input_is_an_error() {
+                shared::bad_input_is_an_error::<Family>();
+            }
+        }
+    };
+}
+#[cfg(all(test, target_arch = "aarch64"))]
+pub(crate) use qai4_tests;
 
 /// The conformance and error tests, run by each family module.
 #[cfg(all(test, target_arch = "aarch64"))]

@@ -73,6 +73,24 @@ mod imp {
         if format == FORMAT_SCALEF16 { usize::MAX } else { sys::KAI_SME_VEC_LENGTH_MAX_BYTES as usize }
     }
 
+    /// An f16-scale RHS packer's size query (`n, k, nr, kr, bl`).
+    type RhsSizeFn = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
+    /// An f16-scale RHS packer (`kai_run_rhs_pack_nxk_qsi4c32p*_qsu4c32s16s0*`).
+    type RhsPackFn = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        *const u8,
+        *const f32,
+        *mut c_void,
+        usize,
+        *const sys::kai_rhs_pack_qs4cxs1s0_param,
+    );
+
     /// Packs `w` (no bias) into one of the f16-scale formats `layout`
     /// describes. Shared with `matmul_clamp_f32_f16p_qsi4c32p`.
     pub(crate) fn pack_f16_rhs(layout: PackedLayout, w: &BlockInt4<'_>, family: &str) -> Result<PackedRhs> {
@@ -92,8 +110,21 @@ mod imp {
         }
         let src: Cow<'_, [u8]> = w.qsu4c32s16s0()?;
         let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
-        let mut buf;
-        // SAFETY: (every arm) `src` holds n rows of k / bl blocks of
+        let (size, run): (RhsSizeFn, RhsPackFn) = match layout.format {
+            FORMAT_SCALEF16 => (
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0,
+                sys::kai_run_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0,
+            ),
+            FORMAT_PS1S0SCALEF16 => (
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon,
+            ),
+            _ => (
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps4s0sf16_qsu4c32s16s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4c32ps4s0sf16_qsu4c32s16s0_neon,
+            ),
+        };
+        // SAFETY: (every packer) `src` holds n rows of k / bl blocks of
         // (2 + bl / 2) bytes, the layout the packers read (qsu4c32s16s0);
         // k % bl == 0, bl % 32 == 0, k % kr == 0, k even, bl <= 256 for the
         // SME packers, kr / sr as each packer assumes (checked above); bias
@@ -101,69 +132,11 @@ mod imp {
         // destination is zeroed (the s1s0 packer leaves padding rows
         // unwritten) and has the size the packer's own query returns. The
         // packers are plain C / NEON code.
-        unsafe {
-            match layout.format {
-                FORMAT_SCALEF16 => {
-                    buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0(
-                        n, k, nr, kr, bl,
-                    ));
-                    sys::kai_run_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0(
-                        1,
-                        n,
-                        k,
-                        nr,
-                        kr,
-                        sr,
-                        bl,
-                        src.as_ptr(),
-                        core::ptr::null(),
-                        buf.as_mut_ptr().cast(),
-                        0,
-                        &params,
-                    );
-                }
-                FORMAT_PS1S0SCALEF16 => {
-                    buf = AlignedBuf::zeroed(
-                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon(
-                            n, k, nr, kr, bl,
-                        ),
-                    );
-                    sys::kai_run_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon(
-                        1,
-                        n,
-                        k,
-                        nr,
-                        kr,
-                        sr,
-                        bl,
-                        src.as_ptr(),
-                        core::ptr::null(),
-                        buf.as_mut_ptr().cast(),
-                        0,
-                        &params,
-                    );
-                }
-                _ => {
-                    buf = AlignedBuf::zeroed(
-                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps4s0sf16_qsu4c32s16s0_neon(n, k, nr, kr, bl),
-                    );
-                    sys::kai_run_rhs_pack_nxk_qsi4c32ps4s0sf16_qsu4c32s16s0_neon(
-                        1,
-                        n,
-                        k,
-                        nr,
-                        kr,
-                        sr,
-                        bl,
-                        src.as_ptr(),
-                        core::ptr::null(),
-                        buf.as_mut_ptr().cast(),
-                        0,
-                        &params,
-                    );
-                }
-            }
-        }
+        let buf = unsafe {
+            let mut buf = AlignedBuf::zeroed(size(n, k, nr, kr, bl));
+            run(1, n, k, nr, kr, sr, bl, src.as_ptr(), core::ptr::null(), buf.as_mut_ptr().cast(), 0, &params);
+            buf
+        };
         Ok(PackedRhs::new(layout, buf))
     }
 
@@ -689,6 +662,23 @@ mod imp {
             Ok(())
         }
 
+        /// Packs the dense `m x k` LHS (blocks of the weights' `bl`; the f16
+        /// packer takes none) and runs: the one-call form.
+        pub(crate) fn matmul(
+            &self,
+            m: usize,
+            lhs: &[f32],
+            rhs: &PackedRhs,
+            dst: &mut [f32],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            let (k, bl) = (rhs.layout().k, rhs.layout().bl);
+            let mut packed = PackedLhs::empty();
+            self.pack_lhs_into(m, k, bl, lhs, k, par, &mut packed)?;
+            self.run(&packed, rhs, dst, clamp, par)
+        }
+
         /// The checks of [`pack_lhs_into`](Self::pack_lhs_into) and
         /// [`run`](Self::run) for a dense `m x k` LHS and `rhs`, made once
         /// (the steady-state path of `PackedWeights::matmul`).
@@ -754,9 +744,50 @@ mod imp {
 
     /// A family's kernel table (`entries`, `infos`) and the part of its
     /// public `Kernel` API both families share, over [`Q4Kernel`]. `entry`
-    /// maps `(upstream entry, functions)` to the kernel.
+    /// maps `(upstream entry, functions)` to the kernel; `fast: true` adds
+    /// `prepare` / `run_prepared` (the steady-state path of
+    /// `PackedWeights`).
     macro_rules! q4_kernel {
-        (interface: $iface:ident, entry: $entry:expr $(,)?) => {
+        (interface: $iface:ident, fast: true, entry: $entry:expr $(,)?) => {
+            $crate::families::qsi8d32p_qsi4c32p::q4_kernel!(interface: $iface, fast: false, entry: $entry);
+
+            impl Kernel {
+                /// The checks of `pack_lhs_into` and [`run`](Self::run) for a
+                /// dense `m x k` LHS and `rhs`, made once (the steady-state
+                /// path of `PackedWeights::matmul`).
+                pub(crate) fn prepare(
+                    &self,
+                    m: usize,
+                    rhs: &$crate::packed::PackedRhs,
+                ) -> $crate::Result<Option<$crate::families::engine::Prepared>> {
+                    self.0.prepare(m, rhs)
+                }
+
+                /// What `pack_lhs_into` then `run` do on one thread for the
+                /// whole output, without their checks.
+                ///
+                /// # Safety
+                /// As `Q4Kernel::run_prepared`: `p` is what
+                /// [`prepare`](Self::prepare) returned (`Some`) for this
+                /// `rhs`; the CPU still runs the kernel at the vector length
+                /// it ran at then; `x` holds `p.m x p.k` f32, `lhs`
+                /// `p.lhs_bytes` writable bytes (64-byte aligned), `y`
+                /// `p.m x p.n` f32; `clamp` is valid.
+                pub(crate) unsafe fn run_prepared(
+                    &self,
+                    p: &$crate::families::engine::Prepared,
+                    x: *const f32,
+                    lhs: *mut u8,
+                    rhs: &$crate::packed::PackedRhs,
+                    y: *mut f32,
+                    clamp: $crate::packed::Clamp,
+                ) {
+                    // SAFETY: the caller's contract, forwarded unchanged.
+                    unsafe { self.0.run_prepared(p, x, lhs, rhs, y, clamp) }
+                }
+            }
+        };
+        (interface: $iface:ident, fast: false, entry: $entry:expr $(,)?) => {
             fn entries() -> &'static [$crate::families::qsi8d32p_qsi4c32p::Q4Kernel] {
                 static E: std::sync::OnceLock<Vec<$crate::families::qsi8d32p_qsi4c32p::Q4Kernel>> =
                     std::sync::OnceLock::new();
@@ -835,6 +866,19 @@ mod imp {
                     par: $crate::par::Parallelism,
                 ) -> $crate::Result<()> {
                     self.0.run(lhs, rhs, dst, clamp, par)
+                }
+
+                /// Packs the dense `m x k` LHS and runs: the one-call form.
+                pub fn matmul(
+                    &self,
+                    m: usize,
+                    lhs: &[f32],
+                    rhs: &$crate::packed::PackedRhs,
+                    dst: &mut [f32],
+                    clamp: $crate::packed::Clamp,
+                    par: $crate::par::Parallelism,
+                ) -> $crate::Result<()> {
+                    self.0.matmul(m, lhs, rhs, dst, clamp, par)
                 }
             }
         };
