@@ -187,15 +187,9 @@ mod tests {
         let Some(kern) = Kernel::select(8, &f) else {
             return;
         };
-        let q = vec![0x88u8; 2 * 18];
-        let w = Q4_0 { n: 2, k: 32, data: &q, bias: None };
-        let packed = kern.pack_rhs(w).unwrap();
+        let (q, seq) = (vec![0x88u8; 2 * 18], Parallelism::Sequential);
+        let w = shared::bad_operands(kern.0, &q);
         let mut dst = vec![0f32; 2];
-        let seq = Parallelism::Sequential;
-        assert!(kern.matmul(1, &[0.0; 31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
-        assert!(kern.matmul(1, &[0.0; 32], &packed, &mut dst[..1], Clamp::NONE, seq).is_err(), "short dst");
-        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
-        assert!(kern.pack_rhs(Q4_0 { bias: Some(&[0.0, 0.0]), ..w }).is_err(), "bias");
         assert!(kern.pack_rhs(Q4_0 { k: 64, ..w }).is_err(), "short data");
         assert!(kern.pack_lhs(1, 48, &[0.0; 48], 48, seq).is_err(), "k not a multiple of 32");
         assert!(kern.pack_lhs(usize::MAX, 32, &[0.0; 32], 32, seq).is_err(), "overflowing m");

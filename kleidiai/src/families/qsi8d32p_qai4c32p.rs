@@ -12,7 +12,7 @@
 //! The integer dot products are exact; everything after is f32.
 
 use crate::error::{self, Result};
-use crate::formats::Int4AsymBlock;
+use crate::formats::{FloatElement, Int4AsymBlock};
 use crate::packed::Clamp;
 use crate::quant::Qsi8d32Block;
 
@@ -22,22 +22,96 @@ pub(crate) const BL_MULTIPLE: usize = 32;
 /// What distinguishes the f32 and the f16 family.
 pub trait Variant: Sized + 'static {
     /// LHS element (f32 or f16).
-    type Lhs: Copy + Send + Sync + 'static;
+    type Lhs: FloatElement;
     /// Output element (f32 or f16).
-    type Out: Copy + Send + Sync + PartialEq + core::fmt::Debug + 'static;
+    type Out: FloatElement;
     /// Upstream family directory.
     const FAMILY: &'static str;
     /// Quantises one block exactly like this family's LHS packer.
     fn quantize_block(x: &[Self::Lhs], q: &mut [i8]) -> Qsi8d32Block;
     /// Whether an LHS value is finite (the packers need finite input).
-    fn is_finite(x: Self::Lhs) -> bool;
+    fn is_finite(x: Self::Lhs) -> bool {
+        x.to_f32().is_finite()
+    }
     /// Rounds an f32 result to the output type.
-    fn to_out(y: f32) -> Self::Out;
+    fn to_out(y: f32) -> Self::Out {
+        Self::Out::from_f32(y)
+    }
     /// An output value as f32.
-    fn out_f32(y: Self::Out) -> f32;
+    fn out_f32(y: Self::Out) -> f32 {
+        y.to_f32()
+    }
     /// An LHS value from f32 (tests).
-    fn lhs_from_f32(x: f32) -> Self::Lhs;
+    fn lhs_from_f32(x: f32) -> Self::Lhs {
+        Self::Lhs::from_f32(x)
+    }
 }
+
+/// A family module's items over this module: `FAMILY` (upstream's
+/// `$family`), `Family` (`$elem` in and out) bound to [`Variant`] with the
+/// LHS quantiser `$quantize`, `reference` (documented by the attributes
+/// given), on aarch64 the items of `qai4_family!` (`lhs`, `lhs_features`,
+/// `run` as there) and the tests of `qai4_tests!` (`tests` as there).
+macro_rules! qai4_module {
+    (
+        family: $family:ident,
+        elem: $elem:ty,
+        quantize: $quantize:path,
+        lhs: $lhs:ident,
+        lhs_features: $feat:expr,
+        run: $run:ident,
+        tests: ($half_ulp_out:expr, $rounds_per_block:expr $(,)?),
+        $(#[$doc:meta])*
+        reference $(,)?
+    ) => {
+        /// Upstream family directory.
+        pub const FAMILY: &str = stringify!($family);
+
+        #[doc = concat!("The family's element types (", stringify!($elem), " in, ", stringify!($elem), " out), as a")]
+        /// type parameter of `Kernel` (on aarch64).
+        #[derive(Debug)]
+        pub enum Family {}
+
+        impl $crate::families::qsi8d32p_qai4c32p::Variant for Family {
+            type Lhs = $elem;
+            type Out = $elem;
+            const FAMILY: &'static str = FAMILY;
+            fn quantize_block(x: &[$elem], q: &mut [i8]) -> $crate::quant::Qsi8d32Block {
+                $quantize(x, q)
+            }
+        }
+
+        $(#[$doc])*
+        pub fn reference(
+            m: usize,
+            lhs: &[$elem],
+            w: &$crate::formats::Int4AsymBlock<'_>,
+            clamp: $crate::packed::Clamp,
+            dst: &mut [$elem],
+        ) -> $crate::Result<()> {
+            $crate::families::qsi8d32p_qai4c32p::reference_impl::<Family>(m, lhs, w, clamp, dst, None)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        pub use imp::*;
+
+        #[cfg(target_arch = "aarch64")]
+        mod imp {
+            use super::Family;
+
+            $crate::families::qsi8d32p_qai4c32p::qai4_family! {
+                interface: $family,
+                lhs: $lhs,
+                lhs_features: $feat,
+                run: $run,
+            }
+        }
+
+        #[cfg(all(test, target_arch = "aarch64"))]
+        $crate::families::qsi8d32p_qai4c32p::qai4_tests!($half_ulp_out, $rounds_per_block);
+    };
+}
+pub(crate) use qai4_module;
 
 /// Checks what both the reference and the kernels require of the weights.
 pub(crate) fn check_weights(w: &Int4AsymBlock<'_>) -> Result<()> {

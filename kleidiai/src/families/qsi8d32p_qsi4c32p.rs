@@ -890,10 +890,26 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod tests {
     use super::*;
+    use crate::formats::Q4_0;
     use crate::packed::{Clamp, PackedLhs};
     use crate::par::Parallelism;
     use crate::testing::qsi4c32::TestWeights;
     use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+
+    /// The checks both families' `bad_input_is_an_error` start with, on
+    /// `q` (2 x 32 ggml `Q4_0` bytes, 36): short LHS, short output, `m = 0`
+    /// in the one-call form, weights with a bias. Returns the weights.
+    pub(crate) fn bad_operands<'a>(kern: &Q4Kernel, q: &'a [u8]) -> Q4_0<'a> {
+        let w = Q4_0 { n: 2, k: 32, data: q, bias: None };
+        let packed = kern.pack_rhs(&w.into()).unwrap();
+        let mut dst = vec![0f32; 2];
+        let seq = Parallelism::Sequential;
+        assert!(kern.matmul(1, &[0.0; 31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
+        assert!(kern.matmul(1, &[0.0; 32], &packed, &mut dst[..1], Clamp::NONE, seq).is_err(), "short dst");
+        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
+        assert!(kern.pack_rhs(&Q4_0 { bias: Some(&[0.0, 0.0]), ..w }.into()).is_err(), "bias");
+        w
+    }
 
     /// A family's expected output for one case (`m`, dense LHS, weights,
     /// clamp) and, per output, the magnitude `M` its tolerance
