@@ -83,8 +83,7 @@ mod imp {
     use super::*;
     use crate::cpu::CpuFeature;
     use crate::families::qsi8d32p_qsi4c32p::{FORMAT_PS1S0SCALEF16, LhsPacker, Q4Kernel, q4_kernel};
-    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
-    use crate::par::Parallelism;
+    use crate::packed::PackedRhs;
     use crate::registry::VectorLength;
 
     /// The kernel needs SME2; its LHS packer (f32 -> f16) needs FP16.
@@ -93,47 +92,16 @@ mod imp {
     q4_kernel! {
         interface: matmul_clamp_f32_f16p_qsi4c32p,
         fast: false,
+        lhs_bl: [],
+        /// Converts to f16 and packs an `m x k` f32 LHS (rows `lhs_stride`
+        /// elements apart; `k` for a dense matrix). `k` must be a multiple
+        /// of 32 (whole weight blocks).
+        pack_lhs,
         entry: |u: &'static kleidiai_sys::Ukernel, fns| {
             let features = if u.features.contains(&CpuFeature::Fp16) { u.features } else { FEATURES };
             let spec = (features, VectorLength::Any);
             Q4Kernel::new(u, FAMILY, fns, spec, LhsPacker::F16, FORMAT_PS1S0SCALEF16, false)
         },
-    }
-
-    impl Kernel {
-        /// The packed-LHS layout this kernel reads for an `m x k` input.
-        pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
-            self.0.lhs_layout(m, k, 0)
-        }
-
-        /// Converts to f16 and packs an `m x k` f32 LHS (rows `lhs_stride`
-        /// elements apart; `k` for a dense matrix). `k` must be a multiple
-        /// of 32 (whole weight blocks).
-        pub fn pack_lhs(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[f32],
-            lhs_stride: usize,
-            par: Parallelism,
-        ) -> Result<PackedLhs> {
-            let mut out = PackedLhs::empty();
-            self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-            Ok(out)
-        }
-
-        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-        pub fn pack_lhs_into(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[f32],
-            lhs_stride: usize,
-            par: Parallelism,
-            out: &mut PackedLhs,
-        ) -> Result<()> {
-            self.0.pack_lhs_into(m, k, 0, lhs, lhs_stride, par, out)
-        }
     }
 
     /// Weight row `row` of a packed RHS of this family (format

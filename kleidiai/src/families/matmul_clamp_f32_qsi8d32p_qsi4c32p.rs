@@ -108,13 +108,15 @@ mod imp {
     use crate::families::qsi8d32p_qsi4c32p::{
         FORMAT_PS1S0SCALEF16, FORMAT_PS4S0SF16, FORMAT_SCALEF16, LhsPacker, Q4Kernel, q4_kernel,
     };
-    use crate::packed::{PackedLayout, PackedLhs};
-    use crate::par::Parallelism;
     use crate::registry::VectorLength;
 
     q4_kernel! {
         interface: matmul_clamp_f32_qsi8d32p_qsi4c32p,
         fast: true,
+        lhs_bl: [bl],
+        /// Quantises (blocks of `bl`) and packs an `m x k` f32 LHS (rows
+        /// `lhs_stride` elements apart; `k` for a dense matrix).
+        pack_lhs,
         entry: |u: &'static kleidiai_sys::Ukernel, fns| {
             let sme = u.features.contains(&CpuFeature::Sme);
             let sme2 = u.features.contains(&CpuFeature::Sme2);
@@ -152,43 +154,6 @@ mod imp {
         /// The largest block length this kernel takes.
         pub fn max_bl(&self) -> usize {
             self.0.max_bl()
-        }
-
-        /// The packed-LHS layout this kernel reads for an `m x k` input
-        /// quantised in blocks of `bl`.
-        pub fn lhs_layout(&self, m: usize, k: usize, bl: usize) -> Result<PackedLayout> {
-            self.0.lhs_layout(m, k, bl)
-        }
-
-        /// Quantises (blocks of `bl`) and packs an `m x k` f32 LHS (rows
-        /// `lhs_stride` elements apart; `k` for a dense matrix).
-        pub fn pack_lhs(
-            &self,
-            m: usize,
-            k: usize,
-            bl: usize,
-            lhs: &[f32],
-            lhs_stride: usize,
-            par: Parallelism,
-        ) -> Result<PackedLhs> {
-            let mut out = PackedLhs::empty();
-            self.pack_lhs_into(m, k, bl, lhs, lhs_stride, par, &mut out)?;
-            Ok(out)
-        }
-
-        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-        #[allow(clippy::too_many_arguments)]
-        pub fn pack_lhs_into(
-            &self,
-            m: usize,
-            k: usize,
-            bl: usize,
-            lhs: &[f32],
-            lhs_stride: usize,
-            par: Parallelism,
-            out: &mut PackedLhs,
-        ) -> Result<()> {
-            self.0.pack_lhs_into(m, k, bl, lhs, lhs_stride, par, out)
         }
     }
 }

@@ -744,12 +744,28 @@ mod imp {
 
     /// A family's kernel table (`entries`, `infos`) and the part of its
     /// public `Kernel` API both families share, over [`Q4Kernel`]. `entry`
-    /// maps `(upstream entry, functions)` to the kernel; `fast: true` adds
+    /// maps `(upstream entry, functions)` to the kernel; `lhs_bl: [bl]`
+    /// gives the LHS API a block length argument (`[]`: none), documented
+    /// `pack_lhs` by the attributes before it; `fast: true` adds
     /// `prepare` / `run_prepared` (the steady-state path of
     /// `PackedWeights`).
     macro_rules! q4_kernel {
-        (interface: $iface:ident, fast: true, entry: $entry:expr $(,)?) => {
-            $crate::families::qsi8d32p_qsi4c32p::q4_kernel!(interface: $iface, fast: false, entry: $entry);
+        (
+            interface: $iface:ident,
+            fast: true,
+            lhs_bl: [$($bl:ident)?],
+            $(#[$lhs_doc:meta])*
+            pack_lhs,
+            entry: $entry:expr $(,)?
+        ) => {
+            $crate::families::qsi8d32p_qsi4c32p::q4_kernel! {
+                interface: $iface,
+                fast: false,
+                lhs_bl: [$($bl)?],
+                $(#[$lhs_doc])*
+                pack_lhs,
+                entry: $entry,
+            }
 
             impl Kernel {
                 /// The checks of `pack_lhs_into` and [`run`](Self::run) for a
@@ -787,7 +803,14 @@ mod imp {
                 }
             }
         };
-        (interface: $iface:ident, fast: false, entry: $entry:expr $(,)?) => {
+        (
+            interface: $iface:ident,
+            fast: false,
+            lhs_bl: [$($bl:ident)?],
+            $(#[$lhs_doc:meta])*
+            pack_lhs,
+            entry: $entry:expr $(,)?
+        ) => {
             fn entries() -> &'static [$crate::families::qsi8d32p_qsi4c32p::Q4Kernel] {
                 static E: std::sync::OnceLock<Vec<$crate::families::qsi8d32p_qsi4c32p::Q4Kernel>> =
                     std::sync::OnceLock::new();
@@ -879,6 +902,48 @@ mod imp {
                     par: $crate::par::Parallelism,
                 ) -> $crate::Result<()> {
                     self.0.matmul(m, lhs, rhs, dst, clamp, par)
+                }
+
+                /// The packed-LHS layout this kernel reads for an `m x k`
+                /// input (quantised in blocks of `bl` where the family's
+                /// packer takes one).
+                pub fn lhs_layout(
+                    &self,
+                    m: usize,
+                    k: usize,
+                    $($bl: usize)?
+                ) -> $crate::Result<$crate::packed::PackedLayout> {
+                    self.0.lhs_layout(m, k, 0 $(+ $bl)?)
+                }
+
+                $(#[$lhs_doc])*
+                pub fn pack_lhs(
+                    &self,
+                    m: usize,
+                    k: usize,
+                    $($bl: usize,)?
+                    lhs: &[f32],
+                    lhs_stride: usize,
+                    par: $crate::par::Parallelism,
+                ) -> $crate::Result<$crate::packed::PackedLhs> {
+                    let mut out = $crate::packed::PackedLhs::empty();
+                    self.pack_lhs_into(m, k, $($bl,)? lhs, lhs_stride, par, &mut out)?;
+                    Ok(out)
+                }
+
+                /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+                #[allow(clippy::too_many_arguments)]
+                pub fn pack_lhs_into(
+                    &self,
+                    m: usize,
+                    k: usize,
+                    $($bl: usize,)?
+                    lhs: &[f32],
+                    lhs_stride: usize,
+                    par: $crate::par::Parallelism,
+                    out: &mut $crate::packed::PackedLhs,
+                ) -> $crate::Result<()> {
+                    self.0.pack_lhs_into(m, k, 0 $(+ $bl)?, lhs, lhs_stride, par, out)
                 }
             }
         };
