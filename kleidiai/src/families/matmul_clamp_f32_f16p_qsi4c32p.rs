@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn conformance() {
-        shared::conformance(FAMILY, 0xf16, |name| Kernel::by_name(name).map(|k| k.0), |_, m, lhs, w, clamp| {
+        shared::conformance(FAMILY, 0xf16, |name| Kernel::by_name(name).map(|k| k.q4()), |_, m, lhs, w, clamp| {
             let (n, k) = (w.n(), w.k());
             let mut want = vec![0f32; m * n];
             reference(m, lhs, w, clamp, &mut want)?;
@@ -156,7 +156,7 @@ mod tests {
             return;
         };
         let (q, seq) = (vec![0x88u8; 2 * 18], Parallelism::Sequential);
-        let w = shared::bad_operands(kern.0, &q);
+        let w = shared::bad_operands(kern.q4(), &q);
         let mut dst = vec![0f32; 2];
         assert!(kern.pack_rhs(Q4_0 { k: 64, ..w }).is_err(), "short data");
         assert!(kern.pack_lhs(1, 48, &[0.0; 48], 48, seq).is_err(), "k not a multiple of 32");

@@ -170,7 +170,7 @@ pub(crate) mod tests {
 
     #[test]
     fn conformance() {
-        shared::conformance(FAMILY, 0x8d32, |name| Kernel::by_name(name).map(|k| k.0), |kernel, m, lhs, w, clamp| {
+        shared::conformance(FAMILY, 0x8d32, |name| Kernel::by_name(name).map(|k| k.q4()), |kernel, m, lhs, w, clamp| {
             let (n, k, bl) = (w.n(), w.k(), w.bl());
             let rounding = kernel.lhs_rounding();
             let mut want = vec![0f32; m * n];
@@ -276,7 +276,7 @@ pub(crate) mod tests {
             return;
         };
         let (q, seq) = (vec![0x88u8; 2 * 18], Parallelism::Sequential);
-        let w = shared::bad_operands(kern.0, &q);
+        let w = shared::bad_operands(kern.q4(), &q);
         let packed = kern.pack_rhs(w).unwrap();
         assert!(kern.pack_rhs(Q4_0 { data: &q[..35], ..w }).is_err(), "short data");
         assert!(kern.pack_rhs(Q4_0 { k: 48, ..w }).is_err(), "k not whole blocks");

@@ -822,40 +822,13 @@ mod imp {
                 })
             }
 
-            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
-                entries().iter().map(|e| &e.info).collect()
-            }
-
-            /// One kernel of the family, with its packing.
-            #[derive(Clone, Copy)]
-            pub struct Kernel(pub(crate) &'static $crate::families::qsi8d32p_qsi4c32p::Q4Kernel);
-
-            impl core::fmt::Debug for Kernel {
-                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-                }
-            }
+            $crate::families::engine::kernel_type!($crate::families::qsi8d32p_qsi4c32p::Q4Kernel);
 
             impl Kernel {
-                /// Every kernel of the family in this build.
-                pub fn all() -> impl Iterator<Item = Kernel> {
-                    entries().iter().map(Kernel)
-                }
-
-                /// The kernel with this upstream name.
-                pub fn by_name(name: &str) -> Option<Kernel> {
-                    entries().iter().find(|e| e.info.name == name).map(Kernel)
-                }
-
-                /// The best kernel that can run with `f` for `m` output rows.
-                pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
-                    let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
-                    Self::by_name(best.name)
-                }
-
-                /// Registry information.
-                pub fn info(&self) -> &'static $crate::registry::KernelInfo {
-                    &self.0.info
+                /// The kernel's description, for the shared tests.
+                #[cfg(test)]
+                pub(crate) fn q4(&self) -> &'static $crate::families::qsi8d32p_qsi4c32p::Q4Kernel {
+                    self.0
                 }
 
                 /// The packed-RHS layout this kernel reads for `n x k`
