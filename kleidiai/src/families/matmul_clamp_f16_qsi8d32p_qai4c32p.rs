@@ -1,11 +1,12 @@
 //! `matmul_clamp_f16_qsi8d32p_qai4c32p`: `dst (f16, m x n) = clamp(lhs (f16,
 //! m x k) · wᵀ + bias)` with int4 weights quantised asymmetrically per block
 //! of `bl` values (a multiple of 32) with an f32 scale and an f32 offset each
-//! ([`Int4AsymBlock`]). The LHS is quantised on the fly to int8, symmetric
-//! per block of `bl` ([`crate::quant::qsi8d32_block_f16`]: ties away from zero); per block the kernels
-//! compute `dot(q, v) * d * scale + offset * sum(q) * d`, exact integer dots
-//! then f32, rounded to f16 at the end (clamp bounds are f32; clamping and
-//! the monotonic rounding commute).
+//! ([`Int4AsymBlock`](crate::formats::Int4AsymBlock)). The LHS is quantised
+//! on the fly to int8, symmetric per block of `bl`
+//! ([`crate::quant::qsi8d32_block_f16`]: ties away from zero); per block the
+//! kernels compute `dot(q, v) * d * scale + offset * sum(q) * d`, exact
+//! integer dots then f32, rounded to f16 at the end (clamp bounds are f32;
+//! clamping and the monotonic rounding commute).
 //!
 //! Kernels (6 upstream): NEON dotprod GEMV `1x4` and `1x8`, dotprod GEMM
 //! `8x4`, i8mm GEMM `8x4`; SME2 SDOT GEMV `1x4vl` and MOPA GEMM `1vlx4vl`.
@@ -19,7 +20,8 @@
 //! The LHS must be finite (the packer's scale is undefined otherwise).
 //!
 //! Everything is shared with the f32 family (`families/qsi8d32p_qai4c32p.rs`,
-//! generic over the element types); this module binds the upstream tables.
+//! generic over the element types); this module binds the upstream tables
+//! (one `qai4_module!`).
 //!
 //! Tolerance of the conformance test: the reference quantises the LHS with
 //! the packer's exact arithmetic (same scale, ties to even), so every integer
@@ -34,178 +36,35 @@
 //! magnitudes: `+ (k / bl) * 2^-11 * sum_b (...)`. The other five kernels
 //! round once, at the end.
 
-use super::qsi8d32p_qai4c32p::{self as shared, Variant};
-use crate::error::Result;
-use crate::formats::Int4AsymBlock;
-use crate::packed::Clamp;
-use crate::quant::{Qsi8d32Block, qsi8d32_block_f16};
 use half::f16;
 
-/// Upstream family directory.
-pub const FAMILY: &str = "matmul_clamp_f16_qsi8d32p_qai4c32p";
-
-/// The family's element types (f16 in, f16 out), as a type parameter of
-/// `Kernel` (on aarch64).
-#[derive(Debug)]
-pub enum Family {}
-
-impl Variant for Family {
-    type Lhs = f16;
-    type Out = f16;
-    const FAMILY: &'static str = FAMILY;
-    fn quantize_block(x: &[f16], q: &mut [i8]) -> Qsi8d32Block {
-        qsi8d32_block_f16(x, q)
-    }
-    fn is_finite(x: f16) -> bool {
-        x.is_finite()
-    }
-    fn to_out(y: f32) -> f16 {
-        f16::from_f32(y)
-    }
-    fn out_f32(y: f16) -> f32 {
-        y.to_f32()
-    }
-    fn lhs_from_f32(x: f32) -> f16 {
-        f16::from_f32(x)
-    }
-}
-
-/// The portable reference (test oracle and fallback): the family's math in
-/// scalar Rust, with the LHS quantised exactly as the kernels' packer does.
-/// `lhs` is dense `m x w.k`; `w.bl` must be a multiple of 32.
-///
-/// ```
-/// use kleidiai::families::matmul_clamp_f16_qsi8d32p_qai4c32p::reference;
-/// use kleidiai::formats::{Int4AsymBlock, Int4Encoding, NibbleOrder};
-/// use kleidiai::Clamp;
-/// use half::f16;
-/// // One channel of 32 weights, all `(9 - 8) * 0.5 + 0.25 = 0.75`.
-/// let w = Int4AsymBlock { n: 1, k: 32, bl: 32, encoding: Int4Encoding::Offset8,
-///     nibbles: NibbleOrder::LowFirst, data: &[0x99; 16], scales: &[0.5], offsets: &[0.25], bias: None };
-/// let mut y = [f16::ZERO];
-/// reference(1, &[f16::ONE; 32], &w, Clamp::NONE, &mut y).unwrap();
-/// assert_eq!(y[0].to_f32(), 24.0);
-/// ```
-pub fn reference(m: usize, lhs: &[f16], w: &Int4AsymBlock<'_>, clamp: Clamp, dst: &mut [f16]) -> Result<()> {
-    shared::reference_impl::<Family>(m, lhs, w, clamp, dst, None)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::cpu::CpuFeature;
-    use crate::packed::PackedRhs;
-    use crate::registry::KernelInfo;
-    use core::ffi::c_void;
-    use kleidiai_sys as sys;
-    use shared::{Arch, Entry, Fns, RunFn};
-    use std::sync::OnceLock;
-    use sys::interfaces::matmul_clamp_f16_qsi8d32p_qai4c32p::KERNELS;
-
-    /// One kernel of the family, with its packing: `all`, `by_name`,
-    /// `select`, `rhs_layout`, `lhs_layout`, `pack_rhs`, `pack_lhs(_into)`,
-    /// `run`, `matmul`.
-    pub type Kernel = shared::Kernel<Family>;
-
-    impl Arch for Family {
-        const LHS_PACKER: &'static str = "kai_lhs_quant_pack_qsi8d32pscalef32_f16_neon";
-        const LHS_FEATURES: &'static [CpuFeature] = &[CpuFeature::Fp16];
-        fn entries() -> &'static [Entry] {
-            static E: OnceLock<Vec<Entry>> = OnceLock::new();
-            E.get_or_init(|| {
-                shared::build_entries::<Family>(
-                    KERNELS
-                        .iter()
-                        .map(|(u, i)| {
-                            let fns = Fns {
-                                m_step: i.get_m_step.expect("m_step"),
-                                n_step: i.get_n_step.expect("n_step"),
-                                mr: i.get_mr.expect("mr"),
-                                nr: i.get_nr.expect("nr"),
-                                kr: i.get_kr.expect("kr"),
-                                sr: i.get_sr.expect("sr"),
-                                lhs_offset: i.get_lhs_packed_offset.expect("lhs offset"),
-                                rhs_offset: i.get_rhs_packed_offset.expect("rhs offset"),
-                                run: RunFn::Void(i.run_matmul.expect("run")),
-                            };
-                            (*u, fns)
-                        })
-                        .collect(),
-                )
-            })
-        }
-        unsafe fn lhs_packed_size(m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            // SAFETY: forwarded; the caller meets the preconditions.
-            unsafe { sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f16_neon(m, k, bl, mr, kr, sr) }
-        }
-        unsafe fn lhs_packed_offset(m_idx: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            // SAFETY: forwarded; the caller meets the preconditions.
-            unsafe { sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f16_neon(m_idx, k, bl, mr, kr, sr) }
-        }
-        unsafe fn lhs_pack(
-            m: usize,
-            k: usize,
-            bl: usize,
-            mr: usize,
-            kr: usize,
-            sr: usize,
-            lhs: *const f16,
-            stride_bytes: usize,
-            out: *mut c_void,
-        ) {
-            // SAFETY: forwarded; the caller meets the preconditions.
-            unsafe {
-                sys::kai_run_lhs_quant_pack_qsi8d32pscalef32_f16_neon(
-                    m,
-                    k,
-                    bl,
-                    mr,
-                    kr,
-                    sr,
-                    0,
-                    lhs.cast(),
-                    stride_bytes,
-                    out,
-                )
-            }
-        }
-    }
-
-    /// Weight row `row` of a packed RHS of this family, as f32
-    /// (`value * scale + offset`; bias not included): what ggml's
-    /// `get_rows` needs. Both packed formats.
-    pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
-        shared::unpack_rhs_row(rhs, row, out)
-    }
-
-    pub(crate) fn infos() -> Vec<&'static KernelInfo> {
-        shared::infos::<Family>()
-    }
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn conformance() {
+super::qsi8d32p_qai4c32p::qai4_module! {
+    family: matmul_clamp_f16_qsi8d32p_qai4c32p,
+    elem: f16,
+    quantize: crate::quant::qsi8d32_block_f16,
+    lhs: F16,
+    lhs_features: &[crate::cpu::CpuFeature::Fp16],
+    run: Void,
+    tests: (
         // Half an f16 ulp, relative; the SME2 MOPA kernel's running sum.
-        shared::tests::conformance::<Family>(
-            1.0 / 2048.0,
-            &["kai_matmul_clamp_f16_qsi8d32p1vlx4_qai4c32p4vlx4_1vlx4vl_sme2_mopa"],
-        );
-    }
-
-    #[test]
-    fn mixing_layouts_is_an_error() {
-        shared::tests::mixing_layouts_is_an_error::<Family>();
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        shared::tests::bad_input_is_an_error::<Family>();
-    }
+        1.0 / 2048.0,
+        &["kai_matmul_clamp_f16_qsi8d32p1vlx4_qai4c32p4vlx4_1vlx4vl_sme2_mopa"],
+    ),
+    /// The portable reference (test oracle and fallback): the family's math in
+    /// scalar Rust, with the LHS quantised exactly as the kernels' packer does.
+    /// `lhs` is dense `m x w.k`; `w.bl` must be a multiple of 32.
+    ///
+    /// ```
+    /// use kleidiai::families::matmul_clamp_f16_qsi8d32p_qai4c32p::reference;
+    /// use kleidiai::formats::{Int4AsymBlock, Int4Encoding, NibbleOrder};
+    /// use kleidiai::Clamp;
+    /// use half::f16;
+    /// // One channel of 32 weights, all `(9 - 8) * 0.5 + 0.25 = 0.75`.
+    /// let w = Int4AsymBlock { n: 1, k: 32, bl: 32, encoding: Int4Encoding::Offset8,
+    ///     nibbles: NibbleOrder::LowFirst, data: &[0x99; 16], scales: &[0.5], offsets: &[0.25], bias: None };
+    /// let mut y = [f16::ZERO];
+    /// reference(1, &[f16::ONE; 32], &w, Clamp::NONE, &mut y).unwrap();
+    /// assert_eq!(y[0].to_f32(), 24.0);
+    /// ```
+    reference,
 }

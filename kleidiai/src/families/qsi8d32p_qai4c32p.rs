@@ -12,7 +12,7 @@
 //! The integer dot products are exact; everything after is f32.
 
 use crate::error::{self, Result};
-use crate::formats::Int4AsymBlock;
+use crate::formats::{FloatElement, Int4AsymBlock};
 use crate::packed::Clamp;
 use crate::quant::Qsi8d32Block;
 
@@ -22,22 +22,96 @@ pub(crate) const BL_MULTIPLE: usize = 32;
 /// What distinguishes the f32 and the f16 family.
 pub trait Variant: Sized + 'static {
     /// LHS element (f32 or f16).
-    type Lhs: Copy + Send + Sync + 'static;
+    type Lhs: FloatElement;
     /// Output element (f32 or f16).
-    type Out: Copy + Send + Sync + PartialEq + core::fmt::Debug + 'static;
+    type Out: FloatElement;
     /// Upstream family directory.
     const FAMILY: &'static str;
     /// Quantises one block exactly like this family's LHS packer.
     fn quantize_block(x: &[Self::Lhs], q: &mut [i8]) -> Qsi8d32Block;
     /// Whether an LHS value is finite (the packers need finite input).
-    fn is_finite(x: Self::Lhs) -> bool;
+    fn is_finite(x: Self::Lhs) -> bool {
+        x.to_f32().is_finite()
+    }
     /// Rounds an f32 result to the output type.
-    fn to_out(y: f32) -> Self::Out;
+    fn to_out(y: f32) -> Self::Out {
+        Self::Out::from_f32(y)
+    }
     /// An output value as f32.
-    fn out_f32(y: Self::Out) -> f32;
+    fn out_f32(y: Self::Out) -> f32 {
+        y.to_f32()
+    }
     /// An LHS value from f32 (tests).
-    fn lhs_from_f32(x: f32) -> Self::Lhs;
+    fn lhs_from_f32(x: f32) -> Self::Lhs {
+        Self::Lhs::from_f32(x)
+    }
 }
+
+/// A family module's items over this module: `FAMILY` (upstream's
+/// `$family`), `Family` (`$elem` in and out) bound to [`Variant`] with the
+/// LHS quantiser `$quantize`, `reference` (documented by the attributes
+/// given), on aarch64 the items of `qai4_family!` (`lhs`, `lhs_features`,
+/// `run` as there) and the tests of `qai4_tests!` (`tests` as there).
+macro_rules! qai4_module {
+    (
+        family: $family:ident,
+        elem: $elem:ty,
+        quantize: $quantize:path,
+        lhs: $lhs:ident,
+        lhs_features: $feat:expr,
+        run: $run:ident,
+        tests: ($half_ulp_out:expr, $rounds_per_block:expr $(,)?),
+        $(#[$doc:meta])*
+        reference $(,)?
+    ) => {
+        /// Upstream family directory.
+        pub const FAMILY: &str = stringify!($family);
+
+        #[doc = concat!("The family's element types (", stringify!($elem), " in, ", stringify!($elem), " out), as a")]
+        /// type parameter of `Kernel` (on aarch64).
+        #[derive(Debug)]
+        pub enum Family {}
+
+        impl $crate::families::qsi8d32p_qai4c32p::Variant for Family {
+            type Lhs = $elem;
+            type Out = $elem;
+            const FAMILY: &'static str = FAMILY;
+            fn quantize_block(x: &[$elem], q: &mut [i8]) -> $crate::quant::Qsi8d32Block {
+                $quantize(x, q)
+            }
+        }
+
+        $(#[$doc])*
+        pub fn reference(
+            m: usize,
+            lhs: &[$elem],
+            w: &$crate::formats::Int4AsymBlock<'_>,
+            clamp: $crate::packed::Clamp,
+            dst: &mut [$elem],
+        ) -> $crate::Result<()> {
+            $crate::families::qsi8d32p_qai4c32p::reference_impl::<Family>(m, lhs, w, clamp, dst, None)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        pub use imp::*;
+
+        #[cfg(target_arch = "aarch64")]
+        mod imp {
+            use super::Family;
+
+            $crate::families::qsi8d32p_qai4c32p::qai4_family! {
+                interface: $family,
+                lhs: $lhs,
+                lhs_features: $feat,
+                run: $run,
+            }
+        }
+
+        #[cfg(all(test, target_arch = "aarch64"))]
+        $crate::families::qsi8d32p_qai4c32p::qai4_tests!($half_ulp_out, $rounds_per_block);
+    };
+}
+pub(crate) use qai4_module;
 
 /// Checks what both the reference and the kernels require of the weights.
 pub(crate) fn check_weights(w: &Int4AsymBlock<'_>) -> Result<()> {
@@ -127,6 +201,7 @@ mod imp {
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::{CpuFeature, Features};
     use crate::families::engine::{self, Tiles};
+    use crate::families::qsi8d32p_qsi4c32p::{self as q4, Run};
     use crate::formats::NibbleOrder;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -146,92 +221,207 @@ mod imp {
         "kai_rhs_pack_nxk_qai4c32ps1s0nrx4_qau4c32s0s1_f32_f32_f32_neon",
     ];
 
-    type F32Run = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *mut f32,
-        usize,
-        usize,
-        f32,
-        f32,
-    );
-    type VoidRun = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *mut c_void,
-        usize,
-        usize,
-        f32,
-        f32,
-    );
-
     /// The kernel's entry point (the two families differ in the dst type).
     #[derive(Clone, Copy)]
     pub enum RunFn {
         /// f32 output.
-        F32(F32Run),
+        F32(Run<f32>),
         /// f16 output (as `void*`).
-        Void(VoidRun),
+        Void(Run<c_void>),
+    }
+
+    impl RunFn {
+        /// `run_matmul(m, n, k, bl, lhs, rhs, dst, ...)` with rows of `dst`
+        /// `n` values of `out_bytes` apart.
+        ///
+        /// # Safety
+        /// As the kernel's: packed operands for `(m, n, k, bl)` at the
+        /// offsets of the tile, `dst` holding the tile's outputs, the CPU
+        /// supporting the kernel.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn call(
+            self,
+            (m, n, k, bl): (usize, usize, usize, usize),
+            lhs: *const c_void,
+            rhs: *const c_void,
+            dst: *mut u8,
+            row_stride: usize,
+            out_bytes: usize,
+            clamp: Clamp,
+        ) {
+            // SAFETY: the caller's contract.
+            unsafe {
+                match self {
+                    RunFn::F32(f) => f(m, n, k, bl, lhs, rhs, dst.cast(), row_stride, out_bytes, clamp.min, clamp.max),
+                    RunFn::Void(f) => f(m, n, k, bl, lhs, rhs, dst.cast(), row_stride, out_bytes, clamp.min, clamp.max),
+                }
+            }
+        }
     }
 
     /// One kernel's functions, taken from its interface struct.
-    #[derive(Clone, Copy)]
-    pub struct Fns {
-        pub m_step: unsafe extern "C" fn() -> usize,
-        pub n_step: unsafe extern "C" fn() -> usize,
-        pub mr: unsafe extern "C" fn() -> usize,
-        pub nr: unsafe extern "C" fn() -> usize,
-        pub kr: unsafe extern "C" fn() -> usize,
-        pub sr: unsafe extern "C" fn() -> usize,
-        pub lhs_offset: unsafe extern "C" fn(usize, usize, usize) -> usize,
-        pub rhs_offset: unsafe extern "C" fn(usize, usize, usize) -> usize,
-        pub run: RunFn,
+    pub(crate) type Fns = q4::Fns<RunFn>;
+
+    /// The LHS packers (`kai_lhs_quant_pack_qsi8d32pscalef32_{f32,f16}_neon`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum LhsQuant {
+        /// f32 rows.
+        F32,
+        /// f16 rows (the packer needs FEAT_FP16).
+        F16,
     }
 
-    /// The aarch64 half of [`Variant`]: the upstream tables and the LHS packer.
-    pub trait Arch: Variant {
+    impl LhsQuant {
         /// Upstream LHS packer name.
-        const LHS_PACKER: &'static str;
-        /// Features the LHS packer needs beyond the kernel's.
-        const LHS_FEATURES: &'static [CpuFeature];
-        /// The family's kernels (built once, see [`build_entries`]).
-        fn entries() -> &'static [Entry];
+        pub(crate) fn name(self) -> &'static str {
+            match self {
+                LhsQuant::F32 => "kai_lhs_quant_pack_qsi8d32pscalef32_f32_neon",
+                LhsQuant::F16 => "kai_lhs_quant_pack_qsi8d32pscalef32_f16_neon",
+            }
+        }
+
         /// `kai_get_lhs_packed_size_*`.
         ///
         /// # Safety
-        /// Arguments meet the packer's preconditions.
-        unsafe fn lhs_packed_size(m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize;
+        /// Arguments meet the packer's preconditions (`k % bl == 0`,
+        /// `k % kr == 0`).
+        unsafe fn size(self, m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
+            // SAFETY: the caller's contract; a pure arithmetic query.
+            unsafe {
+                match self {
+                    LhsQuant::F32 => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f32_neon(m, k, bl, mr, kr, sr)
+                    }
+                    LhsQuant::F16 => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f16_neon(m, k, bl, mr, kr, sr)
+                    }
+                }
+            }
+        }
+
         /// `kai_get_lhs_packed_offset_*`.
         ///
         /// # Safety
         /// Arguments meet the packer's preconditions.
-        unsafe fn lhs_packed_offset(m_idx: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize;
-        /// `kai_run_lhs_quant_pack_*`.
+        unsafe fn offset(self, m_idx: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
+            // SAFETY: the caller's contract; a pure arithmetic query.
+            unsafe {
+                match self {
+                    LhsQuant::F32 => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f32_neon(
+                        m_idx, k, bl, mr, kr, sr,
+                    ),
+                    LhsQuant::F16 => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f16_neon(
+                        m_idx, k, bl, mr, kr, sr,
+                    ),
+                }
+            }
+        }
+
+        /// `kai_run_lhs_quant_pack_*` (`m_idx_start` 0).
         ///
         /// # Safety
-        /// `lhs` holds `m` rows `stride_bytes` apart of `k` values, `out` the
-        /// packed size for those rows; preconditions met.
+        /// `lhs` holds `m` rows `stride_bytes` apart of `k` values of this
+        /// packer's input type, `out` the packed size for those rows;
+        /// preconditions met; the CPU has the packer's features.
         #[allow(clippy::too_many_arguments)]
-        unsafe fn lhs_pack(
+        unsafe fn pack(
+            self,
             m: usize,
             k: usize,
             bl: usize,
             mr: usize,
             kr: usize,
             sr: usize,
-            lhs: *const Self::Lhs,
+            lhs: *const c_void,
             stride_bytes: usize,
             out: *mut c_void,
-        );
+        ) {
+            // SAFETY: the caller's contract.
+            unsafe {
+                match self {
+                    LhsQuant::F32 => sys::kai_run_lhs_quant_pack_qsi8d32pscalef32_f32_neon(
+                        m,
+                        k,
+                        bl,
+                        mr,
+                        kr,
+                        sr,
+                        0,
+                        lhs.cast(),
+                        stride_bytes,
+                        out,
+                    ),
+                    LhsQuant::F16 => sys::kai_run_lhs_quant_pack_qsi8d32pscalef32_f16_neon(
+                        m,
+                        k,
+                        bl,
+                        mr,
+                        kr,
+                        sr,
+                        0,
+                        lhs,
+                        stride_bytes,
+                        out,
+                    ),
+                }
+            }
+        }
     }
+
+    /// The aarch64 half of [`Variant`]: the upstream tables and the LHS packer.
+    pub trait Arch: Variant {
+        /// The LHS packer (its input type is `Self::Lhs`).
+        const LHS: LhsQuant;
+        /// Features the LHS packer needs beyond the kernel's.
+        const LHS_FEATURES: &'static [CpuFeature];
+        /// The family's kernels (built once, see [`build_entries`]; declared
+        /// by `qai4_family!`).
+        fn entries() -> &'static [Entry];
+    }
+
+    /// A family's aarch64 items over its `Family` type: `Kernel`, the
+    /// [`Arch`] binding (LHS packer `$lhs`, the packer's extra features, the
+    /// kernel table of upstream's `$iface` with `run_matmul` as the
+    /// [`RunFn`] variant `$run`), `unpack_rhs_row` and `infos`.
+    macro_rules! qai4_family {
+        (interface: $iface:ident, lhs: $lhs:ident, lhs_features: $feat:expr, run: $run:ident $(,)?) => {
+            /// One kernel of the family, with its packing: `all`, `by_name`,
+            /// `select`, `rhs_layout`, `lhs_layout`, `pack_rhs`, `pack_lhs(_into)`,
+            /// `run`, `matmul`.
+            pub type Kernel = $crate::families::qsi8d32p_qai4c32p::Kernel<Family>;
+
+            impl $crate::families::qsi8d32p_qai4c32p::Arch for Family {
+                const LHS: $crate::families::qsi8d32p_qai4c32p::LhsQuant =
+                    $crate::families::qsi8d32p_qai4c32p::LhsQuant::$lhs;
+                const LHS_FEATURES: &'static [$crate::cpu::CpuFeature] = $feat;
+                fn entries() -> &'static [$crate::families::qsi8d32p_qai4c32p::Entry] {
+                    static E: std::sync::OnceLock<Vec<$crate::families::qsi8d32p_qai4c32p::Entry>> =
+                        std::sync::OnceLock::new();
+                    E.get_or_init(|| {
+                        let run = $crate::families::qsi8d32p_qai4c32p::RunFn::$run;
+                        $crate::families::qsi8d32p_qai4c32p::build_entries::<Self>(
+                            kleidiai_sys::interfaces::$iface::KERNELS
+                                .iter()
+                                .map(|(u, i)| (*u, $crate::families::qsi8d32p_qsi4c32p::q4_fns!(i, run)))
+                                .collect(),
+                        )
+                    })
+                }
+            }
+
+            /// Weight row `row` of a packed RHS of this family, as f32
+            /// (`value * scale + offset`; bias not included): what ggml's
+            /// `get_rows` needs. Both packed formats.
+            pub fn unpack_rhs_row(rhs: &$crate::packed::PackedRhs, row: usize, out: &mut [f32]) -> $crate::Result<()> {
+                $crate::families::qsi8d32p_qai4c32p::unpack_rhs_row(rhs, row, out)
+            }
+
+            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
+                $crate::families::qsi8d32p_qai4c32p::infos::<Family>()
+            }
+        };
+    }
+    pub(crate) use qai4_family;
 
     /// A kernel of one of the two families.
     pub struct Entry {
@@ -262,7 +452,7 @@ mod imp {
                         features,
                         vector_length: VectorLength::Any,
                         tile: tile_kind_for(u.name),
-                        lhs_packer: Some(V::LHS_PACKER),
+                        lhs_packer: Some(V::LHS.name()),
                         rhs_packers: if sme2 { RHS_NRX4 } else { RHS_PLAIN },
                         rank: rank_for(u.name, u.features),
                     },
@@ -317,20 +507,9 @@ mod imp {
 
         pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
             let f = engine::ensure_supported(&self.0.info)?;
-            let x = &self.0.fns;
             // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so even SME getters may run; they take no
-            // arguments.
-            let t = unsafe {
-                Tiles {
-                    m_step: (x.m_step)(),
-                    n_step: (x.n_step)(),
-                    mr: (x.mr)(),
-                    nr: (x.nr)(),
-                    kr: (x.kr)(),
-                    sr: (x.sr)(),
-                }
-            };
+            // (ensure_supported), so even SME getters may run.
+            let t = unsafe { self.0.fns.tiles() };
             Ok((t, f))
         }
 
@@ -499,7 +678,7 @@ mod imp {
             error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k + (k / bl) * 8, "packed lhs")?;
             // SAFETY: size query, pure arithmetic; k % bl == 0 and
             // k % kr == 0 (check_k).
-            let size = unsafe { V::lhs_packed_size(m, k, bl, mr, kr, sr) };
+            let size = unsafe { V::LHS.size(m, k, bl, mr, kr, sr) };
             out.reset(layout, size);
             let dst = SendPtr(out.data_mut().as_mut_ptr());
             let src = SendPtr(lhs.as_ptr() as *mut V::Lhs);
@@ -514,15 +693,15 @@ mod imp {
                 // {4, 8} (check_k). The LHS packer's features are part of
                 // the kernel's (build_entries), checked by lhs_layout.
                 unsafe {
-                    let off = V::lhs_packed_offset(rows.start, k, bl, mr, kr, sr);
-                    V::lhs_pack(
+                    let off = V::LHS.offset(rows.start, k, bl, mr, kr, sr);
+                    V::LHS.pack(
                         rows.len(),
                         k,
                         bl,
                         mr,
                         kr,
                         sr,
-                        src.0.add(rows.start * lhs_stride),
+                        src.0.add(rows.start * lhs_stride).cast(),
                         stride_bytes,
                         dst.0.add(off).cast(),
                     );
@@ -546,7 +725,7 @@ mod imp {
             error::mul(error::mul(m.div_ceil(layout.r), layout.r, "packed lhs")?, k + (k / bl) * 8, "packed lhs")?;
             // SAFETY: size query, pure arithmetic; k % bl == 0 and
             // k % kr == 0 (lhs_layout's check_k).
-            let lhs_bytes = unsafe { V::lhs_packed_size(m, k, bl, t.mr, t.kr, t.sr) };
+            let lhs_bytes = unsafe { V::LHS.size(m, k, bl, t.mr, t.kr, t.sr) };
             Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
         }
 
@@ -578,15 +757,12 @@ mod imp {
             // kernels (m_step 1) take one row per call at the packer's
             // offset of that row, as in `run`.
             unsafe {
-                V::lhs_pack(m, k, bl, t.mr, t.kr, t.sr, x, k * core::mem::size_of::<V::Lhs>(), lhs.cast());
+                V::LHS.pack(m, k, bl, t.mr, t.kr, t.sr, x.cast(), k * core::mem::size_of::<V::Lhs>(), lhs.cast());
                 let step = if t.m_step == 1 { 1 } else { m };
                 for row in (0..m).step_by(step) {
                     let (len, lo) = (step.min(m - row), (f.lhs_offset)(row, k, bl));
                     let (l, d) = (lhs.add(lo).cast::<c_void>(), y.add(row * n));
-                    match f.run {
-                        RunFn::F32(run) => run(len, n, k, bl, l, r, d.cast(), n * ob, ob, clamp.min, clamp.max),
-                        RunFn::Void(run) => run(len, n, k, bl, l, r, d.cast(), n * ob, ob, clamp.min, clamp.max),
-                    }
+                    f.run.call((len, n, k, bl), l, r, d.cast(), n * ob, ob, clamp);
                 }
             }
         }
@@ -630,34 +806,7 @@ mod imp {
                         let ro = (x.rhs_offset)(cols.start, k, bl);
                         let d = dp.0.add(row * n + cols.start);
                         let (l, r) = (lp.0.add(lo).cast::<c_void>(), rp.0.add(ro).cast::<c_void>());
-                        match x.run {
-                            RunFn::F32(f) => f(
-                                len,
-                                cols.len(),
-                                k,
-                                bl,
-                                l,
-                                r,
-                                d.cast(),
-                                n * out_bytes,
-                                out_bytes,
-                                clamp.min,
-                                clamp.max,
-                            ),
-                            RunFn::Void(f) => f(
-                                len,
-                                cols.len(),
-                                k,
-                                bl,
-                                l,
-                                r,
-                                d.cast(),
-                                n * out_bytes,
-                                out_bytes,
-                                clamp.min,
-                                clamp.max,
-                            ),
-                        }
+                        x.run.call((len, cols.len(), k, bl), l, r, d.cast(), n * out_bytes, out_bytes, clamp);
                     }
                 }
             });
@@ -730,6 +879,35 @@ mod imp {
         Ok(())
     }
 }
+
+/// A family's test module over its `Family` type: the shared tests below,
+/// with the conformance tolerance's `half_ulp_out` and `rounds_per_block`.
+#[cfg(all(test, target_arch = "aarch64"))]
+macro_rules! qai4_tests {
+    ($half_ulp_out:expr, $rounds_per_block:expr $(,)?) => {
+        mod tests {
+            use super::Family;
+            use $crate::families::qsi8d32p_qai4c32p::tests as shared;
+
+            #[test]
+            fn conformance() {
+                shared::conformance::<Family>($half_ulp_out, $rounds_per_block);
+            }
+
+            #[test]
+            fn mixing_layouts_is_an_error() {
+                shared::mixing_layouts_is_an_error::<Family>();
+            }
+
+            #[test]
+            fn bad_input_is_an_error() {
+                shared::bad_input_is_an_error::<Family>();
+            }
+        }
+    };
+}
+#[cfg(all(test, target_arch = "aarch64"))]
+pub(crate) use qai4_tests;
 
 /// The conformance and error tests, run by each family module.
 #[cfg(all(test, target_arch = "aarch64"))]

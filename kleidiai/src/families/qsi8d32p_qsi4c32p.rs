@@ -1,7 +1,12 @@
 //! What the two qsi4c32p families with f16 scales share
 //! (`matmul_clamp_f32_qsi8d32p_qsi4c32p`, `matmul_clamp_f32_f16p_qsi4c32p`):
 //! the scale type, the weight checks, the f16-scale packed RHS formats with
-//! their packing and unpacking, and the dense LHS view.
+//! their packing and unpacking, the dense LHS view, and the one kernel
+//! engine: a kernel is data (`Q4Kernel`: its upstream interface functions,
+//! its LHS packer and its packed RHS format), one generic driver makes every
+//! FFI call of the two families, and `q4_kernel!` declares a family's
+//! entries and the common part of its public `Kernel` API over it. Also the
+//! shared conformance test (`tests`).
 
 use crate::error::Result;
 use crate::formats::{BlockInt4, ScaleType};
@@ -29,9 +34,15 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::AlignedBuf;
+    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::cpu::{CpuFeature, Features};
     use crate::error;
-    use crate::packed::{PackedLayout, PackedRhs};
+    use crate::families::engine::{self, Prepared, Tiles};
+    use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::quant::Rounding;
+    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use core::ffi::c_void;
     use kleidiai_sys as sys;
     use std::borrow::Cow;
 
@@ -62,6 +73,24 @@ mod imp {
         if format == FORMAT_SCALEF16 { usize::MAX } else { sys::KAI_SME_VEC_LENGTH_MAX_BYTES as usize }
     }
 
+    /// An f16-scale RHS packer's size query (`n, k, nr, kr, bl`).
+    type RhsSizeFn = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
+    /// An f16-scale RHS packer (`kai_run_rhs_pack_nxk_qsi4c32p*_qsu4c32s16s0*`).
+    type RhsPackFn = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        *const u8,
+        *const f32,
+        *mut c_void,
+        usize,
+        *const sys::kai_rhs_pack_qs4cxs1s0_param,
+    );
+
     /// Packs `w` (no bias) into one of the f16-scale formats `layout`
     /// describes. Shared with `matmul_clamp_f32_f16p_qsi4c32p`.
     pub(crate) fn pack_f16_rhs(layout: PackedLayout, w: &BlockInt4<'_>, family: &str) -> Result<PackedRhs> {
@@ -81,8 +110,21 @@ mod imp {
         }
         let src: Cow<'_, [u8]> = w.qsu4c32s16s0()?;
         let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
-        let mut buf;
-        // SAFETY: (every arm) `src` holds n rows of k / bl blocks of
+        let (size, run): (RhsSizeFn, RhsPackFn) = match layout.format {
+            FORMAT_SCALEF16 => (
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0,
+                sys::kai_run_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0,
+            ),
+            FORMAT_PS1S0SCALEF16 => (
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon,
+            ),
+            _ => (
+                sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps4s0sf16_qsu4c32s16s0_neon,
+                sys::kai_run_rhs_pack_nxk_qsi4c32ps4s0sf16_qsu4c32s16s0_neon,
+            ),
+        };
+        // SAFETY: (every packer) `src` holds n rows of k / bl blocks of
         // (2 + bl / 2) bytes, the layout the packers read (qsu4c32s16s0);
         // k % bl == 0, bl % 32 == 0, k % kr == 0, k even, bl <= 256 for the
         // SME packers, kr / sr as each packer assumes (checked above); bias
@@ -90,69 +132,11 @@ mod imp {
         // destination is zeroed (the s1s0 packer leaves padding rows
         // unwritten) and has the size the packer's own query returns. The
         // packers are plain C / NEON code.
-        unsafe {
-            match layout.format {
-                FORMAT_SCALEF16 => {
-                    buf = AlignedBuf::zeroed(sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0(
-                        n, k, nr, kr, bl,
-                    ));
-                    sys::kai_run_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0(
-                        1,
-                        n,
-                        k,
-                        nr,
-                        kr,
-                        sr,
-                        bl,
-                        src.as_ptr(),
-                        core::ptr::null(),
-                        buf.as_mut_ptr().cast(),
-                        0,
-                        &params,
-                    );
-                }
-                FORMAT_PS1S0SCALEF16 => {
-                    buf = AlignedBuf::zeroed(
-                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon(
-                            n, k, nr, kr, bl,
-                        ),
-                    );
-                    sys::kai_run_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon(
-                        1,
-                        n,
-                        k,
-                        nr,
-                        kr,
-                        sr,
-                        bl,
-                        src.as_ptr(),
-                        core::ptr::null(),
-                        buf.as_mut_ptr().cast(),
-                        0,
-                        &params,
-                    );
-                }
-                _ => {
-                    buf = AlignedBuf::zeroed(
-                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps4s0sf16_qsu4c32s16s0_neon(n, k, nr, kr, bl),
-                    );
-                    sys::kai_run_rhs_pack_nxk_qsi4c32ps4s0sf16_qsu4c32s16s0_neon(
-                        1,
-                        n,
-                        k,
-                        nr,
-                        kr,
-                        sr,
-                        bl,
-                        src.as_ptr(),
-                        core::ptr::null(),
-                        buf.as_mut_ptr().cast(),
-                        0,
-                        &params,
-                    );
-                }
-            }
-        }
+        let buf = unsafe {
+            let mut buf = AlignedBuf::zeroed(size(n, k, nr, kr, bl));
+            run(1, n, k, nr, kr, sr, bl, src.as_ptr(), core::ptr::null(), buf.as_mut_ptr().cast(), 0, &params);
+            buf
+        };
         Ok(PackedRhs::new(layout, buf))
     }
 
@@ -219,5 +203,813 @@ mod imp {
             };
         }
         Ok(())
+    }
+
+    pub(crate) use crate::families::float_common::Getter;
+    /// A kernel's packed offset query (`(m_idx | n_idx, k, bl)`).
+    pub(crate) type OffsetFn = unsafe extern "C" fn(usize, usize, usize) -> usize;
+    /// A kernel's `run_matmul` writing `D` (the C signature of every
+    /// qsi4c32p and qai4c32p kernel but for the destination type).
+    pub(crate) type Run<D> =
+        unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut D, usize, usize, f32, f32);
+
+    /// One kernel's functions, taken from its interface struct, with its
+    /// `run_matmul` as `R` (shared with `qsi8d32p_qai4c32p`).
+    #[derive(Clone, Copy)]
+    pub(crate) struct Fns<R> {
+        pub m_step: Getter,
+        pub n_step: Getter,
+        pub mr: Getter,
+        pub nr: Getter,
+        pub kr: Getter,
+        pub sr: Getter,
+        pub lhs_offset: OffsetFn,
+        pub rhs_offset: OffsetFn,
+        pub run: R,
+    }
+
+    impl<R> Fns<R> {
+        /// The kernel's tile sizes.
+        ///
+        /// # Safety
+        /// The CPU has every feature the kernel needs (SME getters read
+        /// the vector length).
+        pub(crate) unsafe fn tiles(&self) -> Tiles {
+            // SAFETY: the caller's contract; the getters take no arguments.
+            unsafe {
+                Tiles {
+                    m_step: (self.m_step)(),
+                    n_step: (self.n_step)(),
+                    mr: (self.mr)(),
+                    nr: (self.nr)(),
+                    kr: (self.kr)(),
+                    sr: (self.sr)(),
+                }
+            }
+        }
+    }
+
+    /// [`Fns`] from an upstream interface struct of any of the four
+    /// families, `run_matmul` wrapped by `$run` (the identity by default).
+    macro_rules! q4_fns {
+        ($i:expr) => {
+            $crate::families::qsi8d32p_qsi4c32p::q4_fns!($i, core::convert::identity)
+        };
+        ($i:expr, $run:expr) => {
+            $crate::families::qsi8d32p_qsi4c32p::Fns {
+                m_step: $i.get_m_step.expect("m_step"),
+                n_step: $i.get_n_step.expect("n_step"),
+                mr: $i.get_mr.expect("mr"),
+                nr: $i.get_nr.expect("nr"),
+                kr: $i.get_kr.expect("kr"),
+                sr: $i.get_sr.expect("sr"),
+                lhs_offset: $i.get_lhs_packed_offset.expect("lhs offset"),
+                rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
+                run: $run($i.run_matmul.expect("run")),
+            }
+        };
+    }
+    pub(crate) use q4_fns;
+
+    /// LHS of the scalar and `4x8sb` packers (scales ahead of each block).
+    const LHS_QSI8D32P: &str = "qsi8d32p";
+    /// LHS of the `_neon` packer (scales after all blocks of a row group).
+    const LHS_QSI8D32P_SCALES_LAST: &str = "qsi8d32p_scales_last";
+    /// LHS of the f16 packer (`matmul_clamp_f32_f16p_qsi4c32p`).
+    const LHS_F16PMRX2: &str = "f16pmrx2";
+
+    /// The LHS packers of the two families (all read f32 rows).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum LhsPacker {
+        /// `kai_lhs_quant_pack_qsi8d32p_f32`.
+        Scalar,
+        /// `kai_lhs_quant_pack_qsi8d32p_f32_neon`.
+        Neon,
+        /// `kai_lhs_quant_pack_qsi8d32p4x8sb_f32_neon` (ggml's choice).
+        Sb4x8,
+        /// `kai_lhs_pack_f16pmrx2_f32_neon` (f32 -> f16, no block length).
+        F16,
+    }
+
+    impl LhsPacker {
+        pub(crate) fn name(self) -> &'static str {
+            match self {
+                LhsPacker::Scalar => "kai_lhs_quant_pack_qsi8d32p_f32",
+                LhsPacker::Neon => "kai_lhs_quant_pack_qsi8d32p_f32_neon",
+                LhsPacker::Sb4x8 => "kai_lhs_quant_pack_qsi8d32p4x8sb_f32_neon",
+                LhsPacker::F16 => "kai_lhs_pack_f16pmrx2_f32_neon",
+            }
+        }
+
+        fn format(self) -> &'static str {
+            match self {
+                LhsPacker::Neon => LHS_QSI8D32P_SCALES_LAST,
+                LhsPacker::F16 => LHS_F16PMRX2,
+                LhsPacker::Scalar | LhsPacker::Sb4x8 => LHS_QSI8D32P,
+            }
+        }
+
+        /// The block length the packer is called with: the f16 packer takes
+        /// none of its own (its size query needs `k % 32 == 0`: 32).
+        fn bl(self, bl: usize) -> usize {
+            if self == LhsPacker::F16 { 32 } else { bl }
+        }
+
+        /// Whether the packer takes these tile parameters.
+        fn takes(self, mr: usize, kr: usize, sr: usize, bl: usize) -> bool {
+            match self {
+                LhsPacker::Scalar => sr != 0 && kr % sr == 0 && bl % (kr / sr).max(1) == 0,
+                LhsPacker::Neon => kr == 4,
+                LhsPacker::Sb4x8 => mr == 4 && kr == 16 && sr == 2,
+                // It converts 16 values per step and assumes sr = 2.
+                LhsPacker::F16 => sr == 2,
+            }
+        }
+
+        /// [`takes`](Self::takes) as the error `pack_lhs_into` returns.
+        fn check(self, mr: usize, kr: usize, sr: usize, bl: usize) -> Result<()> {
+            if self.takes(mr, kr, sr, bl) {
+                Ok(())
+            } else if self == LhsPacker::F16 {
+                Err(crate::Error::bad_value("sr", sr, format!("{} needs sr = 2", self.name())))
+            } else {
+                Err(crate::Error::bad_value(
+                    "mr, kr, sr",
+                    format!("{mr}, {kr}, {sr}"),
+                    format!("unsupported by {}", self.name()),
+                ))
+            }
+        }
+
+        /// `kai_get_lhs_packed_size_*` (pure arithmetic).
+        ///
+        /// # Safety
+        /// `k % bl == 0` and `k % kr == 0` (`check_bl`): the packers'
+        /// divisions assume them.
+        unsafe fn size(self, m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
+            // SAFETY: the caller's contract; size queries are plain C
+            // arithmetic.
+            unsafe {
+                match self {
+                    LhsPacker::Scalar => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32(m, k, bl, mr, kr, sr),
+                    LhsPacker::Neon => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon(m, k, bl, mr, kr, sr)
+                    }
+                    LhsPacker::Sb4x8 => {
+                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, bl, mr, kr, sr)
+                    }
+                    LhsPacker::F16 => sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon(m, k, bl, mr, kr, sr),
+                }
+            }
+        }
+
+        /// Packs `m` rows (`k` f32 each, dense) from `src` into `dst`,
+        /// starting at the packer's offset of row `m_idx` (a multiple of
+        /// `mr`; the pointers are not pre-offset).
+        ///
+        /// # Safety
+        /// `src` holds rows `m_idx .. m_idx + m` of a dense `? x k` f32
+        /// matrix, `dst` the packed size of at least `m_idx + m` rows; `k`,
+        /// `bl`, `mr`, `kr`, `sr` passed [`check`](Self::check) and
+        /// `check_bl`; the CPU has the packer's features.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn pack(
+            self,
+            m_idx: usize,
+            m: usize,
+            k: usize,
+            bl: usize,
+            (mr, kr, sr): (usize, usize, usize),
+            src: *const f32,
+            dst: *mut u8,
+        ) {
+            // SAFETY: the caller's contract; the offset query is pure
+            // arithmetic and the pointers are pre-offset (m_idx_start 0).
+            unsafe {
+                let s = src.add(m_idx * k);
+                let st = k * 4;
+                match self {
+                    LhsPacker::Scalar => {
+                        let off = sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32(m_idx, k, bl, mr, kr, sr);
+                        sys::kai_run_lhs_quant_pack_qsi8d32p_f32(m, k, bl, mr, kr, sr, 0, s, st, dst.add(off).cast())
+                    }
+                    LhsPacker::Neon => {
+                        let off =
+                            sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32_neon(m_idx, k, bl, mr, kr, sr);
+                        sys::kai_run_lhs_quant_pack_qsi8d32p_f32_neon(
+                            m,
+                            k,
+                            bl,
+                            mr,
+                            kr,
+                            sr,
+                            0,
+                            s,
+                            st,
+                            dst.add(off).cast(),
+                        )
+                    }
+                    LhsPacker::Sb4x8 => {
+                        let off = sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(
+                            m_idx, k, bl, mr, kr, sr,
+                        );
+                        sys::kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(
+                            m,
+                            k,
+                            bl,
+                            mr,
+                            kr,
+                            sr,
+                            0,
+                            s,
+                            st,
+                            dst.add(off).cast(),
+                        )
+                    }
+                    LhsPacker::F16 => {
+                        let off = sys::kai_get_lhs_packed_offset_lhs_pack_f16pmrx2_f32_neon(m_idx, k, bl, mr, kr, sr);
+                        sys::kai_run_lhs_pack_f16pmrx2_f32_neon(
+                            m,
+                            k,
+                            bl,
+                            mr,
+                            kr,
+                            sr,
+                            0,
+                            s.cast(),
+                            st,
+                            dst.add(off).cast(),
+                        )
+                    }
+                }
+            }
+        }
+    }
+
+    /// One kernel of either family as data: registry information, upstream
+    /// functions, LHS packer and packed RHS format. Its methods are the one
+    /// driver of both families.
+    pub(crate) struct Q4Kernel {
+        pub info: KernelInfo,
+        fns: Fns<Run<f32>>,
+        rhs_format: &'static str,
+        lhs: LhsPacker,
+        /// The SVE kernels handle only `bl = 32`.
+        bl_32_only: bool,
+    }
+
+    impl Q4Kernel {
+        /// A kernel reading `rhs_format` (its RHS packer follows from it)
+        /// with `lhs` as its LHS packer.
+        pub(crate) fn new(
+            u: &'static sys::Ukernel,
+            family: &'static str,
+            fns: Fns<Run<f32>>,
+            (features, vector_length): (&'static [CpuFeature], VectorLength),
+            lhs: LhsPacker,
+            rhs_format: &'static str,
+            bl_32_only: bool,
+        ) -> Q4Kernel {
+            let rhs_packers: &'static [&'static str] = match rhs_format {
+                FORMAT_SCALEF16 => &["kai_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0"],
+                FORMAT_PS1S0SCALEF16 => &["kai_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon"],
+                _ => &["kai_rhs_pack_nxk_qsi4c32ps4s0sf16_qsu4c32s16s0_neon"],
+            };
+            Q4Kernel {
+                info: KernelInfo {
+                    name: u.name,
+                    family,
+                    features,
+                    vector_length,
+                    tile: tile_kind_for(u.name),
+                    lhs_packer: Some(lhs.name()),
+                    rhs_packers,
+                    rank: rank_for(u.name, features),
+                },
+                fns,
+                rhs_format,
+                lhs,
+                bl_32_only,
+            }
+        }
+
+        /// How this kernel's LHS packer rounds halves.
+        pub(crate) fn lhs_rounding(&self) -> Rounding {
+            if self.lhs == LhsPacker::Sb4x8 { Rounding::HalfToEven } else { Rounding::HalfAwayFromZero }
+        }
+
+        /// The largest block length this kernel takes.
+        pub(crate) fn max_bl(&self) -> usize {
+            if self.bl_32_only { 32 } else { max_bl(self.rhs_format) }
+        }
+
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
+            let f = engine::ensure_supported(&self.info)?;
+            // SAFETY: the CPU has every feature (and the SVE vector length)
+            // the kernel and its LHS packer need (ensure_supported).
+            Ok((unsafe { self.fns.tiles() }, f))
+        }
+
+        fn check(&self, k: usize, bl: usize, t: &Tiles) -> Result<()> {
+            check_bl(k, bl, t.kr, self.max_bl())
+        }
+
+        /// The packed-RHS layout this kernel reads for `n x k` weights in
+        /// blocks of `bl`.
+        pub(crate) fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: self.rhs_format,
+                rows: n,
+                k,
+                r: t.nr,
+                kr: t.kr,
+                sr: t.sr,
+                bl,
+                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
+            })
+        }
+
+        /// The packed-LHS layout this kernel reads for an `m x k` input
+        /// quantised in blocks of `bl` (ignored, 0, for the f16 packer).
+        pub(crate) fn lhs_layout(&self, m: usize, k: usize, bl: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: self.lhs.format(),
+                rows: m,
+                k,
+                r: t.mr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: if self.lhs == LhsPacker::F16 { 0 } else { bl },
+                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
+            })
+        }
+
+        /// Packs the weights (no bias) for this kernel and every kernel with
+        /// the same layout.
+        pub(crate) fn pack_rhs(&self, w: &BlockInt4<'_>) -> Result<PackedRhs> {
+            let (n, k, bl) = check_weights_no_bias(w, self.info.family)?;
+            let (t, _) = self.tiles()?;
+            self.check(k, bl, &t)?;
+            pack_f16_rhs(self.rhs_layout(n, k, bl)?, w, self.info.family)
+        }
+
+        /// Packs an `m x k` f32 LHS (rows `lhs_stride` apart), quantised in
+        /// blocks of `bl` (the f16 packer takes whole blocks of 32).
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) fn pack_lhs_into(
+            &self,
+            m: usize,
+            k: usize,
+            bl: usize,
+            lhs: &[f32],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            let dense = dense_lhs(m, k, lhs, lhs_stride)?;
+            let layout = self.lhs_layout(m, k, bl)?;
+            let (t, _) = self.tiles()?;
+            let packer = self.lhs;
+            let bl = packer.bl(bl);
+            if packer == LhsPacker::F16 {
+                check_bl(k, bl, t.kr, usize::MAX)?;
+            } else {
+                self.check(k, bl, &t)?;
+            }
+            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            packer.check(mr, kr, sr, bl)?;
+            // SAFETY: size query, pure arithmetic (k % bl, k % kr checked
+            // above by check_bl).
+            let size = unsafe { packer.size(m, k, bl, mr, kr, sr) };
+            out.reset(layout, size);
+            let dst = SendPtr(out.data_mut().as_mut_ptr());
+            let src = SendPtr(dense.as_ptr() as *mut f32);
+            engine::run_rows(par, &self.info, m, k, mr, |rows| {
+                let (src, dst) = (src, dst);
+                // SAFETY: `rows` starts at a multiple of mr (split_aligned),
+                // so the packed offset of rows.start begins a row group no
+                // other range writes, inside the `size` bytes reserved; the
+                // source is the dense m x k matrix (rows k floats apart, as
+                // the NEON packers assume); block length, k, mr, kr and sr
+                // meet the packer's assumptions (checked above); the CPU has
+                // the packer's features (ensure_supported in lhs_layout).
+                unsafe { packer.pack(rows.start, rows.len(), k, bl, (mr, kr, sr), src.0, dst.0) }
+            });
+            Ok(())
+        }
+
+        /// `dst = clamp(lhs · wᵀ)`: `dst` is `m x n`, rows `n` apart.
+        pub(crate) fn run(
+            &self,
+            lhs: &PackedLhs,
+            rhs: &PackedRhs,
+            dst: &mut [f32],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            let l = *rhs.layout();
+            let (m, n, k, bl) = (lhs.layout().rows, l.rows, l.k, l.bl);
+            rhs.expect(&self.rhs_layout(n, k, bl)?, self.info.name)?;
+            lhs.expect(&self.lhs_layout(m, k, bl)?, self.info.name)?;
+            error::nonzero(m, "m")?;
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            let (t, _) = self.tiles()?;
+            self.check(k, bl, &t)?;
+            let x = self.fns;
+            let (lp, rp, dp) = (
+                SendPtr(lhs.data().as_ptr() as *mut u8),
+                SendPtr(rhs.data().as_ptr() as *mut u8),
+                SendPtr(dst.as_mut_ptr()),
+            );
+            // The GEMV kernels (mr 1) assume one row per call.
+            let rows_per_call = if t.mr == 1 { 1 } else { usize::MAX };
+            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
+                let (lp, rp, dp) = (lp, rp, dp);
+                let mut r0 = rows.start;
+                while r0 < rows.end {
+                    let r1 = rows.end.min(r0.saturating_add(rows_per_call));
+                    // SAFETY: both packed buffers have exactly the layouts
+                    // this kernel computes for (m, n, k, bl) (checked above),
+                    // so the offsets of a row start that is a multiple of
+                    // m_step (any row for mr 1) and a column start that is a
+                    // multiple of n_step (plan_grid) lie inside them; dst
+                    // holds m x n f32 and tiles are disjoint; k and bl meet
+                    // the kernel's rules (check); the CPU supports the
+                    // kernel, at its vector length (tiles()).
+                    unsafe {
+                        let lo = (x.lhs_offset)(r0, k, bl);
+                        let ro = (x.rhs_offset)(cols.start, k, bl);
+                        (x.run)(
+                            r1 - r0,
+                            cols.len(),
+                            k,
+                            bl,
+                            lp.0.add(lo).cast(),
+                            rp.0.add(ro).cast(),
+                            dp.0.add(r0 * n + cols.start),
+                            n * 4,
+                            4,
+                            clamp.min,
+                            clamp.max,
+                        );
+                    }
+                    r0 = r1;
+                }
+            });
+            Ok(())
+        }
+
+        /// Packs the dense `m x k` LHS (blocks of the weights' `bl`; the f16
+        /// packer takes none) and runs: the one-call form.
+        pub(crate) fn matmul(
+            &self,
+            m: usize,
+            lhs: &[f32],
+            rhs: &PackedRhs,
+            dst: &mut [f32],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            let (k, bl) = (rhs.layout().k, rhs.layout().bl);
+            let mut packed = PackedLhs::empty();
+            self.pack_lhs_into(m, k, bl, lhs, k, par, &mut packed)?;
+            self.run(&packed, rhs, dst, clamp, par)
+        }
+
+        /// The checks of [`pack_lhs_into`](Self::pack_lhs_into) and
+        /// [`run`](Self::run) for a dense `m x k` LHS and `rhs`, made once
+        /// (the steady-state path of `PackedWeights::matmul`).
+        pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<Prepared>> {
+            let l = *rhs.layout();
+            let (n, k, bl) = (l.rows, l.k, l.bl);
+            error::nonzero(m, "m")?;
+            error::nonzero(k, "k")?;
+            rhs.expect(&self.rhs_layout(n, k, bl)?, self.info.name)?;
+            let (t, _) = self.tiles()?;
+            self.check(k, bl, &t)?;
+            let layout = self.lhs_layout(m, k, bl)?;
+            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            if !self.lhs.takes(mr, kr, sr, bl) {
+                return Ok(None);
+            }
+            error::mul(error::mul(m, k, "lhs")?, 4, "lhs")?;
+            error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
+            // SAFETY: size query, pure arithmetic (k % bl, k % kr checked).
+            let lhs_bytes = unsafe { self.lhs.size(m, k, bl, mr, kr, sr) };
+            Ok(Some(Prepared { m, n, k, bl, t, lhs_bytes }))
+        }
+
+        /// What `pack_lhs_into` then `run` do on one thread for the whole
+        /// output, without their checks.
+        ///
+        /// # Safety
+        /// `p` is what [`prepare`](Self::prepare) returned (`Some`) for this
+        /// `rhs`; the CPU still runs the kernel at the vector length it ran at
+        /// then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes` writable bytes
+        /// (64-byte aligned), `y` `p.m x p.n` f32; `clamp` is valid.
+        pub(crate) unsafe fn run_prepared(
+            &self,
+            p: &Prepared,
+            x: *const f32,
+            lhs: *mut u8,
+            rhs: &PackedRhs,
+            y: *mut f32,
+            clamp: Clamp,
+        ) {
+            let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
+            let f = self.fns;
+            // SAFETY: the caller's contract: `prepare` checked layout,
+            // shape, block rules, packer parameters and the packed size for
+            // exactly these operands and this kernel; one packer call from
+            // row 0 (offset 0) writes what the row-range calls of
+            // `pack_lhs_into` write; GEMV kernels (mr 1) get one row per
+            // call at the packer's offset of that row, as in `run`.
+            unsafe {
+                self.lhs.pack(0, m, k, bl, (t.mr, t.kr, t.sr), x, lhs);
+                let rp = rhs.data().as_ptr().cast();
+                let step = if t.mr == 1 { 1 } else { m };
+                let mut r0 = 0;
+                while r0 < m {
+                    let h = step.min(m - r0);
+                    let lo = if r0 == 0 { 0 } else { (f.lhs_offset)(r0, k, bl) };
+                    (f.run)(h, n, k, bl, lhs.add(lo).cast(), rp, y.add(r0 * n), n * 4, 4, clamp.min, clamp.max);
+                    r0 += h;
+                }
+            }
+        }
+    }
+
+    /// A family's kernel table (`entries`, `infos`) and the part of its
+    /// public `Kernel` API both families share, over [`Q4Kernel`]. `entry`
+    /// maps `(upstream entry, functions)` to the kernel; `lhs_bl: [bl]`
+    /// gives the LHS API a block length argument (`[]`: none), documented
+    /// `pack_lhs` by the attributes before it; `fast: true` adds
+    /// `prepare` / `run_prepared` (the steady-state path of
+    /// `PackedWeights`).
+    macro_rules! q4_kernel {
+        (
+            interface: $iface:ident,
+            fast: true,
+            lhs_bl: [$($bl:ident)?],
+            $(#[$lhs_doc:meta])*
+            pack_lhs,
+            entry: $entry:expr $(,)?
+        ) => {
+            $crate::families::qsi8d32p_qsi4c32p::q4_kernel! {
+                interface: $iface,
+                fast: false,
+                lhs_bl: [$($bl)?],
+                $(#[$lhs_doc])*
+                pack_lhs,
+                entry: $entry,
+            }
+
+            impl Kernel {
+                /// The checks of `pack_lhs_into` and [`run`](Self::run) for a
+                /// dense `m x k` LHS and `rhs`, made once (the steady-state
+                /// path of `PackedWeights::matmul`).
+                pub(crate) fn prepare(
+                    &self,
+                    m: usize,
+                    rhs: &$crate::packed::PackedRhs,
+                ) -> $crate::Result<Option<$crate::families::engine::Prepared>> {
+                    self.0.prepare(m, rhs)
+                }
+
+                /// What `pack_lhs_into` then `run` do on one thread for the
+                /// whole output, without their checks.
+                ///
+                /// # Safety
+                /// As `Q4Kernel::run_prepared`: `p` is what
+                /// [`prepare`](Self::prepare) returned (`Some`) for this
+                /// `rhs`; the CPU still runs the kernel at the vector length
+                /// it ran at then; `x` holds `p.m x p.k` f32, `lhs`
+                /// `p.lhs_bytes` writable bytes (64-byte aligned), `y`
+                /// `p.m x p.n` f32; `clamp` is valid.
+                pub(crate) unsafe fn run_prepared(
+                    &self,
+                    p: &$crate::families::engine::Prepared,
+                    x: *const f32,
+                    lhs: *mut u8,
+                    rhs: &$crate::packed::PackedRhs,
+                    y: *mut f32,
+                    clamp: $crate::packed::Clamp,
+                ) {
+                    // SAFETY: the caller's contract, forwarded unchanged.
+                    unsafe { self.0.run_prepared(p, x, lhs, rhs, y, clamp) }
+                }
+            }
+        };
+        (
+            interface: $iface:ident,
+            fast: false,
+            lhs_bl: [$($bl:ident)?],
+            $(#[$lhs_doc:meta])*
+            pack_lhs,
+            entry: $entry:expr $(,)?
+        ) => {
+            fn entries() -> &'static [$crate::families::qsi8d32p_qsi4c32p::Q4Kernel] {
+                static E: std::sync::OnceLock<Vec<$crate::families::qsi8d32p_qsi4c32p::Q4Kernel>> =
+                    std::sync::OnceLock::new();
+                E.get_or_init(|| {
+                    kleidiai_sys::interfaces::$iface::KERNELS
+                        .iter()
+                        .map(|(u, i)| ($entry)(*u, $crate::families::qsi8d32p_qsi4c32p::q4_fns!(i)))
+                        .collect()
+                })
+            }
+
+            $crate::families::engine::kernel_type!($crate::families::qsi8d32p_qsi4c32p::Q4Kernel);
+
+            impl Kernel {
+                /// The kernel's description, for the shared tests.
+                #[cfg(test)]
+                pub(crate) fn q4(&self) -> &'static $crate::families::qsi8d32p_qsi4c32p::Q4Kernel {
+                    self.0
+                }
+
+                /// The packed-RHS layout this kernel reads for `n x k`
+                /// weights in blocks of `bl`.
+                pub fn rhs_layout(
+                    &self,
+                    n: usize,
+                    k: usize,
+                    bl: usize,
+                ) -> $crate::Result<$crate::packed::PackedLayout> {
+                    self.0.rhs_layout(n, k, bl)
+                }
+
+                /// Packs the weights (no bias) for this kernel and every
+                /// kernel with the same [`rhs_layout`](Self::rhs_layout).
+                /// ggml `Q4_0` bytes are read in place.
+                pub fn pack_rhs<'a>(
+                    &self,
+                    w: impl Into<$crate::formats::BlockInt4<'a>>,
+                ) -> $crate::Result<$crate::packed::PackedRhs> {
+                    self.0.pack_rhs(&w.into())
+                }
+
+                /// `dst = clamp(lhs · wᵀ)`: `dst` is `m x n`, rows `n` apart.
+                pub fn run(
+                    &self,
+                    lhs: &$crate::packed::PackedLhs,
+                    rhs: &$crate::packed::PackedRhs,
+                    dst: &mut [f32],
+                    clamp: $crate::packed::Clamp,
+                    par: $crate::par::Parallelism,
+                ) -> $crate::Result<()> {
+                    self.0.run(lhs, rhs, dst, clamp, par)
+                }
+
+                /// Packs the dense `m x k` LHS and runs: the one-call form.
+                pub fn matmul(
+                    &self,
+                    m: usize,
+                    lhs: &[f32],
+                    rhs: &$crate::packed::PackedRhs,
+                    dst: &mut [f32],
+                    clamp: $crate::packed::Clamp,
+                    par: $crate::par::Parallelism,
+                ) -> $crate::Result<()> {
+                    self.0.matmul(m, lhs, rhs, dst, clamp, par)
+                }
+
+                /// The packed-LHS layout this kernel reads for an `m x k`
+                /// input (quantised in blocks of `bl` where the family's
+                /// packer takes one).
+                pub fn lhs_layout(
+                    &self,
+                    m: usize,
+                    k: usize,
+                    $($bl: usize)?
+                ) -> $crate::Result<$crate::packed::PackedLayout> {
+                    self.0.lhs_layout(m, k, 0 $(+ $bl)?)
+                }
+
+                $(#[$lhs_doc])*
+                pub fn pack_lhs(
+                    &self,
+                    m: usize,
+                    k: usize,
+                    $($bl: usize,)?
+                    lhs: &[f32],
+                    lhs_stride: usize,
+                    par: $crate::par::Parallelism,
+                ) -> $crate::Result<$crate::packed::PackedLhs> {
+                    let mut out = $crate::packed::PackedLhs::empty();
+                    self.pack_lhs_into(m, k, $($bl,)? lhs, lhs_stride, par, &mut out)?;
+                    Ok(out)
+                }
+
+                /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+                #[allow(clippy::too_many_arguments)]
+                pub fn pack_lhs_into(
+                    &self,
+                    m: usize,
+                    k: usize,
+                    $($bl: usize,)?
+                    lhs: &[f32],
+                    lhs_stride: usize,
+                    par: $crate::par::Parallelism,
+                    out: &mut $crate::packed::PackedLhs,
+                ) -> $crate::Result<()> {
+                    self.0.pack_lhs_into(m, k, 0 $(+ $bl)?, lhs, lhs_stride, par, out)
+                }
+            }
+        };
+    }
+    pub(crate) use q4_kernel;
+}
+
+/// The conformance test both families run, over the shared driver.
+#[cfg(all(test, target_arch = "aarch64"))]
+pub(crate) mod tests {
+    use super::*;
+    use crate::formats::Q4_0;
+    use crate::packed::{Clamp, PackedLhs};
+    use crate::par::Parallelism;
+    use crate::testing::qsi4c32::TestWeights;
+    use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+
+    /// The checks both families' `bad_input_is_an_error` start with, on
+    /// `q` (2 x 32 ggml `Q4_0` bytes, 36): short LHS, short output, `m = 0`
+    /// in the one-call form, weights with a bias. Returns the weights.
+    pub(crate) fn bad_operands<'a>(kern: &Q4Kernel, q: &'a [u8]) -> Q4_0<'a> {
+        let w = Q4_0 { n: 2, k: 32, data: q, bias: None };
+        let packed = kern.pack_rhs(&w.into()).unwrap();
+        let mut dst = vec![0f32; 2];
+        let seq = Parallelism::Sequential;
+        assert!(kern.matmul(1, &[0.0; 31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
+        assert!(kern.matmul(1, &[0.0; 32], &packed, &mut dst[..1], Clamp::NONE, seq).is_err(), "short dst");
+        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
+        assert!(kern.pack_rhs(&Q4_0 { bias: Some(&[0.0, 0.0]), ..w }.into()).is_err(), "bias");
+        w
+    }
+
+    /// A family's expected output for one case (`m`, dense LHS, weights,
+    /// clamp) and, per output, the magnitude `M` its tolerance
+    /// `1e-5 · (|want| + M) + 1e-6` scales with.
+    pub(crate) type Expect = fn(&Q4Kernel, usize, &[f32], BlockInt4<'_>, Clamp) -> Result<(Vec<f32>, Vec<f32>)>;
+
+    /// Every kernel of `family` (found by `kernel`) against `expect`, on
+    /// tail shapes for `(bl, k)` in `(32, 32)`, `(32, 96)`, `(64, 128)`
+    /// (`bl` up to the kernel's maximum), 1 to `THREADS` threads (bit
+    /// identical), and `unpack_rhs_row` against the dequantised weights.
+    pub(crate) fn conformance(family: &str, seed: u64, kernel: fn(&str) -> Option<&'static Q4Kernel>, expect: Expect) {
+        testing::conformance(family, |info| {
+            let kernel = kernel(info.name).unwrap();
+            let lay = kernel.rhs_layout(1, 32, 32).map_err(|e| (0, e.to_string()))?;
+            let lhs_lay = kernel.lhs_layout(1, 32, 32).map_err(|e| (0, e.to_string()))?;
+            let (mr, nr) = (lhs_lay.r, lay.r);
+            let mut rng = Rng::new(seed);
+            let mut cases = 0;
+            let mut worst = 0f64;
+            for (bl, k) in [(32, 32), (32, 96), (64, 128)] {
+                if bl > kernel.max_bl() {
+                    continue;
+                }
+                for (ci, &(m, n, k)) in tail_shapes(mr, mr, nr, nr, &[k]).iter().enumerate() {
+                    let tw = TestWeights::new(&mut rng, n, k, bl);
+                    let w = tw.view(ci + bl, true, false);
+                    let lhs = rng.vec_f32(m * k);
+                    let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
+                    let (want, mags) = expect(kernel, m, &lhs, w, clamp).map_err(|e| (cases, e.to_string()))?;
+                    let packed = kernel.pack_rhs(&w).map_err(|e| (cases, e.to_string()))?;
+                    let mut first: Option<Vec<f32>> = None;
+                    for threads in THREADS {
+                        let par = Parallelism::Rayon(threads);
+                        let mut dst = vec![f32::NAN; m * n];
+                        let mut scratch = PackedLhs::empty();
+                        kernel
+                            .pack_lhs_into(m, k, bl, &lhs, k, par, &mut scratch)
+                            .map_err(|e| (cases, e.to_string()))?;
+                        kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
+                        let err = compare(&dst, &want, |i, y| 1e-5 * (y.abs() + mags[i]) + 1e-6)
+                            .map_err(|e| (cases, format!("m={m} n={n} k={k} bl={bl} threads={threads}: {e}")))?;
+                        worst = worst.max(err);
+                        match &first {
+                            None => first = Some(dst),
+                            Some(f) if !bit_identical(f, &dst) => {
+                                return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
+                            }
+                            _ => {}
+                        }
+                    }
+                    let wd = w.dequantize_as(SCALE_TYPE).unwrap();
+                    let mut row = vec![0f32; k];
+                    for r in [0, n / 2, n - 1] {
+                        unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
+                        if row[..] != wd[r * k..(r + 1) * k] {
+                            return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} bl={bl} differs")));
+                        }
+                    }
+                    cases += 1;
+                }
+            }
+            Ok((cases, worst))
+        });
     }
 }
