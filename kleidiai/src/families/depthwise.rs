@@ -98,12 +98,183 @@ mod imp {
     /// data: its upstream kernels (`KERNELS` of its `-sys` interface
     /// module), element type, packed format and RHS packer. Gives the
     /// family's `Kernel` handle (`all`, `by_name`, `select`, `info`,
-    /// `rhs_layout`, `pack_rhs`), `infos` and `unpack_rhs_row`; the family
-    /// writes `Kernel::checked` (its getters' checks, after
-    /// `engine::ensure_supported`) and `Kernel::run`, whose kernel
-    /// signatures differ. The packer's FFI calls are here, once.
+    /// `rhs_layout`, `pack_rhs`, `run`), `infos` and `unpack_rhs_row`. The
+    /// two upstream kernels take different arguments (`planar_f32`: up to 4
+    /// output rows of every column per call; `depth_first_f16`: a window of
+    /// rows, the kernel building its own pointer table), so `run` and the
+    /// getter checks come in those two kinds. Every FFI call of the
+    /// depthwise families is here.
     macro_rules! dwconv_family {
+        (kernel: planar_f32, $($rest:tt)*) => {
+            $crate::families::depthwise::dwconv_family!(@common $($rest)*);
+
+            impl Kernel {
+                /// The features in force, once the CPU is known to run the kernel.
+                fn checked(&self) -> Result<Features> {
+                    engine::ensure_supported(&self.0.info)
+                }
+
+                /// Output rows per call.
+                fn m_step(&self) -> Result<usize> {
+                    self.checked()?;
+                    // SAFETY: the CPU has SME2 (checked): the getter may run.
+                    Ok(unsafe { self.0.iface.get_m_step.expect("m_step")() })
+                }
+
+                /// The convolution: `src` is `in_h x in_w x channels`, `dst`
+                /// `out_h x out_w x channels`, both dense NHWC.
+                pub fn run(
+                    &self,
+                    shape: &DepthwiseShape,
+                    src: &[f32],
+                    rhs: &PackedRhs,
+                    dst: &mut [f32],
+                    clamp: Clamp,
+                    par: Parallelism,
+                ) -> Result<()> {
+                    clamp.check()?;
+                    shape.validate()?;
+                    rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
+                    error::at_least(src.len(), shape.src_len()?, "src")?;
+                    error::at_least(dst.len(), shape.dst_len()?, "dst")?;
+                    let m_step = self.m_step()?;
+                    let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
+                    let (in_row, col, out_row) = (s.in_w * c * 4, c * 4, ow * c * 4);
+                    let run = self.0.iface.run_dwconv.expect("run");
+                    let t = Tiles { m_step, n_step: 1, mr: m_step, nr: 1, kr: 1, sr: 1 };
+                    let (sp, rp, dp) =
+                        (SendPtr(src.as_ptr() as *mut f32), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
+                    engine::run_grid(par, &self.0.info, oh, 1, ow * c * 9, &t, |rows, _| {
+                        let (sp, rp, dp) = (sp, rp, dp);
+                        for y0 in rows.clone().step_by(m_step) {
+                            let pad_top = s.pad_top.saturating_sub(y0);
+                            let iy = y0.saturating_sub(s.pad_top);
+                            // Rows at or past the bottom: nothing is read (the
+                            // pointer then stays at the start of `src`).
+                            let (iy, valid_in) = if iy < s.in_h { (iy, s.in_h - iy) } else { (0, 0) };
+                            let valid_out = (rows.end - y0).min(m_step);
+                            // SAFETY: src row iy and the valid_in rows after it lie
+                            // inside `src` (length checked; the kernel reads at most
+                            // those rows, as it is told, and in_w columns of c
+                            // channels, which it derives from the strides of the
+                            // dense layout); the packed weights have this kernel's
+                            // layout for c channels at the current vector length
+                            // (checked); output rows y0..y0 + valid_out (at most 4,
+                            // the kernel's step) lie inside `dst` and belong to this
+                            // tile alone; zero padding (pad_value 0.0, as upstream
+                            // requires); the CPU has SME2.
+                            unsafe {
+                                run(
+                                    sp.0.add(iy * s.in_w * c).cast(),
+                                    rp.0.cast(),
+                                    dp.0.add(y0 * ow * c).cast(),
+                                    in_row,
+                                    col,
+                                    out_row,
+                                    col,
+                                    valid_in,
+                                    valid_out,
+                                    s.pad_left,
+                                    pad_top,
+                                    0.0,
+                                    clamp.min,
+                                    clamp.max,
+                                );
+                            }
+                        }
+                    });
+                    Ok(())
+                }
+            }
+        };
+        (kernel: depth_first_f16, $($rest:tt)*) => {
+            $crate::families::depthwise::dwconv_family!(@common $($rest)*);
+
+            /// Output rows of one tile of the kernel.
+            const M_STEP: usize = 4;
+
+            impl Kernel {
+                /// The features in force, once the CPU is known to run the kernel
+                /// and its filter is 3x3.
+                fn checked(&self) -> Result<Features> {
+                    let f = engine::ensure_supported(&self.0.info)?;
+                    let i = self.0.iface;
+                    // SAFETY: the CPU has SME2 (ensure_supported); plain getters.
+                    let (fh, fw) = unsafe { (i.get_filter_height.expect("fh")(), i.get_filter_width.expect("fw")()) };
+                    if (fh, fw) != (3, 3) {
+                        return Err(crate::Error::bad_value(
+                            "filter",
+                            format!("{fh}x{fw}"),
+                            format!("{} takes 3x3", self.0.info.name),
+                        ));
+                    }
+                    Ok(f)
+                }
+
+                /// The convolution: `src` is `in_h x in_w x channels`, `dst`
+                /// `out_h x out_w x channels`, both dense NHWC.
+                pub fn run(
+                    &self,
+                    shape: &DepthwiseShape,
+                    src: &[f16],
+                    rhs: &PackedRhs,
+                    dst: &mut [f16],
+                    clamp: Clamp,
+                    par: Parallelism,
+                ) -> Result<()> {
+                    clamp.check()?;
+                    shape.validate()?;
+                    rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
+                    error::at_least(src.len(), shape.src_len()?, "src")?;
+                    error::at_least(dst.len(), shape.dst_len()?, "dst")?;
+                    let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
+                    let run = self.0.iface.run_dwconv.expect("run");
+                    let t = Tiles { m_step: M_STEP, n_step: 1, mr: M_STEP, nr: 1, kr: 1, sr: 1 };
+                    let (sp, rp, dp) =
+                        (SendPtr(src.as_ptr() as *mut f16), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
+                    engine::run_grid(par, &self.0.info, oh, 1, ow * c * 9, &t, |rows, _| {
+                        let (sp, rp, dp) = (sp, rp, dp);
+                        let y0 = rows.start;
+                        let pad_top = s.pad_top.saturating_sub(y0);
+                        let iy = y0.saturating_sub(s.pad_top);
+                        // Windows starting at or past the bottom read nothing (the
+                        // pointer then stays at the start of `src`).
+                        let (iy, src_rows) = if iy < s.in_h { (iy, s.in_h - iy) } else { (0, 0) };
+                        // SAFETY: the kernel reads input pixels (r, x) with r <
+                        // src_rows and x < in_w only, at src + r * row + x * col
+                        // bytes: rows iy.. of `src` (length checked), c channels each;
+                        // it writes output rows y0..rows.end (this tile's alone) of
+                        // ow pixels inside `dst` (length checked); the packed weights
+                        // have this kernel's layout for c channels at the current
+                        // vector length (checked); dimensions fit the kernel's 32-bit
+                        // coordinates (validate); the CPU has SME2.
+                        unsafe {
+                            run(
+                                sp.0.add(iy * s.in_w * c).cast(),
+                                rp.0.cast(),
+                                dp.0.add(y0 * ow * c).cast(),
+                                c,
+                                src_rows,
+                                s.in_w,
+                                rows.len(),
+                                ow,
+                                s.pad_left,
+                                pad_top,
+                                s.in_w * c * 2,
+                                c * 2,
+                                ow * c * 2,
+                                c * 2,
+                                clamp.min,
+                                clamp.max,
+                            );
+                        }
+                    });
+                    Ok(())
+                }
+            }
+        };
         (
+            @common
             elem: $t:ty,
             zero: $zero:expr,
             read: $read:expr,

@@ -68,96 +68,14 @@ mod imp {
     use crate::par::Parallelism;
     use kleidiai_sys::interfaces::dwconv_f16_f16_f16p::{Interface, KERNELS};
 
-    /// Output rows of one tile of the kernel.
-    const M_STEP: usize = 4;
-
     dwconv_family! {
+        kernel: depth_first_f16,
         elem: f16,
         zero: f16::ZERO,
         read: |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32(),
         format: "x16p1vlx1b-dwconv3x3",
         packer: kai_run_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme,
         packer_size: kai_rhs_get_dst_size_dwconv_pack_x16p1vlx1b_x16_x16_sme,
-    }
-
-    impl Kernel {
-        /// The features in force, once the CPU is known to run the kernel
-        /// and its filter is 3x3.
-        fn checked(&self) -> Result<Features> {
-            let f = engine::ensure_supported(&self.0.info)?;
-            let i = self.0.iface;
-            // SAFETY: the CPU has SME2 (ensure_supported); plain getters.
-            let (fh, fw) = unsafe { (i.get_filter_height.expect("fh")(), i.get_filter_width.expect("fw")()) };
-            if (fh, fw) != (3, 3) {
-                return Err(crate::Error::bad_value(
-                    "filter",
-                    format!("{fh}x{fw}"),
-                    format!("{} takes 3x3", self.0.info.name),
-                ));
-            }
-            Ok(f)
-        }
-
-        /// The convolution: `src` is `in_h x in_w x channels`, `dst`
-        /// `out_h x out_w x channels`, both dense NHWC.
-        pub fn run(
-            &self,
-            shape: &DepthwiseShape,
-            src: &[f16],
-            rhs: &PackedRhs,
-            dst: &mut [f16],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            clamp.check()?;
-            shape.validate()?;
-            rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
-            error::at_least(src.len(), shape.src_len()?, "src")?;
-            error::at_least(dst.len(), shape.dst_len()?, "dst")?;
-            let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
-            let run = self.0.iface.run_dwconv.expect("run");
-            let t = Tiles { m_step: M_STEP, n_step: 1, mr: M_STEP, nr: 1, kr: 1, sr: 1 };
-            let (sp, rp, dp) =
-                (SendPtr(src.as_ptr() as *mut f16), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
-            engine::run_grid(par, &self.0.info, oh, 1, ow * c * 9, &t, |rows, _| {
-                let (sp, rp, dp) = (sp, rp, dp);
-                let y0 = rows.start;
-                let pad_top = s.pad_top.saturating_sub(y0);
-                let iy = y0.saturating_sub(s.pad_top);
-                // Windows starting at or past the bottom read nothing (the
-                // pointer then stays at the start of `src`).
-                let (iy, src_rows) = if iy < s.in_h { (iy, s.in_h - iy) } else { (0, 0) };
-                // SAFETY: the kernel reads input pixels (r, x) with r <
-                // src_rows and x < in_w only, at src + r * row + x * col
-                // bytes: rows iy.. of `src` (length checked), c channels each;
-                // it writes output rows y0..rows.end (this tile's alone) of
-                // ow pixels inside `dst` (length checked); the packed weights
-                // have this kernel's layout for c channels at the current
-                // vector length (checked); dimensions fit the kernel's 32-bit
-                // coordinates (validate); the CPU has SME2.
-                unsafe {
-                    run(
-                        sp.0.add(iy * s.in_w * c).cast(),
-                        rp.0.cast(),
-                        dp.0.add(y0 * ow * c).cast(),
-                        c,
-                        src_rows,
-                        s.in_w,
-                        rows.len(),
-                        ow,
-                        s.pad_left,
-                        pad_top,
-                        s.in_w * c * 2,
-                        c * 2,
-                        ow * c * 2,
-                        c * 2,
-                        clamp.min,
-                        clamp.max,
-                    );
-                }
-            });
-            Ok(())
-        }
     }
 }
 

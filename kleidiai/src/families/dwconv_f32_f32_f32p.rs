@@ -64,91 +64,13 @@ mod imp {
     use kleidiai_sys::interfaces::dwconv_f32_f32_f32p::{Interface, KERNELS};
 
     dwconv_family! {
+        kernel: planar_f32,
         elem: f32,
         zero: 0f32,
         read: |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap()),
         format: "x32p1vlx1b-dwconv3x3",
         packer: kai_run_rhs_dwconv_pack_x32p1vlx1b_x32_x32_sme,
         packer_size: kai_rhs_get_dst_size_dwconv_pack_x32p1vlx1b_x32_x32_sme,
-    }
-
-    impl Kernel {
-        /// The features in force, once the CPU is known to run the kernel.
-        fn checked(&self) -> Result<Features> {
-            engine::ensure_supported(&self.0.info)
-        }
-
-        /// Output rows per call.
-        fn m_step(&self) -> Result<usize> {
-            self.checked()?;
-            // SAFETY: the CPU has SME2 (checked): the getter may run.
-            Ok(unsafe { self.0.iface.get_m_step.expect("m_step")() })
-        }
-
-        /// The convolution: `src` is `in_h x in_w x channels`, `dst`
-        /// `out_h x out_w x channels`, both dense NHWC.
-        pub fn run(
-            &self,
-            shape: &DepthwiseShape,
-            src: &[f32],
-            rhs: &PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            clamp.check()?;
-            shape.validate()?;
-            rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
-            error::at_least(src.len(), shape.src_len()?, "src")?;
-            error::at_least(dst.len(), shape.dst_len()?, "dst")?;
-            let m_step = self.m_step()?;
-            let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
-            let (in_row, col, out_row) = (s.in_w * c * 4, c * 4, ow * c * 4);
-            let run = self.0.iface.run_dwconv.expect("run");
-            let t = Tiles { m_step, n_step: 1, mr: m_step, nr: 1, kr: 1, sr: 1 };
-            let (sp, rp, dp) =
-                (SendPtr(src.as_ptr() as *mut f32), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
-            engine::run_grid(par, &self.0.info, oh, 1, ow * c * 9, &t, |rows, _| {
-                let (sp, rp, dp) = (sp, rp, dp);
-                for y0 in rows.clone().step_by(m_step) {
-                    let pad_top = s.pad_top.saturating_sub(y0);
-                    let iy = y0.saturating_sub(s.pad_top);
-                    // Rows at or past the bottom: nothing is read (the
-                    // pointer then stays at the start of `src`).
-                    let (iy, valid_in) = if iy < s.in_h { (iy, s.in_h - iy) } else { (0, 0) };
-                    let valid_out = (rows.end - y0).min(m_step);
-                    // SAFETY: src row iy and the valid_in rows after it lie
-                    // inside `src` (length checked; the kernel reads at most
-                    // those rows, as it is told, and in_w columns of c
-                    // channels, which it derives from the strides of the
-                    // dense layout); the packed weights have this kernel's
-                    // layout for c channels at the current vector length
-                    // (checked); output rows y0..y0 + valid_out (at most 4,
-                    // the kernel's step) lie inside `dst` and belong to this
-                    // tile alone; zero padding (pad_value 0.0, as upstream
-                    // requires); the CPU has SME2.
-                    unsafe {
-                        run(
-                            sp.0.add(iy * s.in_w * c).cast(),
-                            rp.0.cast(),
-                            dp.0.add(y0 * ow * c).cast(),
-                            in_row,
-                            col,
-                            out_row,
-                            col,
-                            valid_in,
-                            valid_out,
-                            s.pad_left,
-                            pad_top,
-                            0.0,
-                            clamp.min,
-                            clamp.max,
-                        );
-                    }
-                }
-            });
-            Ok(())
-        }
     }
 }
 
