@@ -67,7 +67,7 @@ mod imp {
     use crate::formats::{FloatElement, FloatWeights};
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, TileKind, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::{KernelInfo, TileKind, VectorLength, rank_for, tile_kind_for};
     use core::ffi::c_void;
     use half::bf16;
     use kleidiai_sys as sys;
@@ -881,7 +881,7 @@ pub(crate) mod test_support {
     use crate::formats::{FloatElement, FloatWeights, Order};
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::KernelInfo;
+    use crate::registry::info::KernelInfo;
     use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
 
     /// Per output: `Σ_k |x·w| + |bias|` with bf16-rounded operands (the scale

@@ -284,7 +284,7 @@ mod imp {
         ) => {
             use crate::buffer::AlignedBuf;
             use crate::packed::{PackedLayout, PackedRhs};
-            use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+            use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
             use std::sync::OnceLock;
 
             pub(super) const RHS_FORMAT: &str = $format;

@@ -6,7 +6,7 @@
 use crate::cpu::{CpuFeature, Features};
 use crate::error::{Error, Result};
 use crate::par::{self, Parallelism};
-use crate::registry::KernelInfo;
+use crate::registry::info::KernelInfo;
 use core::ops::Range;
 
 /// A kernel's blocking parameters, read from its getters.
@@ -149,7 +149,7 @@ macro_rules! kernel_type {
         impl Kernel {
             /// The best kernel that can run with `f` for `m` output rows.
             pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
-                let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
+                let best = $crate::registry::info::select_from(entries().iter().map(|e| &e.info), m, f)?;
                 Self::by_name(best.name)
             }
         }
@@ -160,13 +160,13 @@ macro_rules! kernel_type {
         impl Kernel {
             /// The best kernel that can run with `f` (there is one).
             pub fn select(f: &$crate::cpu::Features) -> Option<Kernel> {
-                let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), $m, f)?;
+                let best = $crate::registry::info::select_from(entries().iter().map(|e| &e.info), $m, f)?;
                 Self::by_name(best.name)
             }
         }
     };
     (@common $entry:ty) => {
-        pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
+        pub(crate) fn infos() -> Vec<&'static $crate::registry::info::KernelInfo> {
             entries().iter().map(|e| &e.info).collect()
         }
 
@@ -192,7 +192,7 @@ macro_rules! kernel_type {
             }
 
             /// Registry information.
-            pub fn info(&self) -> &'static $crate::registry::KernelInfo {
+            pub fn info(&self) -> &'static $crate::registry::info::KernelInfo {
                 &self.0.info
             }
         }

@@ -144,7 +144,7 @@ mod glue {
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, TileKind, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::{KernelInfo, TileKind, VectorLength, rank_for, tile_kind_for};
     use core::ffi::c_void;
     use kleidiai_sys as sys;
 
@@ -1468,7 +1468,7 @@ pub(crate) mod test_support {
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::KernelInfo;
+    use crate::registry::info::KernelInfo;
     use crate::testing::{Rng, THREADS, bit_identical, compare, tail_shapes};
 
     /// How a kernel accumulates, which sets its error bound.

@@ -117,7 +117,7 @@ mod imp {
     use crate::formats::Indirection;
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
     use core::ffi::c_void;
     use kleidiai_sys as sys;
     use std::borrow::Cow;

@@ -83,7 +83,7 @@ mod imp {
     use crate::families::bf16p_bf16p::{self as bf, Packers, bf16_kernel};
     use crate::packed::{PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{TileKind, tile_kind_for};
+    use crate::registry::info::{TileKind, tile_kind_for};
     use half::f16;
 
     // The GEMV kernel packs its LHS one row per call and has no f16 LHS

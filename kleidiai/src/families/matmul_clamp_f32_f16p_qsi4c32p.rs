@@ -84,7 +84,7 @@ mod imp {
     use crate::cpu::CpuFeature;
     use crate::families::qsi8d32p_qsi4c32p::{FORMAT_PS1S0SCALEF16, LhsPacker, Q4Kernel, q4_kernel};
     use crate::packed::PackedRhs;
-    use crate::registry::VectorLength;
+    use crate::registry::info::VectorLength;
 
     /// The kernel needs SME2; its LHS packer (f32 -> f16) needs FP16.
     const FEATURES: &[CpuFeature] = &[CpuFeature::Sme, CpuFeature::Sme2, CpuFeature::Fp16];

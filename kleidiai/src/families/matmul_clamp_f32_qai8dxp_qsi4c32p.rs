@@ -80,7 +80,7 @@ mod imp {
     };
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::KernelInfo;
+    use crate::registry::info::KernelInfo;
     use kleidiai_sys as sys;
     use std::sync::OnceLock;
     use sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4c32p::{Interface, KERNELS};

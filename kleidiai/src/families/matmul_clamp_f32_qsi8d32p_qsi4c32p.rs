@@ -108,7 +108,7 @@ mod imp {
     use crate::families::qsi8d32p_qsi4c32p::{
         FORMAT_PS1S0SCALEF16, FORMAT_PS4S0SF16, FORMAT_SCALEF16, LhsPacker, Q4Kernel, q4_kernel,
     };
-    use crate::registry::VectorLength;
+    use crate::registry::info::VectorLength;
 
     q4_kernel! {
         interface: matmul_clamp_f32_qsi8d32p_qsi4c32p,

@@ -35,7 +35,7 @@ macro_rules! families {
         pub const FAMILIES: &[&str] = &[$(stringify!($name)),*];
 
         /// Registry entries of every implemented family (empty off aarch64).
-        pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::KernelInfo> {
+        pub(crate) fn all_kernel_infos() -> Vec<&'static crate::registry::info::KernelInfo> {
             #[allow(unused_mut)]
             let mut v = Vec::new();
             #[cfg(target_arch = "aarch64")]

@@ -351,7 +351,7 @@ mod imp {
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
     use core::ffi::c_void;
     use kleidiai_sys as sys;
 
@@ -1518,7 +1518,7 @@ pub(crate) mod tests {
     /// Invalid inputs are errors, never panics or FFI calls.
     pub(crate) fn bad_input<L: LhsElem, O: OutElem>(entries: &'static [Entry]) {
         let f = crate::cpu::Features::current();
-        let Some(info) = crate::registry::select_from(entries.iter().map(|e| &e.info), 1, &f) else {
+        let Some(info) = crate::registry::info::select_from(entries.iter().map(|e| &e.info), 1, &f) else {
             return;
         };
         let e = entry(entries, info.name);
@@ -1567,7 +1567,7 @@ pub(crate) mod tests {
     /// `LayoutMismatch`; one with the same layout works.
     pub(crate) fn mixing_layouts<L: LhsElem, O: OutElem>(entries: &'static [Entry]) {
         let f = crate::cpu::Features::current();
-        let Some(info) = crate::registry::select_from(entries.iter().map(|e| &e.info), 4, &f) else {
+        let Some(info) = crate::registry::info::select_from(entries.iter().map(|e| &e.info), 4, &f) else {
             return;
         };
         let e1 = entry(entries, info.name);

@@ -63,7 +63,7 @@ mod imp {
     use crate::error;
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedRhs};
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
     use kleidiai_sys as sys;
 
     /// Packed RHS of the NEON kernels (bf16 scales, channel sums, bias).

@@ -205,7 +205,7 @@ mod imp {
     use crate::formats::NibbleOrder;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
     use core::ffi::c_void;
     use core::marker::PhantomData;
     use kleidiai_sys as sys;
@@ -416,7 +416,7 @@ mod imp {
                 $crate::families::qsi8d32p_qai4c32p::unpack_rhs_row(rhs, row, out)
             }
 
-            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
+            pub(crate) fn infos() -> Vec<&'static $crate::registry::info::KernelInfo> {
                 $crate::families::qsi8d32p_qai4c32p::infos::<Family>()
             }
         };
@@ -496,7 +496,7 @@ mod imp {
 
         /// The best kernel that can run with `f` for `m` output rows.
         pub fn select(m: usize, f: &Features) -> Option<Kernel<V>> {
-            let best = crate::registry::select_from(V::entries().iter().map(|e| &e.info), m, f)?;
+            let best = crate::registry::info::select_from(V::entries().iter().map(|e| &e.info), m, f)?;
             Self::by_name(best.name)
         }
 

@@ -87,7 +87,7 @@ mod imp {
     use crate::formats::Order;
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
     use kleidiai_sys as sys;
     use std::borrow::Cow;
 
@@ -351,7 +351,7 @@ mod imp {
                 })
             }
 
-            pub(crate) fn infos() -> Vec<&'static $crate::registry::KernelInfo> {
+            pub(crate) fn infos() -> Vec<&'static $crate::registry::info::KernelInfo> {
                 entries().iter().map(|e| &e.info).collect()
             }
 
@@ -378,12 +378,12 @@ mod imp {
 
                 /// The best kernel that can run with `f` for `m` output rows.
                 pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
-                    let best = $crate::registry::select_from(entries().iter().map(|e| &e.info), m, f)?;
+                    let best = $crate::registry::info::select_from(entries().iter().map(|e| &e.info), m, f)?;
                     Self::by_name(best.name)
                 }
 
                 /// Registry information.
-                pub fn info(&self) -> &'static $crate::registry::KernelInfo {
+                pub fn info(&self) -> &'static $crate::registry::info::KernelInfo {
                     &self.0.info
                 }
 
@@ -484,7 +484,7 @@ pub(crate) mod tests {
     use crate::formats::{Order, U8Weights};
     use crate::packed::{PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::KernelInfo;
+    use crate::registry::info::KernelInfo;
     use crate::testing::{self, Rng, THREADS, tail_shapes};
 
     /// One case's inputs, random.

@@ -2,29 +2,13 @@
 //! and the families: one [`Backend`] per family kernel kind, and the table
 //! saying which families serve which weight kind.
 
+pub(crate) use super::work::Work;
 use super::{Activation, WeightsRef};
 use crate::error::{Error, Result};
 use crate::families::engine::Prepared;
-use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
+use crate::packed::{Clamp, PackedLayout, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::KernelInfo;
-
-/// What a kernel call may reuse from one call to the next (kept in the
-/// caller's [`Scratch`](super::Scratch)): the packed LHS, and the buffers of
-/// weights packed per call ([`super::per_call`]).
-#[derive(Debug)]
-pub(crate) struct Work {
-    /// The packed LHS.
-    pub lhs: PackedLhs,
-    /// Buffers of [`super::per_call::PerCall`].
-    pub per_call: super::per_call::Buffers,
-}
-
-impl Default for Work {
-    fn default() -> Self {
-        Work { lhs: PackedLhs::empty(), per_call: Default::default() }
-    }
-}
 
 /// What the high-level API needs from one family kernel.
 pub(crate) trait Backend: Send + Sync + core::fmt::Debug {

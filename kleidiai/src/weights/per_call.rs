@@ -12,7 +12,8 @@
 //! hold, so results are bit-identical to packing once; only the work per
 //! call differs (the widening and packing, measured in the README).
 
-use super::backend::{Backend, Work};
+use super::backend::Backend;
+use super::work::{Buffers, Work};
 use super::{Activation, ActivationMut, WeightsRef};
 use crate::buffer::AlignedBuf;
 use crate::error::{self, Error, Result};
@@ -32,16 +33,6 @@ pub(crate) const CHUNK_BYTES: usize = 1 << 20;
 pub(crate) enum Elem {
     F16,
     Bf16,
-}
-
-/// Reused between calls (part of the caller's `Scratch`).
-#[derive(Debug, Default)]
-pub(crate) struct Buffers {
-    widened: Vec<f32>,
-    bias: Vec<f32>,
-    packed: Option<PackedRhs>,
-    out: Vec<f32>,
-    row: Vec<f32>,
 }
 
 /// A kernel whose weights are packed per call.
