@@ -200,22 +200,3 @@ macro_rules! kernel_type {
 }
 #[cfg(target_arch = "aarch64")]
 pub(crate) use kernel_type;
-
-/// The [`Tiles`] a kernel's upstream interface struct `$i` reports (the
-/// generated tables fill in every getter). It runs the getters: use it
-/// inside an `unsafe` block after checking the CPU runs the kernel.
-#[cfg(target_arch = "aarch64")]
-macro_rules! iface_tiles {
-    ($i:expr) => {
-        $crate::families::engine::Tiles {
-            m_step: $i.get_m_step.expect("m_step")(),
-            n_step: $i.get_n_step.expect("n_step")(),
-            mr: $i.get_mr.expect("mr")(),
-            nr: $i.get_nr.expect("nr")(),
-            kr: $i.get_kr.expect("kr")(),
-            sr: $i.get_sr.expect("sr")(),
-        }
-    };
-}
-#[cfg(target_arch = "aarch64")]
-pub(crate) use iface_tiles;

@@ -21,7 +21,7 @@
 //! round to the neighbouring bf16.
 
 use super::qai8dxp_qsi4c32p::{check_weights, reference_core};
-use crate::error::{self, Result};
+use crate::error::Result;
 use crate::families::float_common::check_reference_operands;
 use crate::formats::BlockInt4;
 use crate::packed::Clamp;
@@ -76,67 +76,39 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::SendPtr;
-    use crate::cpu::Features;
-    use crate::families::engine::{self, Tiles};
-    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
-    use crate::families::qai8dxp_qsi4c32p::{
-        FORMAT_QSI4C32P, LHS_FORMAT, check_bl, kernel_info, pack_qsi4c32p_rhs,
-    };
+    use crate::families::engine;
+    use crate::families::qai8dxp_qsi4c32p::{Entry, c32_fns};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::info::KernelInfo;
-    use kleidiai_sys as sys;
+    use kleidiai_sys::interfaces::matmul_clamp_bf16_qai8dxp_qsi4c32p::KERNELS;
     use std::sync::OnceLock;
-    use sys::interfaces::matmul_clamp_bf16_qai8dxp_qsi4c32p::{Interface, KERNELS};
 
     const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_bf16_neon";
-
-    struct Entry {
-        info: KernelInfo,
-        iface: &'static Interface,
-    }
 
     fn entries() -> &'static [Entry] {
         static E: OnceLock<Vec<Entry>> = OnceLock::new();
         E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, iface)| Entry { info: kernel_info(u, FAMILY, LHS_PACKER).0, iface })
-                .collect()
+            KERNELS.iter().map(|(u, i)| Entry::bf16_out(u, FAMILY, LHS_PACKER, c32_fns!(i, Half))).collect()
         })
     }
 
     engine::kernel_type!(Entry);
 
     impl Kernel {
-        fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.0.info)?;
-            let i = self.0.iface;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported); the generated table fills every getter.
-            let t = unsafe { engine::iface_tiles!(i) };
-            Ok((t, f))
-        }
-
         /// The packed-RHS layout this kernel reads for `n x k` weights in
         /// blocks of `bl` (format `qsi4c32p`, shared with the f32 family).
         pub fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
-            let (t, _) = self.tiles()?;
-            Ok(PackedLayout { format: FORMAT_QSI4C32P, rows: n, k, r: t.nr, kr: t.kr, sr: t.sr, bl, vector_bytes: 0 })
+            self.0.rhs_layout(n, k, bl)
         }
 
         /// The packed-LHS layout this kernel reads for an `m x k` input.
         pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
-            let (t, _) = self.tiles()?;
-            Ok(PackedLayout { format: LHS_FORMAT, rows: m, k, r: t.mr, kr: t.kr, sr: t.sr, bl: 0, vector_bytes: 0 })
+            self.0.lhs_layout(m, k)
         }
 
         /// Packs the weights for this kernel (bf16 scales).
         pub fn pack_rhs<'a>(&self, w: impl Into<BlockInt4<'a>>) -> Result<PackedRhs> {
-            let w = w.into();
-            let (n, k, bl) = check_weights(&w)?;
-            pack_qsi4c32p_rhs(self.rhs_layout(n, k, bl)?, &w)
+            self.0.pack_rhs(&w.into())
         }
 
         /// Quantises and packs an `m x k` bf16 LHS (rows `lhs_stride`
@@ -164,23 +136,7 @@ mod imp {
             par: Parallelism,
             out: &mut PackedLhs,
         ) -> Result<()> {
-            engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
-            let stride_bytes = error::mul(lhs_stride, 2, "lhs stride")?;
-            let layout = self.lhs_layout(m, k)?;
-            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
-            if sr == 0 || kr % sr != 0 || kr / sr != 8 {
-                return Err(crate::Error::bad_value(
-                    "kr / sr",
-                    format!("{kr} / {sr}"),
-                    format!("{LHS_PACKER} needs 8"),
-                ));
-            }
-            let size = <bf16 as LhsElem>::packed_size(m, k, mr, kr, sr);
-            // SAFETY: the rows lie inside `lhs` (checked), `size` is the
-            // packer's own size for the layout's blocks, kr / sr = 8 as the
-            // packer asserts (checked). It is NEON code, always available.
-            unsafe { pack_lhs_rows(&self.0.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
-            Ok(())
+            self.0.pack_lhs_bf16(LHS_PACKER, m, k, lhs, lhs_stride, par, out)
         }
 
         /// `dst = clamp(lhs · wᵀ + bias)` in bf16: `dst` is `m x n`, rows `n`
@@ -193,54 +149,7 @@ mod imp {
             clamp: Clamp,
             par: Parallelism,
         ) -> Result<()> {
-            clamp.check()?;
-            let l = *rhs.layout();
-            let (m, n, k, bl) = (lhs.layout().rows, l.rows, l.k, l.bl);
-            rhs.expect(&self.rhs_layout(n, k, bl)?, self.0.info.name)?;
-            lhs.expect(&self.lhs_layout(m, k)?, self.0.info.name)?;
-            error::nonzero(m, "m")?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _) = self.tiles()?;
-            check_bl(k, bl, t.kr)?;
-            let i = self.0.iface;
-            let (get_lhs, get_rhs, run) = (
-                i.get_lhs_packed_offset.expect("lhs offset"),
-                i.get_rhs_packed_offset.expect("rhs offset"),
-                i.run_matmul.expect("run"),
-            );
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            engine::run_grid(par, &self.0.info, m, n, k, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dp);
-                // SAFETY: both packed buffers have exactly the layouts this
-                // kernel computes for (m, n, k, bl) (checked above), so the
-                // offsets of a row start that is a multiple of m_step and a
-                // column start that is a multiple of n_step (plan_grid) lie
-                // inside them; dst holds m x n bf16 and tiles are disjoint;
-                // k and bl meet the kernel's rules (check_bl); the CPU
-                // supports the kernel (tiles()).
-                unsafe {
-                    let lo = get_lhs(rows.start, k);
-                    let ro = get_rhs(cols.start, k, bl);
-                    run(
-                        rows.len(),
-                        cols.len(),
-                        k,
-                        bl,
-                        lp.0.add(lo).cast(),
-                        rp.0.add(ro).cast(),
-                        dp.0.add(rows.start * n + cols.start).cast(),
-                        n * 2,
-                        2,
-                        clamp.min,
-                        clamp.max,
-                    );
-                }
-            });
-            Ok(())
+            self.0.run(lhs, rhs, dst, clamp, par)
         }
 
         /// Packs the dense `m x k` LHS and runs: the one-call form.

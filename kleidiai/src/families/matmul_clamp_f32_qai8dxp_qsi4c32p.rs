@@ -32,7 +32,7 @@
 
 pub use super::qai8dxp_qsi4c32p::SCALE_TYPE;
 use super::qai8dxp_qsi4c32p::{check_weights, reference_core};
-use crate::error::{self, Result};
+use crate::error::Result;
 use crate::families::float_common::check_reference_operands;
 use crate::formats::BlockInt4;
 use crate::packed::Clamp;
@@ -70,92 +70,41 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::SendPtr;
-    use crate::cpu::Features;
-    use crate::families::engine::{self, Tiles};
-    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
+    use crate::families::engine;
     pub use crate::families::qai8dxp_qsi4c32p::unpack_rhs_row;
-    use crate::families::qai8dxp_qsi4c32p::{
-        LHS_FORMAT, check_bl, kernel_info, pack_qsi4c32p_rhs,
-    };
+    use crate::families::qai8dxp_qsi4c32p::{Entry, c32_fns};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::info::KernelInfo;
-    use kleidiai_sys as sys;
+    use kleidiai_sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4c32p::KERNELS;
     use std::sync::OnceLock;
-    use sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4c32p::{Interface, KERNELS};
 
     const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_f32";
-
-    struct Entry {
-        info: KernelInfo,
-        iface: &'static Interface,
-        format: &'static str,
-    }
 
     fn entries() -> &'static [Entry] {
         static E: OnceLock<Vec<Entry>> = OnceLock::new();
         E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, iface)| {
-                    let (info, format) = kernel_info(u, FAMILY, LHS_PACKER);
-                    Entry { info, iface, format }
-                })
-                .collect()
+            KERNELS.iter().map(|(u, i)| Entry::f32_out(u, FAMILY, LHS_PACKER, c32_fns!(i, F32))).collect()
         })
     }
 
     engine::kernel_type!(Entry);
 
     impl Kernel {
-        fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.0.info)?;
-            let i = self.0.iface;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so even SME getters may run; the generated
-            // table fills every getter of this interface.
-            let t = unsafe { engine::iface_tiles!(i) };
-            Ok((t, f))
-        }
-
         /// The packed-RHS layout this kernel reads for `n x k` weights in
         /// blocks of `bl`.
         pub fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
-            let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.0.format,
-                rows: n,
-                k,
-                r: t.nr,
-                kr: t.kr,
-                sr: t.sr,
-                bl,
-                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
-            })
+            self.0.rhs_layout(n, k, bl)
         }
 
         /// The packed-LHS layout this kernel reads for an `m x k` input.
         pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
-            let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: LHS_FORMAT,
-                rows: m,
-                k,
-                r: t.mr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
-            })
+            self.0.lhs_layout(m, k)
         }
 
         /// Packs the weights for this kernel (and every kernel with the
         /// same [`rhs_layout`](Self::rhs_layout)). Scales are stored as bf16.
         pub fn pack_rhs<'a>(&self, w: impl Into<BlockInt4<'a>>) -> Result<PackedRhs> {
-            let w = w.into();
-            let (n, k, bl) = check_weights(&w)?;
-            pack_qsi4c32p_rhs(self.rhs_layout(n, k, bl)?, &w)
+            self.0.pack_rhs(&w.into())
         }
 
         /// Quantises and packs an `m x k` f32 LHS (rows `lhs_stride`
@@ -183,8 +132,7 @@ mod imp {
             par: Parallelism,
             out: &mut PackedLhs,
         ) -> Result<()> {
-            let layout = self.lhs_layout(m, k)?;
-            pack_qai8dxp_f32(&self.0.info, layout, lhs, lhs_stride, par, out)
+            self.0.pack_lhs_f32(m, k, lhs, lhs_stride, par, out)
         }
 
         /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
@@ -196,77 +144,14 @@ mod imp {
             clamp: Clamp,
             par: Parallelism,
         ) -> Result<()> {
-            clamp.check()?;
-            let l = *rhs.layout();
-            let (m, n, k, bl) = (lhs.layout().rows, l.rows, l.k, l.bl);
-            rhs.expect(&self.rhs_layout(n, k, bl)?, self.0.info.name)?;
-            lhs.expect(&self.lhs_layout(m, k)?, self.0.info.name)?;
-            error::nonzero(m, "m")?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _) = self.tiles()?;
-            check_bl(k, bl, t.kr)?;
-            let i = self.0.iface;
-            let (get_lhs, get_rhs, run) = (
-                i.get_lhs_packed_offset.expect("lhs offset"),
-                i.get_rhs_packed_offset.expect("rhs offset"),
-                i.run_matmul.expect("run"),
-            );
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            // The GEMV kernels (mr 1) assume one row per call.
-            let rows_per_call = if t.mr == 1 { 1 } else { usize::MAX };
-            engine::run_grid(par, &self.0.info, m, n, k, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dp);
-                let mut r0 = rows.start;
-                while r0 < rows.end {
-                    let r1 = rows.end.min(r0.saturating_add(rows_per_call));
-                    // SAFETY: both packed buffers have exactly the layouts
-                    // this kernel computes for (m, n, k, bl) (checked above),
-                    // so the offsets of a row start that is a multiple of
-                    // m_step (or any row for mr 1) and a column start that is
-                    // a multiple of n_step (plan_grid) lie inside them; dst
-                    // holds m x n f32 and tiles are disjoint; k and bl meet
-                    // the kernel's rules (check_bl); the CPU supports the
-                    // kernel (tiles()).
-                    unsafe {
-                        let lo = get_lhs(r0, k);
-                        let ro = get_rhs(cols.start, k, bl);
-                        run(
-                            r1 - r0,
-                            cols.len(),
-                            k,
-                            bl,
-                            lp.0.add(lo).cast(),
-                            rp.0.add(ro).cast(),
-                            dp.0.add(r0 * n + cols.start),
-                            n * 4,
-                            4,
-                            clamp.min,
-                            clamp.max,
-                        );
-                    }
-                    r0 = r1;
-                }
-            });
-            Ok(())
+            self.0.run(lhs, rhs, dst, clamp, par)
         }
 
         /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
         /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`, made
         /// once (the steady-state path of `PackedWeights::matmul`).
         pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
-            let l = *rhs.layout();
-            let (n, k, bl) = (l.rows, l.k, l.bl);
-            engine::check_prepared_sizes(m, n, k)?;
-            rhs.expect(&self.rhs_layout(n, k, bl)?, self.0.info.name)?;
-            let (t, _) = self.tiles()?;
-            check_bl(k, bl, t.kr)?;
-            error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
-            let lhs_bytes = <f32 as LhsElem>::packed_size(m, k, t.mr, t.kr, t.sr);
-            Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
+            self.0.prepare_f32(m, rhs)
         }
 
         /// What `pack_lhs_into` then `run` do on one thread for the whole
@@ -286,28 +171,8 @@ mod imp {
             y: *mut f32,
             clamp: Clamp,
         ) {
-            let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
-            let i = self.0.iface;
-            let rp = rhs.data().as_ptr();
-            // SAFETY: the caller's contract: every size, layout and block
-            // rule was checked by `prepare` for exactly these operands, the
-            // buffers have the sizes it computed, and offsets of row 0 and
-            // column 0 are 0. Single-row kernels (mr 1) get one row per call
-            // at the packer's offset of that row, as in `run`.
-            unsafe {
-                <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
-                let run = i.run_matmul.expect("run");
-                if t.mr == 1 {
-                    let get_lhs = i.get_lhs_packed_offset.expect("lhs offset");
-                    for r in 0..m {
-                        let lo = if r == 0 { 0 } else { get_lhs(r, k) };
-                        let (a, d) = (lhs.add(lo).cast(), y.add(r * n));
-                        run(1, n, k, bl, a, rp.cast(), d, n * 4, 4, clamp.min, clamp.max);
-                    }
-                } else {
-                    run(m, n, k, bl, lhs.cast(), rp.cast(), y, n * 4, 4, clamp.min, clamp.max);
-                }
-            }
+            // SAFETY: forwarded to the caller (the same contract).
+            unsafe { self.0.run_prepared_f32(p, x, lhs, rhs, y, clamp) }
         }
 
         /// Packs the dense `m x k` LHS and runs: the one-call form.
@@ -325,35 +190,6 @@ mod imp {
             self.run(&packed, rhs, dst, clamp, par)
         }
     }
-
-    /// Quantises and packs an f32 LHS with `kai_lhs_quant_pack_qai8dxp_f32`
-    /// into `layout` (rows `m`, `k`, `mr`, `kr`, `sr` taken from it).
-    pub(crate) fn pack_qai8dxp_f32(
-        info: &KernelInfo,
-        layout: PackedLayout,
-        lhs: &[f32],
-        lhs_stride: usize,
-        par: Parallelism,
-        out: &mut PackedLhs,
-    ) -> Result<()> {
-        let (m, k, mr, kr, sr) = (layout.rows, layout.k, layout.r, layout.kr, layout.sr);
-        error::nonzero(m, "m")?;
-        error::nonzero(k, "k")?;
-        error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
-        if lhs_stride < k {
-            return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
-        }
-        let need =
-            error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
-        error::at_least(lhs.len(), need, "lhs")?;
-        let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
-        let size = <f32 as LhsElem>::packed_size(m, k, mr, kr, sr);
-        // SAFETY: the rows lie inside `lhs` (checked above), `size` is the
-        // packer's own size for the layout's blocks (kr % sr == 0 checked);
-        // the packer is plain C.
-        unsafe { pack_lhs_rows(info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
-        Ok(())
-    }
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]
@@ -362,7 +198,7 @@ pub(crate) mod tests {
     use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order, Q4_0};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
-    use crate::families::qai8dxp_qsi4c32p::{FORMAT_QSI4C32P, pack_qsi4c32p_rhs};
+    use crate::families::qai8dxp_qsi4c32p::{FORMAT_QSI4C32P, pack_qsi4c32p_rhs, pack_scalar_nxk};
     use crate::testing::qsi4c32::{BL_K, TestWeights, magnitudes};
     use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
     use half::bf16;
@@ -437,7 +273,7 @@ pub(crate) mod tests {
             let layout =
                 crate::packed::PackedLayout { format: FORMAT_QSI4C32P, rows: n, k, r: nr, kr, sr, bl, vector_bytes: 0 };
             let neon = pack_qsi4c32p_rhs(layout, &w).unwrap();
-            let scalar = scalar_nxk(layout, &w);
+            let scalar = pack_scalar_nxk(layout, &w);
             let (a, b) = (neon.as_bytes(), &scalar[..]);
             assert_eq!(a.len(), b.len());
             let stride = (k / bl) * nr * (bl / 2 + 2) + nr * 8;
@@ -457,39 +293,6 @@ pub(crate) mod tests {
                 unpack_rhs_row(&neon, r, &mut row).unwrap();
                 assert_eq!(row[..], wd[r * k..(r + 1) * k]);
             }
-        }
-    }
-
-    fn scalar_nxk(layout: crate::packed::PackedLayout, w: &BlockInt4<'_>) -> Vec<u8> {
-        use kleidiai_sys as sys;
-        let (n, k, bl, nr, kr, sr) = (w.n(), w.k(), w.bl(), layout.r, layout.kr, layout.sr);
-        let values = w.qsu4_s1s0(Order::NxK).unwrap();
-        let scales = w.scale_bits(SCALE_TYPE).unwrap();
-        let dt = sys::kai_datatype_kai_dt_bf16;
-        let p =
-            sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
-        // SAFETY: as in pack_qsi4c32p_rhs (same checks hold for these shapes).
-        unsafe {
-            let size = sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(n, k, nr, kr, sr, bl, dt);
-            let mut buf = vec![0u8; size];
-            sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(
-                1,
-                n,
-                k,
-                nr,
-                kr,
-                sr,
-                bl,
-                values.as_ptr(),
-                k / 2,
-                w.bias().unwrap().as_ptr(),
-                scales.as_ptr().cast(),
-                (k / bl) * 2,
-                buf.as_mut_ptr().cast(),
-                0,
-                &p,
-            );
-            buf
         }
     }
 

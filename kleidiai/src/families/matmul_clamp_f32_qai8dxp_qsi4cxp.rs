@@ -15,7 +15,7 @@
 //! only the final f32 scaling (a few roundings, in another order) differs:
 //! `|err| <= 1e-5 * (|want| + sum_k |x_k * w_k|)`.
 
-use crate::error::{self, Result};
+use crate::error::Result;
 use crate::families::float_common::check_reference_operands;
 use crate::formats::Int4PerChannel;
 use crate::packed::Clamp;
@@ -66,9 +66,7 @@ mod imp {
     use crate::buffer::AlignedBuf;
     use crate::cpu::CpuFeature;
     use crate::families::engine;
-    use crate::families::qai8dxp_common::{
-        Entry, LhsElem, RhsFormat, Run, fns, int4_per_channel_packer, pack_int4_per_channel, pack_lhs_rows,
-    };
+    use crate::families::qai8dxp_common::{Entry, RhsFormat, fns};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use kleidiai_sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4cxp::KERNELS;
@@ -105,29 +103,7 @@ mod imp {
         /// Packs the weights for this kernel (and every kernel with the
         /// same [`rhs_layout`](Self::rhs_layout)).
         pub fn pack_rhs(&self, w: &Int4PerChannel<'_>) -> Result<PackedRhs> {
-            w.validate()?;
-            let layout = self.rhs_layout(w.n, w.k)?;
-            if !self.0.rhs.takes(w.order) {
-                return Err(crate::Error::WrongFamily {
-                    kernel: self.0.info.name,
-                    why: format!("has no upstream packer for {:?} weights (use N x K)", w.order),
-                });
-            }
-            let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
-            error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
-            let format = self.0.rhs;
-            let (size, _) = int4_per_channel_packer(format, w.order);
-            // SAFETY: w.validate() checked `data` holds the n x k (or k x n)
-            // nibbles, `scales` and `bias` n values; the buffer has the size
-            // the packer's own query returns for (n, k, nr, kr, sr), the
-            // kernel's blocks for its format; kr % sr == 0 (checked); the
-            // format takes the order (order_supported).
-            let buf = unsafe {
-                let mut buf = AlignedBuf::zeroed(size(n, k, nr, kr, sr));
-                pack_int4_per_channel(format, w, nr, kr, sr, buf.as_mut_ptr().cast());
-                buf
-            };
-            Ok(PackedRhs::new(layout, buf))
+            self.0.pack_rhs_qsi4cxp(w)
         }
 
         /// Quantises and packs an `m x k` f32 LHS (rows `lhs_stride`
@@ -155,30 +131,14 @@ mod imp {
             par: Parallelism,
             out: &mut PackedLhs,
         ) -> Result<()> {
-            engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
-            let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
-            let layout = self.lhs_layout(m, k)?;
-            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
-            let size = <f32 as LhsElem>::packed_size(m, k, mr, kr, sr);
-            // SAFETY: the rows lie inside `lhs` (checked above), `size` is
-            // the packer's own size for the kernel's blocks, which upstream
-            // pairs with this plain C packer.
-            unsafe { pack_lhs_rows(&self.0.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
-            Ok(())
+            self.0.pack_lhs_f32_qsi4cxp(m, k, lhs, lhs_stride, par, out)
         }
 
         /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
         /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`, made
         /// once (the steady-state path of `PackedWeights::matmul`).
         pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
-            let l = *rhs.layout();
-            let (n, k) = (l.rows, l.k);
-            engine::check_prepared_sizes(m, n, k)?;
-            rhs.expect(&self.rhs_layout(n, k)?, self.0.info.name)?;
-            let (t, _) = self.0.tiles()?;
-            error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
-            let lhs_bytes = <f32 as LhsElem>::packed_size(m, k, t.mr, t.kr, t.sr);
-            Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
+            self.0.prepare_f32_qsi4cxp(m, rhs)
         }
 
         /// What `pack_lhs_into` then `run` do on one thread for the whole
@@ -198,27 +158,8 @@ mod imp {
             y: *mut f32,
             clamp: Clamp,
         ) {
-            let (m, n, k, t) = (p.m, p.n, p.k, p.t);
-            let Run::F32(run) = self.0.fns.run else { unreachable!("an f32-output kernel") };
-            let rp = rhs.data().as_ptr();
-            // SAFETY: the caller's contract: every size and layout rule was
-            // checked by `prepare` for exactly these operands, the buffers
-            // have the sizes it computed, and offsets of row 0 and column 0
-            // are 0. Single-row kernels (mr 1) get one row per call at the
-            // packer's offset of that row.
-            unsafe {
-                <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
-                if t.mr == 1 {
-                    let get_lhs = self.0.fns.lhs_offset;
-                    for r in 0..m {
-                        let lo = if r == 0 { 0 } else { get_lhs(r, k) };
-                        let (a, d) = (lhs.add(lo).cast(), y.add(r * n));
-                        run(1, n, k, a, rp.cast(), d, n * 4, 4, clamp.min, clamp.max);
-                    }
-                } else {
-                    run(m, n, k, lhs.cast(), rp.cast(), y, n * 4, 4, clamp.min, clamp.max);
-                }
-            }
+            // SAFETY: forwarded to the caller (the same contract).
+            unsafe { self.0.run_prepared_f32_qsi4cxp(p, x, lhs, rhs, y, clamp) }
         }
 
         /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.

@@ -1058,6 +1058,121 @@ mod imp {
             });
             Ok(())
         }
+
+        /// Packs int4 per-channel weights as `matmul_clamp_f32_qai8dxp_qsi4cxp`
+        /// does (its checks, in its order; the buffer sized by the packer's
+        /// own query).
+        pub(crate) fn pack_rhs_qsi4cxp(&self, w: &Int4PerChannel<'_>) -> Result<PackedRhs> {
+            w.validate()?;
+            let layout = self.rhs_layout(w.n, w.k)?;
+            if !self.rhs.takes(w.order) {
+                return Err(crate::Error::WrongFamily {
+                    kernel: self.info.name,
+                    why: format!("has no upstream packer for {:?} weights (use N x K)", w.order),
+                });
+            }
+            let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
+            error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
+            let format = self.rhs;
+            let (size, _) = int4_per_channel_packer(format, w.order);
+            // SAFETY: w.validate() checked `data` holds the n x k (or k x n)
+            // nibbles, `scales` and `bias` n values; the buffer has the size
+            // the packer's own query returns for (n, k, nr, kr, sr), the
+            // kernel's blocks for its format; kr % sr == 0 (checked); the
+            // format takes the order (checked).
+            let buf = unsafe {
+                let mut buf = AlignedBuf::zeroed(size(n, k, nr, kr, sr));
+                pack_int4_per_channel(format, w, nr, kr, sr, buf.as_mut_ptr().cast());
+                buf
+            };
+            Ok(PackedRhs::new(layout, buf))
+        }
+
+        /// Quantises and packs an f32 LHS as `matmul_clamp_f32_qai8dxp_qsi4cxp`
+        /// does (the packer's own size for the kernel's blocks, which
+        /// upstream pairs with this plain C packer).
+        pub(crate) fn pack_lhs_f32_qsi4cxp(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[f32],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
+            let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
+            let layout = self.lhs_layout(m, k)?;
+            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            let size = <f32 as LhsElem>::packed_size(m, k, mr, kr, sr);
+            // SAFETY: the rows lie inside `lhs` (checked above), `size` is
+            // the packer's own size for the kernel's blocks, which upstream
+            // pairs with this plain C packer.
+            unsafe { pack_lhs_rows(&self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
+            Ok(())
+        }
+
+        /// Every check `matmul_clamp_f32_qai8dxp_qsi4cxp`'s `pack_lhs_into`
+        /// and `run` make for a dense `m x k` f32 LHS and `rhs`, made once.
+        pub(crate) fn prepare_f32_qsi4cxp(
+            &self,
+            m: usize,
+            rhs: &PackedRhs,
+        ) -> Result<Option<crate::families::engine::Prepared>> {
+            let l = *rhs.layout();
+            let (n, k) = (l.rows, l.k);
+            engine::check_prepared_sizes(m, n, k)?;
+            rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
+            let (t, _) = self.tiles()?;
+            error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
+            if !matches!(self.fns.run, Run::F32(_)) {
+                return Ok(None);
+            }
+            let lhs_bytes = <f32 as LhsElem>::packed_size(m, k, t.mr, t.kr, t.sr);
+            Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
+        }
+
+        /// What `matmul_clamp_f32_qai8dxp_qsi4cxp`'s `pack_lhs_into` then
+        /// `run` do on one thread for the whole output, without their checks
+        /// (kernels with `mr == 1` one row per call).
+        ///
+        /// # Safety
+        /// `p` is what [`prepare_f32_qsi4cxp`](Self::prepare_f32_qsi4cxp)
+        /// returned (`Some`) for this `rhs`; the CPU still runs the kernel at
+        /// the vector length it ran at then; `x` holds `p.m x p.k` f32,
+        /// `lhs` `p.lhs_bytes` writable bytes (64-byte aligned), `y`
+        /// `p.m x p.n` f32; `clamp` is valid.
+        pub(crate) unsafe fn run_prepared_f32_qsi4cxp(
+            &self,
+            p: &crate::families::engine::Prepared,
+            x: *const f32,
+            lhs: *mut u8,
+            rhs: &PackedRhs,
+            y: *mut f32,
+            clamp: Clamp,
+        ) {
+            let (m, n, k, t) = (p.m, p.n, p.k, p.t);
+            let Run::F32(run) = self.fns.run else { unreachable!("an f32-output kernel") };
+            let rp = rhs.data().as_ptr();
+            // SAFETY: the caller's contract: every size and layout rule was
+            // checked by `prepare_f32_qsi4cxp` for exactly these operands,
+            // the buffers have the sizes it computed, and offsets of row 0
+            // and column 0 are 0. Single-row kernels (mr 1) get one row per
+            // call at the packer's offset of that row.
+            unsafe {
+                <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
+                if t.mr == 1 {
+                    let get_lhs = self.fns.lhs_offset;
+                    for r in 0..m {
+                        let lo = if r == 0 { 0 } else { get_lhs(r, k) };
+                        let (a, d) = (lhs.add(lo).cast(), y.add(r * n));
+                        run(1, n, k, a, rp.cast(), d, n * 4, 4, clamp.min, clamp.max);
+                    }
+                } else {
+                    run(m, n, k, lhs.cast(), rp.cast(), y, n * 4, 4, clamp.min, clamp.max);
+                }
+            }
+        }
     }
 
     /// The table as the kernels read it: four i32 entries, then zeros up to

@@ -58,12 +58,17 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::AlignedBuf;
+    use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::{CpuFeature, Features};
     use crate::error;
+    use crate::families::engine::{self, Tiles};
+    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
     use crate::formats::Order;
-    use crate::packed::{PackedLayout, PackedRhs};
+    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
     use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use core::ffi::c_void;
+    use half::bf16;
     use kleidiai_sys as sys;
 
     /// Packed RHS of the NEON kernels (bf16 scales, channel sums, bias).
@@ -267,5 +272,419 @@ mod imp {
             *o = nib(group[byte], hi) as f32 * scale;
         }
         Ok(())
+    }
+
+    type Getter = unsafe extern "C" fn() -> usize;
+    type LhsOffset = unsafe extern "C" fn(usize, usize) -> usize;
+    type RhsOffset = unsafe extern "C" fn(usize, usize, usize) -> usize;
+    type RunF32 = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        *const c_void,
+        *const c_void,
+        *mut f32,
+        usize,
+        usize,
+        f32,
+        f32,
+    );
+    type RunHalf = unsafe extern "C" fn(
+        usize,
+        usize,
+        usize,
+        usize,
+        *const c_void,
+        *const c_void,
+        *mut c_void,
+        usize,
+        usize,
+        f32,
+        f32,
+    );
+
+    /// A kernel's run function, by output type.
+    #[derive(Clone, Copy)]
+    pub(crate) enum Run {
+        /// f32 output.
+        F32(RunF32),
+        /// bf16 output (2 bytes).
+        Half(RunHalf),
+    }
+
+    impl Run {
+        fn dst_bytes(self) -> usize {
+            match self {
+                Run::F32(_) => 4,
+                Run::Half(_) => 2,
+            }
+        }
+    }
+
+    /// The functions of one qai8dxp x qsi4c32p kernel (its upstream
+    /// interface struct, without the output type).
+    #[derive(Clone, Copy)]
+    pub(crate) struct Fns {
+        pub m_step: Getter,
+        pub n_step: Getter,
+        pub mr: Getter,
+        pub nr: Getter,
+        pub kr: Getter,
+        pub sr: Getter,
+        pub lhs_offset: LhsOffset,
+        pub rhs_offset: RhsOffset,
+        pub run: Run,
+    }
+
+    /// [`Fns`] from a family's generated interface struct; `$run` is the
+    /// [`Run`] variant matching its `run_matmul` signature.
+    macro_rules! c32_fns {
+        ($i:expr, $run:ident) => {
+            $crate::families::qai8dxp_qsi4c32p::Fns {
+                m_step: $i.get_m_step.expect("m_step"),
+                n_step: $i.get_n_step.expect("n_step"),
+                mr: $i.get_mr.expect("mr"),
+                nr: $i.get_nr.expect("nr"),
+                kr: $i.get_kr.expect("kr"),
+                sr: $i.get_sr.expect("sr"),
+                lhs_offset: $i.get_lhs_packed_offset.expect("lhs offset"),
+                rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
+                run: $crate::families::qai8dxp_qsi4c32p::Run::$run($i.run_matmul.expect("run")),
+            }
+        };
+    }
+    pub(crate) use c32_fns;
+
+    /// One kernel of the qai8dxp x qsi4c32p families: registry data,
+    /// functions, packed RHS format and the family's conventions.
+    pub(crate) struct Entry {
+        pub info: KernelInfo,
+        fns: Fns,
+        format: &'static str,
+        /// Layouts carry the kernel's vector length (the f32 family).
+        sized: bool,
+        /// Kernels with `mr == 1` get one row per call (the f32 family).
+        one_row: bool,
+    }
+
+    impl Entry {
+        /// The entry of kernel `u` of the f32-output family: its format by
+        /// [`kernel_info`], layouts with the vector length, GEMV kernels
+        /// (`mr == 1`) run one row per call.
+        pub(crate) fn f32_out(
+            u: &'static sys::Ukernel,
+            family: &'static str,
+            lhs_packer: &'static str,
+            fns: Fns,
+        ) -> Entry {
+            let (info, format) = kernel_info(u, family, lhs_packer);
+            Entry { info, fns, format, sized: true, one_row: true }
+        }
+
+        /// The entry of kernel `u` of the bf16-output family: format
+        /// `qsi4c32p`, layouts without the vector length, every tile in one
+        /// call.
+        pub(crate) fn bf16_out(
+            u: &'static sys::Ukernel,
+            family: &'static str,
+            lhs_packer: &'static str,
+            fns: Fns,
+        ) -> Entry {
+            let info = kernel_info(u, family, lhs_packer).0;
+            Entry { info, fns, format: FORMAT_QSI4C32P, sized: false, one_row: false }
+        }
+
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
+            let f = engine::ensure_supported(&self.info)?;
+            let i = &self.fns;
+            // SAFETY: the CPU has every feature the kernel needs
+            // (ensure_supported), so even SME getters may run.
+            let t = unsafe {
+                Tiles {
+                    m_step: (i.m_step)(),
+                    n_step: (i.n_step)(),
+                    mr: (i.mr)(),
+                    nr: (i.nr)(),
+                    kr: (i.kr)(),
+                    sr: (i.sr)(),
+                }
+            };
+            Ok((t, f))
+        }
+
+        fn vector_bytes(&self, f: &Features) -> usize {
+            if self.sized { engine::layout_vector_bytes(&self.info, f) } else { 0 }
+        }
+
+        /// The packed-RHS layout this kernel reads for `n x k` weights in
+        /// blocks of `bl`.
+        pub(crate) fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: self.format,
+                rows: n,
+                k,
+                r: t.nr,
+                kr: t.kr,
+                sr: t.sr,
+                bl,
+                vector_bytes: self.vector_bytes(&f),
+            })
+        }
+
+        /// The packed-LHS layout this kernel reads for an `m x k` input.
+        pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
+            let (t, f) = self.tiles()?;
+            Ok(PackedLayout {
+                format: LHS_FORMAT,
+                rows: m,
+                k,
+                r: t.mr,
+                kr: t.kr,
+                sr: t.sr,
+                bl: 0,
+                vector_bytes: self.vector_bytes(&f),
+            })
+        }
+
+        /// Packs the weights for this kernel (bf16 scales).
+        pub(crate) fn pack_rhs(&self, w: &BlockInt4<'_>) -> Result<PackedRhs> {
+            let (n, k, bl) = check_weights(w)?;
+            pack_qsi4c32p_rhs(self.rhs_layout(n, k, bl)?, w)
+        }
+
+        /// Quantises and packs an f32 LHS with `kai_lhs_quant_pack_qai8dxp_f32`.
+        pub(crate) fn pack_lhs_f32(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: &[f32],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            let layout = self.lhs_layout(m, k)?;
+            pack_qai8dxp_f32(&self.info, layout, lhs, lhs_stride, par, out)
+        }
+
+        /// Quantises and packs a bf16 LHS with `lhs_packer`
+        /// (`kai_lhs_quant_pack_qai8dxp_bf16_neon`, which needs `kr / sr = 8`).
+        #[allow(clippy::too_many_arguments)]
+        pub(crate) fn pack_lhs_bf16(
+            &self,
+            lhs_packer: &str,
+            m: usize,
+            k: usize,
+            lhs: &[bf16],
+            lhs_stride: usize,
+            par: Parallelism,
+            out: &mut PackedLhs,
+        ) -> Result<()> {
+            engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
+            let stride_bytes = error::mul(lhs_stride, 2, "lhs stride")?;
+            let layout = self.lhs_layout(m, k)?;
+            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            if sr == 0 || kr % sr != 0 || kr / sr != 8 {
+                return Err(crate::Error::bad_value(
+                    "kr / sr",
+                    format!("{kr} / {sr}"),
+                    format!("{lhs_packer} needs 8"),
+                ));
+            }
+            let size = <bf16 as LhsElem>::packed_size(m, k, mr, kr, sr);
+            // SAFETY: the rows lie inside `lhs` (checked), `size` is the
+            // packer's own size for the layout's blocks, kr / sr = 8 as the
+            // packer asserts (checked). It is NEON code, always available.
+            unsafe { pack_lhs_rows(&self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
+            Ok(())
+        }
+
+        /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n` values of the
+        /// kernel's output type `O`, rows `n` apart.
+        pub(crate) fn run<O: Copy>(
+            &self,
+            lhs: &PackedLhs,
+            rhs: &PackedRhs,
+            dst: &mut [O],
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            let l = *rhs.layout();
+            let (m, n, k, bl) = (lhs.layout().rows, l.rows, l.k, l.bl);
+            rhs.expect(&self.rhs_layout(n, k, bl)?, self.info.name)?;
+            lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
+            error::nonzero(m, "m")?;
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            let (t, _) = self.tiles()?;
+            check_bl(k, bl, t.kr)?;
+            let es = core::mem::size_of::<O>();
+            let run = self.fns.run;
+            if run.dst_bytes() != es {
+                return Err(crate::Error::WrongFamily { kernel: self.info.name, why: "output type".into() });
+            }
+            let (get_lhs, get_rhs) = (self.fns.lhs_offset, self.fns.rhs_offset);
+            let (lp, rp, dp) = (
+                SendPtr(lhs.data().as_ptr() as *mut u8),
+                SendPtr(rhs.data().as_ptr() as *mut u8),
+                SendPtr(dst.as_mut_ptr()),
+            );
+            // The f32 family's GEMV kernels (mr 1) assume one row per call.
+            let rows_per_call = if self.one_row && t.mr == 1 { 1 } else { usize::MAX };
+            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
+                let (lp, rp, dp) = (lp, rp, dp);
+                let mut r0 = rows.start;
+                while r0 < rows.end {
+                    let r1 = rows.end.min(r0.saturating_add(rows_per_call));
+                    // SAFETY: both packed buffers have exactly the layouts
+                    // this kernel computes for (m, n, k, bl) (checked above),
+                    // so the offsets of a row start that is a multiple of
+                    // m_step (or any row for mr 1) and a column start that is
+                    // a multiple of n_step (plan_grid) lie inside them; dst
+                    // holds m x n values of the kernel's output size
+                    // (checked) and tiles are disjoint; k and bl meet the
+                    // kernel's rules (check_bl); the CPU supports the kernel
+                    // (tiles()).
+                    unsafe {
+                        let lo = get_lhs(r0, k);
+                        let ro = get_rhs(cols.start, k, bl);
+                        let (a, b) = (lp.0.add(lo).cast::<c_void>(), rp.0.add(ro).cast::<c_void>());
+                        let d = dp.0.add(r0 * n + cols.start);
+                        let (h, w) = (r1 - r0, cols.len());
+                        match run {
+                            Run::F32(f) => f(h, w, k, bl, a, b, d.cast(), n * es, es, clamp.min, clamp.max),
+                            Run::Half(f) => f(h, w, k, bl, a, b, d.cast(), n * es, es, clamp.min, clamp.max),
+                        }
+                    }
+                    r0 = r1;
+                }
+            });
+            Ok(())
+        }
+
+        /// Every check the f32 family's `pack_lhs_into` and `run` make for
+        /// a dense `m x k` f32 LHS and `rhs`, made once (the steady-state
+        /// path of `PackedWeights::matmul`).
+        pub(crate) fn prepare_f32(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
+            let l = *rhs.layout();
+            let (n, k, bl) = (l.rows, l.k, l.bl);
+            engine::check_prepared_sizes(m, n, k)?;
+            rhs.expect(&self.rhs_layout(n, k, bl)?, self.info.name)?;
+            let (t, _) = self.tiles()?;
+            check_bl(k, bl, t.kr)?;
+            error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
+            if self.fns.run.dst_bytes() != 4 {
+                return Ok(None);
+            }
+            let lhs_bytes = <f32 as LhsElem>::packed_size(m, k, t.mr, t.kr, t.sr);
+            Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
+        }
+
+        /// What the f32 family's `pack_lhs_into` then `run` do on one thread
+        /// for the whole output, without their checks.
+        ///
+        /// # Safety
+        /// `p` is what [`prepare_f32`](Self::prepare_f32) returned (`Some`)
+        /// for this `rhs`; the CPU still runs the kernel at the vector length
+        /// it ran at then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes`
+        /// writable bytes (64-byte aligned), `y` `p.m x p.n` f32; `clamp` is
+        /// valid.
+        pub(crate) unsafe fn run_prepared_f32(
+            &self,
+            p: &engine::Prepared,
+            x: *const f32,
+            lhs: *mut u8,
+            rhs: &PackedRhs,
+            y: *mut f32,
+            clamp: Clamp,
+        ) {
+            let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
+            let Run::F32(run) = self.fns.run else { unreachable!("prepare_f32 returns None for other outputs") };
+            let rp = rhs.data().as_ptr();
+            // SAFETY: the caller's contract: every size, layout and block
+            // rule was checked by `prepare_f32` for exactly these operands,
+            // the buffers have the sizes it computed, and offsets of row 0
+            // and column 0 are 0. Single-row kernels (mr 1) get one row per
+            // call at the packer's offset of that row, as in `run`.
+            unsafe {
+                <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
+                if self.one_row && t.mr == 1 {
+                    let get_lhs = self.fns.lhs_offset;
+                    for r in 0..m {
+                        let lo = if r == 0 { 0 } else { get_lhs(r, k) };
+                        let (a, d) = (lhs.add(lo).cast(), y.add(r * n));
+                        run(1, n, k, bl, a, rp.cast(), d, n * 4, 4, clamp.min, clamp.max);
+                    }
+                } else {
+                    run(m, n, k, bl, lhs.cast(), rp.cast(), y, n * 4, 4, clamp.min, clamp.max);
+                }
+            }
+        }
+    }
+
+    /// Quantises and packs an f32 LHS with `kai_lhs_quant_pack_qai8dxp_f32`
+    /// into `layout` (rows `m`, `k`, `mr`, `kr`, `sr` taken from it).
+    pub(crate) fn pack_qai8dxp_f32(
+        info: &KernelInfo,
+        layout: PackedLayout,
+        lhs: &[f32],
+        lhs_stride: usize,
+        par: Parallelism,
+        out: &mut PackedLhs,
+    ) -> Result<()> {
+        let (m, k, mr, kr, sr) = (layout.rows, layout.k, layout.r, layout.kr, layout.sr);
+        error::nonzero(m, "m")?;
+        error::nonzero(k, "k")?;
+        error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
+        if lhs_stride < k {
+            return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
+        }
+        let need =
+            error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
+        error::at_least(lhs.len(), need, "lhs")?;
+        let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
+        let size = <f32 as LhsElem>::packed_size(m, k, mr, kr, sr);
+        // SAFETY: the rows lie inside `lhs` (checked above), `size` is the
+        // packer's own size for the layout's blocks (kr % sr == 0 checked);
+        // the packer is plain C.
+        unsafe { pack_lhs_rows(info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
+        Ok(())
+    }
+
+    /// Packs N x K weights with upstream's scalar
+    /// `kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0` (any `kr / sr`), for the
+    /// tests comparing it with the NEON packers.
+    #[cfg(test)]
+    pub(crate) fn pack_scalar_nxk(layout: PackedLayout, w: &BlockInt4<'_>) -> Vec<u8> {
+        let (n, k, bl, nr, kr, sr) = (w.n(), w.k(), w.bl(), layout.r, layout.kr, layout.sr);
+        let values = w.qsu4_s1s0(Order::NxK).unwrap();
+        let scales = w.scale_bits(SCALE_TYPE).unwrap();
+        let dt = sys::kai_datatype_kai_dt_bf16;
+        let p =
+            sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
+        // SAFETY: as in pack_qsi4c32p_rhs (same checks hold for these shapes).
+        unsafe {
+            let size = sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(n, k, nr, kr, sr, bl, dt);
+            let mut buf = vec![0u8; size];
+            sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(
+                1,
+                n,
+                k,
+                nr,
+                kr,
+                sr,
+                bl,
+                values.as_ptr(),
+                k / 2,
+                w.bias().unwrap().as_ptr(),
+                scales.as_ptr().cast(),
+                (k / bl) * 2,
+                buf.as_mut_ptr().cast(),
+                0,
+                &p,
+            );
+            buf
+        }
     }
 }
