@@ -72,6 +72,7 @@ mod imp {
     use super::*;
     use crate::families::engine;
     pub use crate::families::qai8dxp_qsi4c32p::unpack_rhs_row;
+    use crate::families::qai8dxp_common::f32_prepared;
     use crate::families::qai8dxp_qsi4c32p::{Entry, c32_fns};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -88,6 +89,7 @@ mod imp {
     }
 
     engine::kernel_type!(Entry);
+    f32_prepared!(prepare_f32, run_prepared_f32);
 
     impl Kernel {
         /// The packed-RHS layout this kernel reads for `n x k` weights in
@@ -145,34 +147,6 @@ mod imp {
             par: Parallelism,
         ) -> Result<()> {
             self.0.run(lhs, rhs, dst, clamp, par)
-        }
-
-        /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
-        /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`, made
-        /// once (the steady-state path of `PackedWeights::matmul`).
-        pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
-            self.0.prepare_f32(m, rhs)
-        }
-
-        /// What `pack_lhs_into` then `run` do on one thread for the whole
-        /// output, without their checks.
-        ///
-        /// # Safety
-        /// `p` is what [`prepare`](Self::prepare) returned for this `rhs`;
-        /// the CPU still runs the kernel at the vector length it ran at
-        /// then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes` writable
-        /// bytes (64-byte aligned), `y` `p.m x p.n` f32; `clamp` is valid.
-        pub(crate) unsafe fn run_prepared(
-            &self,
-            p: &engine::Prepared,
-            x: *const f32,
-            lhs: *mut u8,
-            rhs: &PackedRhs,
-            y: *mut f32,
-            clamp: Clamp,
-        ) {
-            // SAFETY: forwarded to the caller (the same contract).
-            unsafe { self.0.run_prepared_f32(p, x, lhs, rhs, y, clamp) }
         }
 
         /// Packs the dense `m x k` LHS and runs: the one-call form.

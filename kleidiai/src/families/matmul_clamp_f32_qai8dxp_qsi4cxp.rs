@@ -66,7 +66,7 @@ mod imp {
     use crate::buffer::AlignedBuf;
     use crate::cpu::CpuFeature;
     use crate::families::engine;
-    use crate::families::qai8dxp_common::{Entry, RhsFormat, fns};
+    use crate::families::qai8dxp_common::{Entry, RhsFormat, f32_prepared, fns};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use kleidiai_sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4cxp::KERNELS;
@@ -88,6 +88,7 @@ mod imp {
     }
 
     engine::kernel_type!(Entry);
+    f32_prepared!(prepare_f32_qsi4cxp, run_prepared_f32_qsi4cxp);
 
     impl Kernel {
         /// The packed-RHS layout this kernel reads for `n x k` weights.
@@ -132,34 +133,6 @@ mod imp {
             out: &mut PackedLhs,
         ) -> Result<()> {
             self.0.pack_lhs_f32_qsi4cxp(m, k, lhs, lhs_stride, par, out)
-        }
-
-        /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
-        /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`, made
-        /// once (the steady-state path of `PackedWeights::matmul`).
-        pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
-            self.0.prepare_f32_qsi4cxp(m, rhs)
-        }
-
-        /// What `pack_lhs_into` then `run` do on one thread for the whole
-        /// output, without their checks.
-        ///
-        /// # Safety
-        /// `p` is what [`prepare`](Self::prepare) returned for this `rhs`;
-        /// the CPU still runs the kernel at the vector length it ran at
-        /// then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes` writable
-        /// bytes (64-byte aligned), `y` `p.m x p.n` f32; `clamp` is valid.
-        pub(crate) unsafe fn run_prepared(
-            &self,
-            p: &engine::Prepared,
-            x: *const f32,
-            lhs: *mut u8,
-            rhs: &PackedRhs,
-            y: *mut f32,
-            clamp: Clamp,
-        ) {
-            // SAFETY: forwarded to the caller (the same contract).
-            unsafe { self.0.run_prepared_f32_qsi4cxp(p, x, lhs, rhs, y, clamp) }
         }
 
         /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.

@@ -1434,6 +1434,49 @@ mod imp {
         };
     }
     pub(crate) use qai8dxp_kernel;
+
+    /// Defines a family's `Kernel::prepare` and `Kernel::run_prepared` (f32
+    /// LHS, f32 output) forwarding to its entry's `$prepare` and
+    /// `$run_prepared` (the steady-state path of `PackedWeights::matmul`).
+    macro_rules! f32_prepared {
+        ($prepare:ident, $run_prepared:ident) => {
+            impl Kernel {
+                /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
+                /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`,
+                /// made once (the steady-state path of `PackedWeights::matmul`).
+                pub(crate) fn prepare(
+                    &self,
+                    m: usize,
+                    rhs: &$crate::PackedRhs,
+                ) -> $crate::Result<Option<$crate::families::engine::Prepared>> {
+                    self.0.$prepare(m, rhs)
+                }
+
+                /// What `pack_lhs_into` then `run` do on one thread for the
+                /// whole output, without their checks.
+                ///
+                /// # Safety
+                /// `p` is what [`prepare`](Self::prepare) returned for this
+                /// `rhs`; the CPU still runs the kernel at the vector length it
+                /// ran at then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes`
+                /// writable bytes (64-byte aligned), `y` `p.m x p.n` f32;
+                /// `clamp` is valid.
+                pub(crate) unsafe fn run_prepared(
+                    &self,
+                    p: &$crate::families::engine::Prepared,
+                    x: *const f32,
+                    lhs: *mut u8,
+                    rhs: &$crate::PackedRhs,
+                    y: *mut f32,
+                    clamp: $crate::Clamp,
+                ) {
+                    // SAFETY: forwarded to the caller (the same contract).
+                    unsafe { self.0.$run_prepared(p, x, lhs, rhs, y, clamp) }
+                }
+            }
+        };
+    }
+    pub(crate) use f32_prepared;
 }
 
 impl<'a> From<Int4PerChannel<'a>> for Weights<'a> {
