@@ -356,7 +356,7 @@ mod imp {
     use kleidiai_sys as sys;
 
     type Getter = unsafe extern "C" fn() -> usize;
-    type Offset = unsafe extern "C" fn(usize, usize) -> usize;
+    pub(crate) type Offset = unsafe extern "C" fn(usize, usize) -> usize;
     type RunF32 =
         unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut f32, usize, usize, f32, f32);
     type RunHalf =
@@ -428,6 +428,33 @@ mod imp {
         };
     }
     pub(crate) use fns;
+
+    /// Runs `call(rows, lhs_offset, first_row)` over `m` rows whose LHS was
+    /// packed in one call: one call for all rows (offset 0, row 0), or with
+    /// `single_row` one call per row, in row order, at the packer's offset
+    /// of that row (0 for row 0, else `lhs_offset(row, k)`).
+    ///
+    /// # Safety
+    /// `lhs_offset` is the kernel's LHS offset function and the CPU runs
+    /// the kernel.
+    pub(crate) unsafe fn prepared_rows(
+        m: usize,
+        k: usize,
+        single_row: bool,
+        lhs_offset: Offset,
+        mut call: impl FnMut(usize, usize, usize),
+    ) {
+        if single_row {
+            for r in 0..m {
+                // SAFETY: the caller's contract (an offset query of the
+                // kernel, which the CPU runs).
+                let lo = if r == 0 { 0 } else { unsafe { lhs_offset(r, k) } };
+                call(1, lo, r);
+            }
+        } else {
+            call(m, 0, 0);
+        }
+    }
 
     /// The packed RHS formats of these families.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1161,16 +1188,9 @@ mod imp {
             // call at the packer's offset of that row.
             unsafe {
                 <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
-                if t.mr == 1 {
-                    let get_lhs = self.fns.lhs_offset;
-                    for r in 0..m {
-                        let lo = if r == 0 { 0 } else { get_lhs(r, k) };
-                        let (a, d) = (lhs.add(lo).cast(), y.add(r * n));
-                        run(1, n, k, a, rp.cast(), d, n * 4, 4, clamp.min, clamp.max);
-                    }
-                } else {
-                    run(m, n, k, lhs.cast(), rp.cast(), y, n * 4, 4, clamp.min, clamp.max);
-                }
+                prepared_rows(m, k, t.mr == 1, self.fns.lhs_offset, |h, lo, r| {
+                    run(h, n, k, lhs.add(lo).cast(), rp.cast(), y.add(r * n), n * 4, 4, clamp.min, clamp.max)
+                });
             }
         }
     }

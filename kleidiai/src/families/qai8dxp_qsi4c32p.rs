@@ -62,7 +62,7 @@ mod imp {
     use crate::cpu::{CpuFeature, Features};
     use crate::error;
     use crate::families::engine::{self, Tiles};
-    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
+    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows, prepared_rows};
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -275,42 +275,18 @@ mod imp {
     }
 
     type Getter = unsafe extern "C" fn() -> usize;
-    type LhsOffset = unsafe extern "C" fn(usize, usize) -> usize;
     type RhsOffset = unsafe extern "C" fn(usize, usize, usize) -> usize;
-    type RunF32 = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *mut f32,
-        usize,
-        usize,
-        f32,
-        f32,
-    );
-    type RunHalf = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *mut c_void,
-        usize,
-        usize,
-        f32,
-        f32,
-    );
+    /// A kernel's run function writing outputs through `*mut D`.
+    type RunFn<D> =
+        unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut D, usize, usize, f32, f32);
 
     /// A kernel's run function, by output type.
     #[derive(Clone, Copy)]
     pub(crate) enum Run {
         /// f32 output.
-        F32(RunF32),
+        F32(RunFn<f32>),
         /// bf16 output (2 bytes).
-        Half(RunHalf),
+        Half(RunFn<c_void>),
     }
 
     impl Run {
@@ -332,7 +308,7 @@ mod imp {
         pub nr: Getter,
         pub kr: Getter,
         pub sr: Getter,
-        pub lhs_offset: LhsOffset,
+        pub lhs_offset: crate::families::qai8dxp_common::Offset,
         pub rhs_offset: RhsOffset,
         pub run: Run,
     }
@@ -609,16 +585,9 @@ mod imp {
             // call at the packer's offset of that row, as in `run`.
             unsafe {
                 <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
-                if self.one_row && t.mr == 1 {
-                    let get_lhs = self.fns.lhs_offset;
-                    for r in 0..m {
-                        let lo = if r == 0 { 0 } else { get_lhs(r, k) };
-                        let (a, d) = (lhs.add(lo).cast(), y.add(r * n));
-                        run(1, n, k, bl, a, rp.cast(), d, n * 4, 4, clamp.min, clamp.max);
-                    }
-                } else {
-                    run(m, n, k, bl, lhs.cast(), rp.cast(), y, n * 4, 4, clamp.min, clamp.max);
-                }
+                prepared_rows(m, k, self.one_row && t.mr == 1, self.fns.lhs_offset, |h, lo, r| {
+                    run(h, n, k, bl, lhs.add(lo).cast(), rp.cast(), y.add(r * n), n * 4, 4, clamp.min, clamp.max)
+                });
             }
         }
     }
