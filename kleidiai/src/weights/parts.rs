@@ -416,6 +416,7 @@ pub struct OnThread<'k> {
     _thread: PhantomData<*const ()>,
 }
 
+mod calls;
 #[cfg(target_arch = "aarch64")]
 mod ffi;
 mod kernel;
