@@ -14,6 +14,7 @@
 #[cfg(feature = "bindgen")]
 mod bindings;
 mod compile;
+mod families;
 mod files;
 mod groups;
 mod manifest;
@@ -70,6 +71,7 @@ fn unsupported(target: &str) -> Option<String> {
 fn run() -> Result<(), String> {
     println!("cargo:rerun-if-changed=build");
     println!("cargo:rerun-if-changed=src/bindings.rs");
+    println!("cargo:rerun-if-changed=src/families.rs");
     println!("cargo:rerun-if-env-changed=KLEIDIAI_SOURCE_DIR");
     println!("cargo:rerun-if-env-changed=DOCS_RS");
     println!("cargo:rerun-if-env-changed=KLEIDIAI_NO_PCH");
@@ -140,6 +142,7 @@ fn run() -> Result<(), String> {
     if !cfg!(feature = "bindgen") {
         check_committed_bindings(&manifest_dir, &prefix)?;
     }
+    check_committed_families(&manifest_dir, &root)?;
     println!("cargo:symbol_prefix={prefix}");
     println!("cargo:root={}", root.display());
 
@@ -231,6 +234,23 @@ fn check_committed_bindings(manifest_dir: &Path, prefix: &str) -> Result<(), Str
              `{prefix}`.\nFix: regenerate the bindings (`cargo run -p xtask -- bindings`), or build with \
              the `bindgen` feature.",
             path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The committed family list (what the safe crate declares its family
+/// modules from) must be this tree's: a source tree with another set of
+/// families stops the build here, naming the fix.
+fn check_committed_families(manifest_dir: &Path, root: &Path) -> Result<(), String> {
+    let path = manifest_dir.join("src/families.rs");
+    let committed = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if committed != families::text(&families::names(root)?) {
+        return Err(format!(
+            "{} does not list the compute families of the KleidiAI tree at {}.\nFix: use the pinned \
+             v1.30.0 sources, or regenerate the list (`cargo run -p xtask -- bindings`).",
+            path.display(),
+            root.display()
         ));
     }
     Ok(())

@@ -141,6 +141,9 @@ pub struct Ukernel {
 
 include!(concat!(env!("OUT_DIR"), "/manifest.rs"));
 
+mod families;
+pub use families::FAMILIES;
+
 /// Looks a compiled micro-kernel up by its upstream name.
 pub fn ukernel(name: &str) -> Option<&'static Ukernel> {
     UKERNELS.binary_search_by(|k| k.name.cmp(name)).ok().map(|i| &UKERNELS[i])

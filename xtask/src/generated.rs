@@ -7,6 +7,10 @@
 //!   aarch64 target family the file claims to serve (Android, macOS, Windows
 //!   GNU ABI) and fails if any would differ.
 //!
+//!   It also writes `kleidiai-sys/src/families.rs`, the pinned tree's compute
+//!   families (`kleidiai-sys/build/families.rs`; no libclang needed), which
+//!   `--check` and the build script compare.
+//!
 //! - `cargo run -p xtask -- header [--check]`: `kleidiai-capi/include/kleidiai_rs.h`,
 //!   cbindgen over `kleidiai-capi` (its `cbindgen.toml`).
 //!
@@ -19,8 +23,8 @@ use crate::util::root;
 use std::path::{Path, PathBuf};
 
 pub const USAGE: &str = "usage: cargo run -p xtask -- bindings [--check]
-  regenerates kleidiai-sys/src/bindings.rs (bindgen, needs libclang);
-  --check: fail if the committed file is stale, or if another aarch64 target would differ
+  regenerates kleidiai-sys/src/bindings.rs (bindgen, needs libclang) and kleidiai-sys/src/families.rs;
+  --check: fail if a committed file is stale, or if another aarch64 target would differ
 usage: cargo run -p xtask -- header [--check]
   regenerates kleidiai-capi/include/kleidiai_rs.h (cbindgen over kleidiai-capi);
   --check: fail if the committed header is stale
@@ -140,12 +144,36 @@ pub fn bindings(args: &[String]) -> Result<bool, String> {
     if !check {
         std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
         println!("wrote {} ({} lines, {:.1}s)", path.display(), text.lines().count(), t.elapsed().as_secs_f64());
+        let (path, names) = (sys_dir().join("src/families.rs"), crate::kai_families::names(&kai)?);
+        std::fs::write(&path, crate::kai_families::text(&names)).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("wrote {} ({} families)", path.display(), names.len());
         return Ok(true);
     }
+    println!("    {}", check_families(&kai)?);
     for line in check_bindings(&kai, &text)? {
         println!("    {line}");
     }
     Ok(true)
+}
+
+/// `kleidiai-sys/src/families.rs` against the pinned tree's families.
+pub fn check_families(kai: &Path) -> Result<String, String> {
+    let path = sys_dir().join("src/families.rs");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let names = crate::kai_families::names(kai)?;
+    let expected = crate::kai_families::text(&names);
+    if committed != expected {
+        return Err(format!(
+            "{} is stale (the pinned tree's families differ at {}).\nFix: cargo run -p xtask -- bindings",
+            path.display(),
+            first_difference(&committed, &expected)
+        ));
+    }
+    Ok(format!(
+        "families fresh: {} lists the pinned tree's {} compute families",
+        path.strip_prefix(root()).unwrap_or(&path).display(),
+        names.len()
+    ))
 }
 
 /// The freshness and cross-target checks; one line per check, error on the
@@ -351,7 +379,8 @@ fn check_bindgen_feature(target: &str) -> Result<String, String> {
 /// Lines to print; error on the first failure.
 pub fn check_all(target: &str) -> Result<Vec<String>, String> {
     let kai = kleidiai_root()?;
-    let mut lines = check_bindings(&kai, &expected_bindings(&kai)?)?;
+    let mut lines = vec![check_families(&kai)?];
+    lines.extend(check_bindings(&kai, &expected_bindings(&kai)?)?);
     lines.push(check_bindgen_feature(target)?);
     lines.push(check_header(&expected_header()?)?);
     lines.extend(check_symbols(&built_archive(target)?)?);

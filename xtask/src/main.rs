@@ -28,6 +28,8 @@ mod files;
 #[allow(dead_code)]
 #[path = "../../kleidiai-sys/build/bindings.rs"]
 mod kai_bindings;
+#[path = "../../kleidiai-sys/build/families.rs"]
+mod kai_families;
 #[allow(dead_code)]
 #[path = "../../kleidiai-sys/build/prefix.rs"]
 mod prefix;
