@@ -372,7 +372,10 @@ mod imp {
         /// matrix, `dst` the packed size of at least `m_idx + m` rows; `k`,
         /// `bl`, `mr`, `kr`, `sr` passed [`check`](Self::check) and
         /// `check_bl`; the CPU has the packer's features.
+        // Inlined: the steady-state path calls it from row 0, where the
+        // offset query and its dispatch fold away.
         #[allow(clippy::too_many_arguments)]
+        #[inline(always)]
         unsafe fn pack(
             self,
             m_idx: usize,
@@ -384,63 +387,37 @@ mod imp {
             dst: *mut u8,
         ) {
             // SAFETY: the caller's contract; the offset query is pure
-            // arithmetic and the pointers are pre-offset (m_idx_start 0).
+            // arithmetic (row 0 starts at offset 0: no query) and the
+            // pointers are pre-offset (m_idx_start 0).
             unsafe {
                 let s = src.add(m_idx * k);
                 let st = k * 4;
-                match self {
-                    LhsPacker::Scalar => {
-                        let off = sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32(m_idx, k, bl, mr, kr, sr);
-                        sys::kai_run_lhs_quant_pack_qsi8d32p_f32(m, k, bl, mr, kr, sr, 0, s, st, dst.add(off).cast())
-                    }
-                    LhsPacker::Neon => {
-                        let off =
-                            sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32_neon(m_idx, k, bl, mr, kr, sr);
-                        sys::kai_run_lhs_quant_pack_qsi8d32p_f32_neon(
-                            m,
-                            k,
-                            bl,
-                            mr,
-                            kr,
-                            sr,
-                            0,
-                            s,
-                            st,
-                            dst.add(off).cast(),
-                        )
-                    }
-                    LhsPacker::Sb4x8 => {
-                        let off = sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(
+                let off = if m_idx == 0 {
+                    0
+                } else {
+                    match self {
+                        LhsPacker::Scalar => {
+                            sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32(m_idx, k, bl, mr, kr, sr)
+                        }
+                        LhsPacker::Neon => {
+                            sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32_neon(m_idx, k, bl, mr, kr, sr)
+                        }
+                        LhsPacker::Sb4x8 => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(
                             m_idx, k, bl, mr, kr, sr,
-                        );
-                        sys::kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(
-                            m,
-                            k,
-                            bl,
-                            mr,
-                            kr,
-                            sr,
-                            0,
-                            s,
-                            st,
-                            dst.add(off).cast(),
-                        )
+                        ),
+                        LhsPacker::F16 => {
+                            sys::kai_get_lhs_packed_offset_lhs_pack_f16pmrx2_f32_neon(m_idx, k, bl, mr, kr, sr)
+                        }
                     }
-                    LhsPacker::F16 => {
-                        let off = sys::kai_get_lhs_packed_offset_lhs_pack_f16pmrx2_f32_neon(m_idx, k, bl, mr, kr, sr);
-                        sys::kai_run_lhs_pack_f16pmrx2_f32_neon(
-                            m,
-                            k,
-                            bl,
-                            mr,
-                            kr,
-                            sr,
-                            0,
-                            s.cast(),
-                            st,
-                            dst.add(off).cast(),
-                        )
+                };
+                let d = dst.add(off).cast();
+                match self {
+                    LhsPacker::Scalar => sys::kai_run_lhs_quant_pack_qsi8d32p_f32(m, k, bl, mr, kr, sr, 0, s, st, d),
+                    LhsPacker::Neon => sys::kai_run_lhs_quant_pack_qsi8d32p_f32_neon(m, k, bl, mr, kr, sr, 0, s, st, d),
+                    LhsPacker::Sb4x8 => {
+                        sys::kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, bl, mr, kr, sr, 0, s, st, d)
                     }
+                    LhsPacker::F16 => sys::kai_run_lhs_pack_f16pmrx2_f32_neon(m, k, bl, mr, kr, sr, 0, s.cast(), st, d),
                 }
             }
         }
