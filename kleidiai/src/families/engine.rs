@@ -167,7 +167,13 @@ macro_rules! kernel_type {
     };
     (@common $entry:ty) => {
         pub(crate) fn infos() -> Vec<&'static $crate::registry::info::KernelInfo> {
-            entries().iter().map(|e| &e.info).collect()
+            // A loop, not `map().collect()`: one `Vec` push for every
+            // family instead of an iterator chain instantiated per family.
+            let mut v = Vec::with_capacity(entries().len());
+            for e in entries() {
+                v.push(&e.info);
+            }
+            v
         }
 
         /// One kernel of the family, with its packing.
@@ -188,7 +194,12 @@ macro_rules! kernel_type {
 
             /// The kernel with this upstream name.
             pub fn by_name(name: &str) -> Option<Kernel> {
-                entries().iter().find(|e| e.info.name == name).map(Kernel)
+                for e in entries() {
+                    if e.info.name == name {
+                        return Some(Kernel(e));
+                    }
+                }
+                None
             }
 
             /// Registry information.

@@ -1262,12 +1262,13 @@ mod glue {
     /// left out.
     pub(crate) fn entries(
         family: &'static str,
-        kernels: impl Iterator<Item = (&'static sys::Ukernel, Imp)>,
+        kernels: Vec<(&'static sys::Ukernel, Imp)>,
         api: &[(&'static sys::Ukernel, UkerApiFn)],
         formats: &[FormatToken],
     ) -> Vec<FloatKernel> {
         let find = |name: &str| formats.iter().find(|(t, _, _)| name.contains(t)).copied();
         let mut v: Vec<FloatKernel> = kernels
+            .into_iter()
             .filter_map(|(u, imp)| {
                 let (_, l, r) = find(u.name)?;
                 Some(FloatKernel::new(u, family, imp, r, l))
@@ -1304,7 +1305,12 @@ mod glue {
                 E.get_or_init(|| {
                     use kleidiai_sys::interfaces::$iface::{API_KERNELS, KERNELS};
                     use $crate::families::float_common::{entries, float_kernel};
-                    let kernels = KERNELS.iter().map(|(u, i)| (*u, float_kernel!(@imp $kind i)));
+                    // A loop: the per-family part stays small, `entries` is
+                    // compiled once.
+                    let mut kernels = Vec::with_capacity(KERNELS.len());
+                    for (u, i) in KERNELS {
+                        kernels.push((*u, float_kernel!(@imp $kind i)));
+                    }
                     entries(FAMILY, kernels, API_KERNELS, &[$(($tok, $lhs, $rhs)),+])
                 })
             }

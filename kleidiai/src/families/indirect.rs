@@ -753,13 +753,12 @@ mod imp {
             fn entries() -> &'static [$crate::families::indirect::Entry] {
                 static E: std::sync::OnceLock<Vec<$crate::families::indirect::Entry>> = std::sync::OnceLock::new();
                 E.get_or_init(|| {
-                    $kernels
-                        .iter()
-                        .map(|(u, i)| {
-                            let fns = $crate::families::indirect::imatmul_fns!(i, $run);
-                            $crate::families::indirect::Entry::new(u, FAMILY, fns, $rhs, $lhs)
-                        })
-                        .collect()
+                    let mut v = Vec::with_capacity($kernels.len());
+                    for (u, i) in $kernels {
+                        let fns = $crate::families::indirect::imatmul_fns!(i, $run);
+                        v.push($crate::families::indirect::Entry::new(u, FAMILY, fns, $rhs, $lhs));
+                    }
+                    v
                 })
             }
 

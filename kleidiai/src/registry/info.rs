@@ -107,12 +107,27 @@ pub(crate) fn tile_kind_for(name: &str) -> TileKind {
     if tile.starts_with("1x") { TileKind::Gemv } else { TileKind::Gemm }
 }
 
+/// The best of `candidates` that runs with `f` for `m` output rows. The
+/// generic part is a loop (no iterator chain per caller's type); the choice
+/// is [`best_of`], compiled once.
+#[inline]
 pub(crate) fn select_from<'a>(
     candidates: impl Iterator<Item = &'a KernelInfo>,
     m: usize,
     f: &Features,
 ) -> Option<&'a KernelInfo> {
-    let runnable: Vec<&KernelInfo> = candidates.filter(|k| k.supported(f).is_ok()).collect();
+    let mut runnable: Vec<&KernelInfo> = Vec::new();
+    for k in candidates {
+        if k.supported(f).is_ok() {
+            runnable.push(k);
+        }
+    }
+    best_of(&runnable, m)
+}
+
+/// The preferred tile kind's highest rank of `runnable` (ties: the first
+/// name), else the highest rank of any kind.
+fn best_of<'a>(runnable: &[&'a KernelInfo], m: usize) -> Option<&'a KernelInfo> {
     let preferred = if m == 1 { TileKind::Gemv } else { TileKind::Gemm };
     let best = |kind: Option<TileKind>| {
         runnable

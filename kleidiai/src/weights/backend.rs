@@ -375,8 +375,14 @@ mod families {
     fast!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32);
     fast!(matmul_clamp_f32_qsi8d32p_qsi4c32p, F32);
 
-    fn boxed<K: Backend + 'static>(it: impl Iterator<Item = K>) -> impl Iterator<Item = Box<dyn Backend>> {
-        it.map(|k| Box::new(k) as Box<dyn Backend>)
+    /// The kernels of `it`, boxed (a loop: no iterator chain instantiated
+    /// per family).
+    fn boxed<K: Backend + 'static>(it: impl Iterator<Item = K>) -> Vec<Box<dyn Backend>> {
+        let mut v: Vec<Box<dyn Backend>> = Vec::new();
+        for k in it {
+            v.push(Box::new(k));
+        }
+        v
     }
 
     /// Every kernel serving weights of `kind` with `act` activations.
@@ -421,7 +427,7 @@ mod families {
     /// bf16 for its SME2 kernel).
     pub(crate) fn rounding_candidates(kind: WeightKind, act: DType) -> Vec<Box<dyn Backend>> {
         match (kind, act) {
-            (WeightKind::F16, DType::F32) => boxed(fam::matmul_clamp_fp32_bf16p_bf16p::Kernel::all()).collect(),
+            (WeightKind::F16, DType::F32) => boxed(fam::matmul_clamp_fp32_bf16p_bf16p::Kernel::all()),
             _ => Vec::new(),
         }
     }
