@@ -1,6 +1,7 @@
 //! Unpacked weight formats the families take as input, with their checks.
 //! One file per format kind.
 
+pub(crate) mod check;
 mod depthwise;
 mod float;
 /// ggml's Q4_0 and Q8_0 blocks (public as `kleidiai::ggml::BlockQ4_0`, ...).
