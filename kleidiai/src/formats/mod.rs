@@ -15,6 +15,21 @@ mod static_int;
 mod uint2;
 mod uint8;
 
+/// `impl From<$t> for $enum` for each variant `$variant($t)` of an enum of
+/// weight views (all borrowing for `'a`).
+macro_rules! variant_from {
+    ($enum:ident: $($variant:ident($t:ident)),+ $(,)?) => {
+        $(
+            impl<'a> From<$t<'a>> for $enum<'a> {
+                fn from(w: $t<'a>) -> Self {
+                    $enum::$variant(w)
+                }
+            }
+        )+
+    };
+}
+pub(crate) use variant_from;
+
 pub use depthwise::{DepthwiseShape, DepthwiseWeights};
 pub use float::{FloatElement, FloatWeights};
 pub use indirection::Indirection;
