@@ -33,7 +33,7 @@
 
 use crate::error::{self, Result};
 use crate::families::indirect::check_k;
-use crate::formats::{Indirection, Order};
+use crate::formats::{Indirection, Order, check};
 
 /// Upstream family directory.
 pub const FAMILY: &str = "imatmul_clamp_qai8_qai8p_qsi8cxp";
@@ -59,13 +59,8 @@ pub struct Qsi8Weights<'a> {
 impl Qsi8Weights<'_> {
     /// Checks dimensions, lengths and that the scales are finite.
     pub fn validate(&self) -> Result<()> {
-        error::nonzero(self.n, "n")?;
-        error::nonzero(self.k, "k")?;
-        error::at_least(self.data.len(), error::mul(self.n, self.k, "weights")?, "weight data")?;
-        error::at_least(self.scales.len(), self.n, "weight scales")?;
-        if let Some(b) = self.bias {
-            error::at_least(b.len(), self.n, "bias")?;
-        }
+        let data = || check::dense(self.data.len(), self.n, self.k, "weights", "weight data");
+        check::weights(self.n, self.k, data, Some((self.scales, "weight scales")), self.bias)?;
         if let Some(j) = self.scales[..self.n].iter().position(|s| !s.is_finite()) {
             return Err(crate::Error::bad_value(
                 "weight scale",
@@ -77,10 +72,7 @@ impl Qsi8Weights<'_> {
     }
 
     fn value(&self, n: usize, k: usize) -> i8 {
-        match self.order {
-            Order::NxK => self.data[n * self.k + k],
-            Order::KxN => self.data[k * self.n + n],
-        }
+        check::dense_at(self.data, self.order, self.n, self.k, n, k)
     }
 
     /// `k x n` (one row per input), borrowed when stored that way.

@@ -286,16 +286,7 @@ pub(crate) mod tests {
         assert!(kern.pack_lhs(1, 64, 512, &[0.0; 64], 64, seq).is_err(), "k not a multiple of bl");
         assert!(kern.pack_lhs(2, 32, 32, &[0.0; 40], 20, seq).is_err(), "stride < k");
         let s = [half::bf16::from_f32(1.0e6); 2];
-        let big = Int4Blocks {
-            n: 2,
-            k: 32,
-            bl: 32,
-            order: Order::NxK,
-            encoding: Int4Encoding::Signed,
-            data: &[0; 32],
-            scales: BlockScales::Bf16(&s),
-            bias: None,
-        };
+        let big = Int4Blocks::bl32(2, 32, Order::NxK, Int4Encoding::Signed, &[0; 32], BlockScales::Bf16(&s));
         assert!(kern.pack_rhs(big).is_err(), "bf16 scale beyond the f16 range");
         // A strided LHS gives the dense result.
         let lhs: Vec<f32> = (0..64).map(|i| i as f32 / 64.0).collect();

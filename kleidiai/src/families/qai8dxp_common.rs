@@ -1499,23 +1499,7 @@ mod imp {
     pub(crate) use f32_prepared;
 }
 
-impl<'a> From<Int4PerChannel<'a>> for Weights<'a> {
-    fn from(w: Int4PerChannel<'a>) -> Self {
-        Weights::Int4(w)
-    }
-}
-
-impl<'a> From<Int8PerChannel<'a>> for Weights<'a> {
-    fn from(w: Int8PerChannel<'a>) -> Self {
-        Weights::Int8(w)
-    }
-}
-
-impl<'a> From<UInt2PerChannel<'a>> for Weights<'a> {
-    fn from(w: UInt2PerChannel<'a>) -> Self {
-        Weights::UInt2(w)
-    }
-}
+crate::formats::variant_from!(Weights: Int4(Int4PerChannel), Int8(Int8PerChannel), UInt2(UInt2PerChannel));
 
 /// The conformance, bad-input and layout-mixing checks every family runs,
 /// generic over its LHS and output types.

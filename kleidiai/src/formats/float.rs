@@ -1,8 +1,8 @@
 //! Dense floating-point weights (f32, f16 or bf16) with an optional bias:
 //! the input of the float and bf16 families.
 
-use super::Order;
-use crate::error::{self, Result};
+use super::{Order, check};
+use crate::error::Result;
 use half::{bf16, f16};
 use std::borrow::Cow;
 
@@ -85,34 +85,11 @@ pub struct FloatWeights<'a, T> {
 impl<T: FloatElement> FloatWeights<'_, T> {
     /// Checks dimensions and lengths (an overflowing `n * k` is an error).
     pub fn validate(&self) -> Result<()> {
-        error::nonzero(self.n, "n")?;
-        error::nonzero(self.k, "k")?;
-        error::at_least(self.data.len(), error::mul(self.n, self.k, "weights")?, "weight data")?;
-        if let Some(b) = self.bias {
-            error::at_least(b.len(), self.n, "bias")?;
-        }
-        Ok(())
+        let data = || check::dense(self.data.len(), self.n, self.k, "weights", "weight data");
+        check::weights(self.n, self.k, data, None, self.bias)
     }
 
-    /// Weight `(n, k)`.
-    pub fn value(&self, n: usize, k: usize) -> Result<T> {
-        self.validate()?;
-        if n >= self.n || k >= self.k {
-            return Err(crate::Error::bad_value(
-                "index",
-                format!("({n}, {k})"),
-                format!("outside {}x{}", self.n, self.k),
-            ));
-        }
-        Ok(self.value_unchecked(n, k))
-    }
-
-    pub(crate) fn value_unchecked(&self, n: usize, k: usize) -> T {
-        match self.order {
-            Order::NxK => self.data[n * self.k + k],
-            Order::KxN => self.data[k * self.n + n],
-        }
-    }
+    check::dense_value!("Weight `(n, k)`.", T);
 
     /// Bias of channel `n` as f32 (0 without bias).
     pub(crate) fn bias_f32(&self, n: usize) -> f32 {

@@ -1,5 +1,6 @@
 //! Int4 weights with per-channel scales.
 
+use super::check;
 use crate::error::{self, Result};
 
 /// Storage order of an unpacked weight matrix of `n` output channels by `k`
@@ -94,27 +95,18 @@ impl Int4PerChannel<'_> {
 
     /// Checks dimensions, lengths, and that scales and bias are finite.
     pub fn validate(&self) -> Result<()> {
-        error::nonzero(self.n, "n")?;
-        error::nonzero(self.k, "k")?;
-        error::at_least_bytes(self.data.len(), self.data_len()?, "int4 weight data")?;
-        error::at_least(self.scales.len(), self.n, "int4 weight scales")?;
-        if let Some(b) = self.bias {
-            error::at_least(b.len(), self.n, "bias")?;
-        }
-        Ok(())
+        check::weights(
+            self.n,
+            self.k,
+            || error::at_least_bytes(self.data.len(), self.data_len()?, "int4 weight data"),
+            Some((self.scales, "int4 weight scales")),
+            self.bias,
+        )
     }
 
     /// The signed value of weight `(n, k)`.
     pub fn value(&self, n: usize, k: usize) -> Result<i8> {
-        self.validate()?;
-        if n >= self.n || k >= self.k {
-            return Err(crate::Error::bad_value(
-                "index",
-                format!("({n}, {k})"),
-                format!("outside {}x{}", self.n, self.k),
-            ));
-        }
-        Ok(self.value_unchecked(n, k))
+        check::value(self.validate(), n, k, self.n, self.k, || self.value_unchecked(n, k))
     }
 
     pub(crate) fn value_unchecked(&self, n: usize, k: usize) -> i8 {
@@ -129,13 +121,7 @@ impl Int4PerChannel<'_> {
     /// All weights as f32, `n x k`.
     pub fn dequantize(&self) -> Result<Vec<f32>> {
         self.validate()?;
-        let mut out = Vec::with_capacity(self.n * self.k);
-        for n in 0..self.n {
-            for k in 0..self.k {
-                out.push(self.value_unchecked(n, k) as f32 * self.scales[n]);
-            }
-        }
-        Ok(out)
+        Ok(check::scaled(self.n, self.k, self.scales, |n, k| self.value_unchecked(n, k) as f32))
     }
 }
 

@@ -154,17 +154,7 @@ pub enum BlockInt4<'a> {
     Q4_0(Q4_0<'a>),
 }
 
-impl<'a> From<Int4Blocks<'a>> for BlockInt4<'a> {
-    fn from(w: Int4Blocks<'a>) -> Self {
-        BlockInt4::Blocks(w)
-    }
-}
-
-impl<'a> From<Q4_0<'a>> for BlockInt4<'a> {
-    fn from(w: Q4_0<'a>) -> Self {
-        BlockInt4::Q4_0(w)
-    }
-}
+super::variant_from!(BlockInt4: Blocks(Int4Blocks), Q4_0(Q4_0));
 
 impl<'a> BlockInt4<'a> {
     /// Output channels.
@@ -399,6 +389,21 @@ impl<'a> BlockInt4<'a> {
 }
 
 #[cfg(test)]
+impl<'a> Int4Blocks<'a> {
+    /// Test weights with 32-value blocks and no bias.
+    pub(crate) fn bl32(
+        n: usize,
+        k: usize,
+        order: Order,
+        encoding: Int4Encoding,
+        data: &'a [u8],
+        scales: BlockScales<'a>,
+    ) -> Self {
+        Int4Blocks { n, k, bl: 32, order, encoding, data, scales, bias: None }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -423,16 +428,7 @@ mod tests {
         let scales: Vec<f16> = [0.5f32, 0.5, -0.25, -0.25].iter().map(|x| f16::from_f32(*x)).collect();
         let q2: Vec<u8> = [q4_0_row(&[0.5, 0.5], &values[..64]), q4_0_row(&[-0.25, -0.25], &values[64..])].concat();
         let wq = BlockInt4::from(Q4_0 { n: 2, k: 64, data: &q2, bias: None });
-        let wp = BlockInt4::from(Int4Blocks {
-            n: 2,
-            k: 64,
-            bl: 32,
-            order: Order::NxK,
-            encoding: e,
-            data: &data,
-            scales: BlockScales::F16(&scales),
-            bias: None,
-        });
+        let wp = BlockInt4::from(Int4Blocks::bl32(2, 64, Order::NxK, e, &data, BlockScales::F16(&scales)));
         assert_eq!(wq.dequantize().unwrap(), wp.dequantize().unwrap());
         assert_eq!(wq.qsu4c32s16s0().unwrap(), wp.qsu4c32s16s0().unwrap());
         assert_eq!(wq.qsu4_s1s0(Order::NxK).unwrap(), wp.qsu4_s1s0(Order::NxK).unwrap());
@@ -447,16 +443,8 @@ mod tests {
     #[test]
     fn scale_conversion() {
         let s = [bf16::from_f32(1.0e6), bf16::from_f32(0.1)];
-        let w = BlockInt4::from(Int4Blocks {
-            n: 1,
-            k: 64,
-            bl: 32,
-            order: Order::NxK,
-            encoding: Int4Encoding::Signed,
-            data: &[0; 32],
-            scales: BlockScales::Bf16(&s),
-            bias: None,
-        });
+        let w =
+            BlockInt4::from(Int4Blocks::bl32(1, 64, Order::NxK, Int4Encoding::Signed, &[0; 32], BlockScales::Bf16(&s)));
         assert!(w.scale_bits(ScaleType::F16).is_err(), "1e6 overflows f16");
         assert!(matches!(w.scale_bits(ScaleType::Bf16).unwrap(), Cow::Borrowed(_)));
     }
@@ -464,16 +452,7 @@ mod tests {
     #[test]
     fn validation() {
         let s = [f16::ONE; 4];
-        let ok = Int4Blocks {
-            n: 2,
-            k: 64,
-            bl: 32,
-            order: Order::KxN,
-            encoding: Int4Encoding::Offset8,
-            data: &[0; 64],
-            scales: BlockScales::F16(&s),
-            bias: None,
-        };
+        let ok = Int4Blocks::bl32(2, 64, Order::KxN, Int4Encoding::Offset8, &[0; 64], BlockScales::F16(&s));
         BlockInt4::from(ok).validate().unwrap();
         let bad = |w: Int4Blocks<'_>| BlockInt4::from(w).validate().is_err();
         assert!(bad(Int4Blocks { bl: 48, ..ok }));

@@ -1,7 +1,7 @@
 //! Int8 weights with per-channel scales.
 
-use super::Order;
-use crate::error::{self, Result};
+use super::{Order, check};
+use crate::error::Result;
 
 /// Int8 weights with one f32 scale per output channel (`qsi8cx`):
 /// `w[n][k] = data(n, k) * scales[n]`. ggml's Q8_0 weights reach the
@@ -34,46 +34,21 @@ pub struct Int8PerChannel<'a> {
 impl Int8PerChannel<'_> {
     /// Checks dimensions and lengths.
     pub fn validate(&self) -> Result<()> {
-        error::nonzero(self.n, "n")?;
-        error::nonzero(self.k, "k")?;
-        error::at_least(self.data.len(), error::mul(self.n, self.k, "int8 weights")?, "int8 weight data")?;
-        error::at_least(self.scales.len(), self.n, "int8 weight scales")?;
-        if let Some(b) = self.bias {
-            error::at_least(b.len(), self.n, "bias")?;
-        }
-        Ok(())
+        check::weights(
+            self.n,
+            self.k,
+            || check::dense(self.data.len(), self.n, self.k, "int8 weights", "int8 weight data"),
+            Some((self.scales, "int8 weight scales")),
+            self.bias,
+        )
     }
 
-    /// The value of weight `(n, k)`.
-    pub fn value(&self, n: usize, k: usize) -> Result<i8> {
-        self.validate()?;
-        if n >= self.n || k >= self.k {
-            return Err(crate::Error::bad_value(
-                "index",
-                format!("({n}, {k})"),
-                format!("outside {}x{}", self.n, self.k),
-            ));
-        }
-        Ok(self.value_unchecked(n, k))
-    }
-
-    pub(crate) fn value_unchecked(&self, n: usize, k: usize) -> i8 {
-        match self.order {
-            Order::NxK => self.data[n * self.k + k],
-            Order::KxN => self.data[k * self.n + n],
-        }
-    }
+    check::dense_value!("The value of weight `(n, k)`.", i8);
 
     /// All weights as f32, `n x k`.
     pub fn dequantize(&self) -> Result<Vec<f32>> {
         self.validate()?;
-        let mut out = Vec::with_capacity(self.n * self.k);
-        for n in 0..self.n {
-            for k in 0..self.k {
-                out.push(self.value_unchecked(n, k) as f32 * self.scales[n]);
-            }
-        }
-        Ok(out)
+        Ok(check::scaled(self.n, self.k, self.scales, |n, k| self.value_unchecked(n, k) as f32))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Unpacked weight formats the families take as input, with their checks.
 //! One file per format kind.
 
+pub(crate) mod check;
 mod depthwise;
 mod float;
 /// ggml's Q4_0 and Q8_0 blocks (public as `kleidiai::ggml::BlockQ4_0`, ...).
@@ -13,6 +14,21 @@ mod int8;
 mod static_int;
 mod uint2;
 mod uint8;
+
+/// `impl From<$t> for $enum` for each variant `$variant($t)` of an enum of
+/// weight views (all borrowing for `'a`).
+macro_rules! variant_from {
+    ($enum:ident: $($variant:ident($t:ident)),+ $(,)?) => {
+        $(
+            impl<'a> From<$t<'a>> for $enum<'a> {
+                fn from(w: $t<'a>) -> Self {
+                    $enum::$variant(w)
+                }
+            }
+        )+
+    };
+}
+pub(crate) use variant_from;
 
 pub use depthwise::{DepthwiseShape, DepthwiseWeights};
 pub use float::{FloatElement, FloatWeights};

@@ -2,17 +2,12 @@
 //! symmetric int8 or int4 per output channel, with an int32 bias in the
 //! accumulator domain.
 
-use super::{Int4Encoding, Int4PerChannel, Order};
-use crate::error::{self, Result};
+use super::{Int4Encoding, Int4PerChannel, Order, check};
+use crate::error::Result;
 
+/// `n`, `k`, scales and bias (before the data, unlike the other formats).
 fn check_common(n: usize, k: usize, scales: &[f32], bias: Option<&[i32]>) -> Result<()> {
-    error::nonzero(n, "n")?;
-    error::nonzero(k, "k")?;
-    error::at_least(scales.len(), n, "weight scales")?;
-    if let Some(b) = bias {
-        error::at_least(b.len(), n, "bias")?;
-    }
-    Ok(())
+    check::weights(n, k, || Ok(()), Some((scales, "weight scales")), bias)
 }
 
 /// Int8 weights with one f32 scale per output channel and an optional int32
@@ -44,28 +39,10 @@ impl StaticInt8Weights<'_> {
     /// Checks dimensions and lengths.
     pub fn validate(&self) -> Result<()> {
         check_common(self.n, self.k, self.scales, self.bias)?;
-        error::at_least(self.data.len(), error::mul(self.n, self.k, "int8 weights")?, "int8 weight data")
+        check::dense(self.data.len(), self.n, self.k, "int8 weights", "int8 weight data")
     }
 
-    /// Weight `(n, k)` (quantised).
-    pub fn value(&self, n: usize, k: usize) -> Result<i8> {
-        self.validate()?;
-        if n >= self.n || k >= self.k {
-            return Err(crate::Error::bad_value(
-                "index",
-                format!("({n}, {k})"),
-                format!("outside {}x{}", self.n, self.k),
-            ));
-        }
-        Ok(self.value_unchecked(n, k))
-    }
-
-    pub(crate) fn value_unchecked(&self, n: usize, k: usize) -> i8 {
-        match self.order {
-            Order::NxK => self.data[n * self.k + k],
-            Order::KxN => self.data[k * self.n + n],
-        }
-    }
+    check::dense_value!("Weight `(n, k)` (quantised).", i8);
 }
 
 /// Int4 weights with one f32 scale per output channel and an optional int32

@@ -1,5 +1,6 @@
 //! 2-bit weights with per-channel scales and a look-up table.
 
+use super::check;
 use crate::error::{self, Result};
 
 /// 2-bit weight codes with one f32 scale per output channel and a table
@@ -44,27 +45,18 @@ impl UInt2PerChannel<'_> {
 
     /// Checks dimensions and lengths.
     pub fn validate(&self) -> Result<()> {
-        error::nonzero(self.n, "n")?;
-        error::nonzero(self.k, "k")?;
-        error::at_least_bytes(self.data.len(), self.data_len()?, "2-bit weight data")?;
-        error::at_least(self.scales.len(), self.n, "2-bit weight scales")?;
-        if let Some(b) = self.bias {
-            error::at_least(b.len(), self.n, "bias")?;
-        }
-        Ok(())
+        check::weights(
+            self.n,
+            self.k,
+            || error::at_least_bytes(self.data.len(), self.data_len()?, "2-bit weight data"),
+            Some((self.scales, "2-bit weight scales")),
+            self.bias,
+        )
     }
 
     /// The code (0..=3) of weight `(n, k)`.
     pub fn code(&self, n: usize, k: usize) -> Result<u8> {
-        self.validate()?;
-        if n >= self.n || k >= self.k {
-            return Err(crate::Error::bad_value(
-                "index",
-                format!("({n}, {k})"),
-                format!("outside {}x{}", self.n, self.k),
-            ));
-        }
-        Ok(self.code_unchecked(n, k))
+        check::value(self.validate(), n, k, self.n, self.k, || self.code_unchecked(n, k))
     }
 
     pub(crate) fn code_unchecked(&self, n: usize, k: usize) -> u8 {
@@ -74,13 +66,7 @@ impl UInt2PerChannel<'_> {
     /// All weights as f32, `n x k`.
     pub fn dequantize(&self) -> Result<Vec<f32>> {
         self.validate()?;
-        let mut out = Vec::with_capacity(self.n * self.k);
-        for n in 0..self.n {
-            for k in 0..self.k {
-                out.push(self.lut[self.code_unchecked(n, k) as usize] as f32 * self.scales[n]);
-            }
-        }
-        Ok(out)
+        Ok(check::scaled(self.n, self.k, self.scales, |n, k| self.lut[self.code_unchecked(n, k) as usize] as f32))
     }
 }
 

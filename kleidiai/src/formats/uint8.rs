@@ -1,7 +1,7 @@
 //! Unsigned 8-bit matrices (weights of the `u8p` families).
 
-use super::Order;
-use crate::error::{self, Result};
+use super::{Order, check};
+use crate::error::Result;
 
 /// A `u8` weight matrix of `n` output channels by `k` inputs, stored in
 /// `order` (`n * k` bytes, rows dense).
@@ -26,28 +26,9 @@ pub struct U8Weights<'a> {
 impl U8Weights<'_> {
     /// Checks dimensions and the data length.
     pub fn validate(&self) -> Result<()> {
-        error::nonzero(self.n, "n")?;
-        error::nonzero(self.k, "k")?;
-        error::at_least(self.data.len(), error::mul(self.n, self.k, "u8 weights")?, "u8 weight data")
+        let data = || check::dense(self.data.len(), self.n, self.k, "u8 weights", "u8 weight data");
+        check::weights::<u8>(self.n, self.k, data, None, None)
     }
 
-    /// Weight `(n, k)`.
-    pub fn value(&self, n: usize, k: usize) -> Result<u8> {
-        self.validate()?;
-        if n >= self.n || k >= self.k {
-            return Err(crate::Error::bad_value(
-                "index",
-                format!("({n}, {k})"),
-                format!("outside {}x{}", self.n, self.k),
-            ));
-        }
-        Ok(self.value_unchecked(n, k))
-    }
-
-    pub(crate) fn value_unchecked(&self, n: usize, k: usize) -> u8 {
-        match self.order {
-            Order::NxK => self.data[n * self.k + k],
-            Order::KxN => self.data[k * self.n + n],
-        }
-    }
+    check::dense_value!("Weight `(n, k)`.", u8);
 }
