@@ -141,6 +141,7 @@ mod glue {
     use crate::buffer::SendPtr;
     use crate::cpu::Features;
     use crate::families::engine::{self, Tiles};
+    use crate::families::uker::Uker;
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -1054,39 +1055,32 @@ mod glue {
                     });
                 }
                 Imp::DirectApi(api) => {
-                    let cfg = sys::kai_matmul_uker_config::default();
-                    // SAFETY: a query; features present (tiles()).
-                    let rhs_stride = unsafe {
-                        api().get_rhs_stride.expect("rhs stride")(&cfg, &sys::kai_matmul_uker_rhs_dim_args { n, k })
+                    // SAFETY: the CPU supports the kernel (tiles()); a query.
+                    let (u, rhs_stride) = unsafe {
+                        let u = Uker::new(api);
+                        let s = u.rhs_stride(n, k);
+                        (u, s)
                     };
+                    let lhs_sa = sys::kai_matmul_uker_lhs_stride_args { m: lhs_sb };
                     engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
                         let (lp, rp, dp) = (lp, rp, dp);
                         // GEMV kernels take one row per call; others the whole tile.
                         let step = if one_row { 1 } else { rows.len().max(1) };
                         for r in rows.clone().step_by(step).map(|r0| r0..(r0 + step).min(rows.end)) {
-                            let mut args = sys::kai_matmul_uker_args {
-                                flags: sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64,
-                                shape: sys::kai_matmul_uker_dim_args { m: r.len(), n: cols.len(), k },
-                                ..Default::default()
-                            };
-                            args.activation.clamp.min_ptr = (&clamp.min as *const f32).cast();
-                            args.activation.clamp.max_ptr = (&clamp.max as *const f32).cast();
                             // SAFETY: as for the interface kernels: offsets
                             // of tile starts that are multiples of the
                             // kernel's steps, buffers checked against the
-                            // layout and shape, clamp pointers to two live
-                            // f32s, only the clamp flag set.
+                            // layout and shape.
                             unsafe {
-                                let a = api();
-                                let idx = sys::kai_matmul_uker_rhs_dim_args { n: cols.start, k: 0 };
-                                let ro = a.get_rhs_offset.expect("rhs offset")(&cfg, &idx, &rhs_stride);
-                                args.operand.lhs.ptr = lp.0.add(r.start * lhs_stride).cast();
-                                args.operand.lhs.stride = sys::kai_matmul_uker_lhs_stride_args { m: lhs_sb };
-                                args.operand.rhs.ptr = rp.0.add(ro).cast();
-                                args.operand.rhs.stride = rhs_stride;
-                                args.operand.dst.ptr = dp.0.add(r.start * n + cols.start).cast();
-                                args.operand.dst.stride = sys::kai_matmul_uker_dst_stride_args { m: dst_sb };
-                                a.run.expect("run")(&cfg, &args);
+                                let ro = u.rhs_offset(cols.start, &rhs_stride);
+                                u.run_clamped(
+                                    (r.len(), cols.len(), k),
+                                    (lp.0.add(r.start * lhs_stride).cast(), lhs_sa),
+                                    (rp.0.add(ro), rhs_stride),
+                                    (dp.0.add(r.start * n + cols.start).cast(), dst_sb),
+                                    &clamp.min,
+                                    &clamp.max,
+                                );
                             }
                         }
                     });
@@ -1152,40 +1146,28 @@ mod glue {
                     });
                 }
                 Imp::PackedApi(api) => {
-                    let cfg = sys::kai_matmul_uker_config::default();
-                    // SAFETY: queries; features present (tiles()).
-                    let (lhs_stride, rhs_stride) = unsafe {
-                        let a = api();
-                        (
-                            a.get_lhs_stride.expect("lhs stride")(&cfg, &sys::kai_matmul_uker_lhs_dim_args { m, k }),
-                            a.get_rhs_stride.expect("rhs stride")(&cfg, &sys::kai_matmul_uker_rhs_dim_args { n, k }),
-                        )
+                    // SAFETY: the CPU supports the kernel (tiles()); queries.
+                    let (u, lhs_stride, rhs_stride) = unsafe {
+                        let u = Uker::new(api);
+                        let (l, r) = (u.lhs_stride(m, k), u.rhs_stride(n, k));
+                        (u, l, r)
                     };
                     engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
                         let (lp, rp, dp) = (lp, rp, dp);
-                        let mut args = sys::kai_matmul_uker_args {
-                            flags: sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64,
-                            shape: sys::kai_matmul_uker_dim_args { m: rows.len(), n: cols.len(), k },
-                            ..Default::default()
-                        };
-                        args.activation.clamp.min_ptr = (&clamp.min as *const f32).cast();
-                        args.activation.clamp.max_ptr = (&clamp.max as *const f32).cast();
                         // SAFETY: as for the interface kernels, with the
                         // kernel's own offset queries for tile starts that
                         // are multiples of its steps.
                         unsafe {
-                            let a = api();
-                            let li = sys::kai_matmul_uker_lhs_dim_args { m: rows.start, k: 0 };
-                            let ri = sys::kai_matmul_uker_rhs_dim_args { n: cols.start, k: 0 };
-                            let lo = a.get_lhs_offset.expect("lhs offset")(&cfg, &li, &lhs_stride);
-                            let ro = a.get_rhs_offset.expect("rhs offset")(&cfg, &ri, &rhs_stride);
-                            args.operand.lhs.ptr = lp.0.add(lo).cast();
-                            args.operand.lhs.stride = lhs_stride;
-                            args.operand.rhs.ptr = rp.0.add(ro).cast();
-                            args.operand.rhs.stride = rhs_stride;
-                            args.operand.dst.ptr = dp.0.add(rows.start * n + cols.start).cast();
-                            args.operand.dst.stride = sys::kai_matmul_uker_dst_stride_args { m: dst_sb };
-                            a.run.expect("run")(&cfg, &args);
+                            let lo = u.lhs_offset(rows.start, &lhs_stride);
+                            let ro = u.rhs_offset(cols.start, &rhs_stride);
+                            u.run_clamped(
+                                (rows.len(), cols.len(), k),
+                                (lp.0.add(lo), lhs_stride),
+                                (rp.0.add(ro), rhs_stride),
+                                (dp.0.add(rows.start * n + cols.start).cast(), dst_sb),
+                                &clamp.min,
+                                &clamp.max,
+                            );
                         }
                     });
                 }

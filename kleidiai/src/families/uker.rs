@@ -73,6 +73,42 @@ impl Uker {
         unsafe { self.0.get_dst_stride.expect("get_dst_stride")(&self.1, &sys::kai_matmul_uker_dst_dim_args { m, n }) }
     }
 
+    /// Runs `m x n` outputs over `k` with the clamp flag (the float
+    /// kernels' call): the LHS at `lhs` with `lhs_stride`, the RHS at `rhs`
+    /// with `rhs_stride`, the destination at `dst` with rows `dst_row_bytes`
+    /// apart, clamped to `[min, max]`.
+    ///
+    /// # Safety
+    /// As [`Uker::new`]; `lhs`, `rhs` and `dst` cover what the kernel reads
+    /// and writes for that shape and those strides.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn run_clamped(
+        &self,
+        (m, n, k): (usize, usize, usize),
+        (lhs, lhs_stride): (*const u8, sys::kai_matmul_uker_lhs_stride_args),
+        (rhs, rhs_stride): (*const u8, sys::kai_matmul_uker_rhs_stride_args),
+        (dst, dst_row_bytes): (*mut u8, usize),
+        min: &f32,
+        max: &f32,
+    ) {
+        let mut args = sys::kai_matmul_uker_args {
+            flags: sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64,
+            shape: sys::kai_matmul_uker_dim_args { m, n, k },
+            ..Default::default()
+        };
+        args.activation.clamp.min_ptr = (min as *const f32).cast();
+        args.activation.clamp.max_ptr = (max as *const f32).cast();
+        args.operand.lhs.ptr = lhs.cast();
+        args.operand.lhs.stride = lhs_stride;
+        args.operand.rhs.ptr = rhs.cast();
+        args.operand.rhs.stride = rhs_stride;
+        args.operand.dst.ptr = dst.cast();
+        args.operand.dst.stride = sys::kai_matmul_uker_dst_stride_args { m: dst_row_bytes };
+        // SAFETY: forwarded to the caller; the clamp pointers are two live
+        // f32s and only the clamp flag is set.
+        unsafe { self.run(&args) }
+    }
+
     /// # Safety
     /// As [`Uker::new`]; every pointer in `args` covers what the kernel
     /// reads or writes for `args.shape`.
