@@ -76,103 +76,17 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::families::engine;
-    use crate::families::qai8dxp_qsi4c32p::{Entry, c32_fns};
-    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
-    use crate::par::Parallelism;
+    use crate::families::qai8dxp_common::entries;
+    use crate::families::qai8dxp_qsi4c32p::{Entry, c32_fns, c32_kernel};
     use kleidiai_sys::interfaces::matmul_clamp_bf16_qai8dxp_qsi4c32p::KERNELS;
-    use std::sync::OnceLock;
 
-    const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_bf16_neon";
-
-    fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS.iter().map(|(u, i)| Entry::bf16_out(u, FAMILY, LHS_PACKER, c32_fns!(i, Half))).collect()
-        })
-    }
-
-    engine::kernel_type!(Entry);
-
-    impl Kernel {
-        /// The packed-RHS layout this kernel reads for `n x k` weights in
-        /// blocks of `bl` (format `qsi4c32p`, shared with the f32 family).
-        pub fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
-            self.0.rhs_layout(n, k, bl)
-        }
-
-        /// The packed-LHS layout this kernel reads for an `m x k` input.
-        pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
-            self.0.lhs_layout(m, k)
-        }
-
-        /// Packs the weights for this kernel (bf16 scales).
-        pub fn pack_rhs<'a>(&self, w: impl Into<BlockInt4<'a>>) -> Result<PackedRhs> {
-            self.0.pack_rhs(&w.into())
-        }
-
-        /// Quantises and packs an `m x k` bf16 LHS (rows `lhs_stride`
-        /// elements apart; `k` for a dense matrix).
-        pub fn pack_lhs(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[bf16],
-            lhs_stride: usize,
-            par: Parallelism,
-        ) -> Result<PackedLhs> {
-            let mut out = PackedLhs::empty();
-            self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-            Ok(out)
-        }
-
-        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-        pub fn pack_lhs_into(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[bf16],
-            lhs_stride: usize,
-            par: Parallelism,
-            out: &mut PackedLhs,
-        ) -> Result<()> {
-            self.0.pack_lhs_bf16(LHS_PACKER, m, k, lhs, lhs_stride, par, out)
-        }
-
-        /// `dst = clamp(lhs · wᵀ + bias)` in bf16: `dst` is `m x n`, rows `n`
-        /// apart.
-        pub fn run(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [bf16],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            self.0.run(lhs, rhs, dst, clamp, par)
-        }
-
-        /// Packs the dense `m x k` LHS and runs: the one-call form.
-        pub fn matmul(
-            &self,
-            m: usize,
-            lhs: &[bf16],
-            rhs: &PackedRhs,
-            dst: &mut [bf16],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            let k = rhs.layout().k;
-            let packed = self.pack_lhs(m, k, lhs, k, par)?;
-            self.run(&packed, rhs, dst, clamp, par)
-        }
-    }
-
-    /// Weight row `row` of a packed RHS of this family (format
-    /// `qsi4c32p`), as f32 (`value * bf16 scale`; bias not included).
-    pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
-        crate::families::qai8dxp_qsi4c32p::unpack_rhs_row(rhs, row, out)
-    }
+    entries!(KERNELS, |(u, i)| Entry::bf16_out(u, FAMILY, c32_fns!(i, Half)));
+    c32_kernel!(
+        lhs: bf16,
+        out: bf16,
+        pack_lhs_into: pack_lhs_bf16,
+        rhs_note: " (format `qsi4c32p`, shared with the f32 family)"
+    );
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]

@@ -21,74 +21,39 @@
 //! 1e-6`; an f32 difference that straddles a bf16 rounding boundary moves
 //! the output by one bf16 step, so `|err| <= d + 2^-7 * (|want| + d)`.
 
-use super::qai8dxp_common;
-use crate::error::Result;
 use crate::formats::Int4PerChannel;
-use crate::packed::Clamp;
 use half::bf16;
 
-/// Upstream family directory.
-pub const FAMILY: &str = "matmul_clamp_bf16_qai8dxp_qsi4cxp";
-
-/// The portable reference (test oracle and fallback): the family's math in
-/// scalar Rust, with the LHS quantised exactly as the bf16 packer does.
-///
-/// ```
-/// use half::bf16;
-/// use kleidiai::families::matmul_clamp_bf16_qai8dxp_qsi4cxp::reference;
-/// use kleidiai::formats::{Int4Encoding, Int4PerChannel, Order};
-/// use kleidiai::Clamp;
-/// let w = Int4PerChannel { n: 1, k: 2, order: Order::NxK, encoding: Int4Encoding::Signed,
-///                          data: &[0x21], scales: &[1.0], bias: Some(&[0.5]) }; // [1, 2]
-/// let mut y = [bf16::ZERO];
-/// reference(1, &[bf16::ONE, bf16::ONE], &w, Clamp::NONE, &mut y).unwrap();
-/// assert_eq!(y[0], bf16::from_f32(3.5));
-/// ```
-pub fn reference(m: usize, lhs: &[bf16], w: &Int4PerChannel<'_>, clamp: Clamp, dst: &mut [bf16]) -> Result<()> {
-    qai8dxp_common::reference(m, lhs, (*w).into(), clamp, Default::default(), dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::families::qai8dxp_common::{Entry, RhsFormat, fns, qai8dxp_kernel};
-    use kleidiai_sys::interfaces::matmul_clamp_bf16_qai8dxp_qsi4cxp::KERNELS;
-    use std::sync::OnceLock;
-
-    pub(super) fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS.iter().map(|(u, i)| Entry::new::<bf16>(u, fns!(i, Half), RhsFormat::Qsi4cxp, &[], false)).collect()
-        })
-    }
-
-    qai8dxp_kernel!(lhs: bf16, out: bf16, weights: Int4PerChannel);
+crate::families::qai8dxp_common::qai8dxp_family! {
+    family: matmul_clamp_bf16_qai8dxp_qsi4cxp,
+    lhs: bf16,
+    out: bf16,
+    weights: Int4PerChannel,
+    /// The portable reference (test oracle and fallback): the family's math in
+    /// scalar Rust, with the LHS quantised exactly as the bf16 packer does.
+    ///
+    /// ```
+    /// use half::bf16;
+    /// use kleidiai::families::matmul_clamp_bf16_qai8dxp_qsi4cxp::reference;
+    /// use kleidiai::formats::{Int4Encoding, Int4PerChannel, Order};
+    /// use kleidiai::Clamp;
+    /// let w = Int4PerChannel { n: 1, k: 2, order: Order::NxK, encoding: Int4Encoding::Signed,
+    ///                          data: &[0x21], scales: &[1.0], bias: Some(&[0.5]) }; // [1, 2]
+    /// let mut y = [bf16::ZERO];
+    /// reference(1, &[bf16::ONE, bf16::ONE], &w, Clamp::NONE, &mut y).unwrap();
+    /// assert_eq!(y[0], bf16::from_f32(3.5));
+    /// ```
+    reference,
+    entry: |(u, i)| Entry::new::<bf16>(u, fns!(i, Half), RhsFormat::Qsi4cxp, &[], false),
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::qai8dxp_common::tests as common;
     use crate::formats::{Int4Encoding, Order};
     use crate::par::Parallelism;
 
-    #[test]
-    fn conformance() {
-        common::conformance::<bf16, bf16>(FAMILY, imp::entries(), &[32, 33, 96]);
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        common::bad_input::<bf16, bf16>(imp::entries());
-    }
-
-    #[test]
-    fn mixing_layouts_is_an_error() {
-        common::mixing_layouts::<bf16, bf16>(imp::entries());
-    }
+    crate::families::qai8dxp_common::tests::family_tests!(bf16, bf16, &[32, 33, 96]);
 
     #[test]
     fn matmul_matches_reference() {

@@ -63,32 +63,21 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::AlignedBuf;
     use crate::cpu::CpuFeature;
     use crate::families::engine;
-    use crate::families::qai8dxp_common::{Entry, RhsFormat, f32_prepared, fns};
-    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
-    use crate::par::Parallelism;
+    use crate::families::qai8dxp_common::{Entry, RhsFormat, entries, f32_prepared, fns, kernel_methods};
+    use crate::packed::{PackedLayout, PackedRhs};
     use kleidiai_sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4cxp::KERNELS;
-    use std::sync::OnceLock;
 
-    fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, i)| {
-                    // The SME2 kernels read the s1s0 layout of the NEON packer.
-                    let sme2 = u.features.contains(&CpuFeature::Sme2);
-                    let rhs = if sme2 { RhsFormat::Qsi4cxps1s0 } else { RhsFormat::Qsi4cxp };
-                    Entry::new::<f32>(u, fns!(i, F32), rhs, &[], false)
-                })
-                .collect()
-        })
-    }
-
+    entries!(KERNELS, |(u, i)| {
+        // The SME2 kernels read the s1s0 layout of the NEON packer.
+        let sme2 = u.features.contains(&CpuFeature::Sme2);
+        let rhs = if sme2 { RhsFormat::Qsi4cxps1s0 } else { RhsFormat::Qsi4cxp };
+        Entry::new::<f32>(u, fns!(i, F32), rhs, &[], false)
+    });
     engine::kernel_type!(Entry);
     f32_prepared!(prepare_f32_qsi4cxp, run_prepared_f32_qsi4cxp);
+    kernel_methods!(lhs: f32, out: f32, pack_lhs_into: pack_lhs_f32_qsi4cxp, layout_first);
 
     impl Kernel {
         /// The packed-RHS layout this kernel reads for `n x k` weights.
@@ -96,72 +85,10 @@ mod imp {
             self.0.rhs_layout(n, k)
         }
 
-        /// The packed-LHS layout this kernel reads for an `m x k` input.
-        pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
-            self.0.lhs_layout(m, k)
-        }
-
         /// Packs the weights for this kernel (and every kernel with the
         /// same [`rhs_layout`](Self::rhs_layout)).
         pub fn pack_rhs(&self, w: &Int4PerChannel<'_>) -> Result<PackedRhs> {
             self.0.pack_rhs_qsi4cxp(w)
-        }
-
-        /// Quantises and packs an `m x k` f32 LHS (rows `lhs_stride`
-        /// elements apart; `k` for a dense matrix).
-        pub fn pack_lhs(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[f32],
-            lhs_stride: usize,
-            par: Parallelism,
-        ) -> Result<PackedLhs> {
-            let mut out = PackedLhs::new(self.lhs_layout(m, k)?, AlignedBuf::default());
-            self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-            Ok(out)
-        }
-
-        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-        pub fn pack_lhs_into(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[f32],
-            lhs_stride: usize,
-            par: Parallelism,
-            out: &mut PackedLhs,
-        ) -> Result<()> {
-            self.0.pack_lhs_f32_qsi4cxp(m, k, lhs, lhs_stride, par, out)
-        }
-
-        /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
-        pub fn run(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            self.0.run(lhs, rhs, dst, clamp, par)
-        }
-
-        /// Packs the dense `m x k` LHS and runs: the one-call form (use
-        /// [`pack_lhs_into`](Self::pack_lhs_into) and [`run`](Self::run) to
-        /// reuse the packed-LHS allocation).
-        pub fn matmul(
-            &self,
-            m: usize,
-            lhs: &[f32],
-            rhs: &PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            let k = rhs.layout().k;
-            let packed = self.pack_lhs(m, k, lhs, k, par)?;
-            self.run(&packed, rhs, dst, clamp, par)
         }
     }
 

@@ -339,6 +339,76 @@ pub(crate) fn reference<L: LhsElem, O: OutElem>(
     Ok(())
 }
 
+/// A family module with per-channel weights `$w` (a type in scope):
+/// `FAMILY` (the upstream directory `$family`), `reference` (documented by
+/// the given doc comment; with `($block: $bt)` it also takes the f16
+/// packer's block length), and on aarch64 `entries()` (each kernel of the
+/// family's upstream table made by `$entry`, a closure over `&(ukernel,
+/// interface)` with `Entry`, `RhsFormat`, `CpuFeature` and `fns!` in scope),
+/// the `Kernel` of [`qai8dxp_kernel!`] and, with a block, `Kernel::lhs_block`.
+macro_rules! qai8dxp_family {
+    (
+        family: $family:ident,
+        lhs: $lhs:ty,
+        out: $out:ty,
+        weights: $w:ident,
+        $(#[$doc:meta])*
+        reference $(($block:ident: $bt:ty))?,
+        entry: $entry:expr $(,)?
+    ) => {
+        use $crate::error::Result;
+        use $crate::packed::Clamp;
+
+        /// Upstream family directory.
+        pub const FAMILY: &str = stringify!($family);
+
+        $(#[$doc])*
+        pub fn reference(
+            m: usize,
+            lhs: &[$lhs],
+            w: &$w<'_>,
+            clamp: Clamp,
+            $($block: $bt,)?
+            dst: &mut [$out],
+        ) -> Result<()> {
+            let block = $crate::families::qai8dxp_common::qai8dxp_family!(@block $($block)?);
+            $crate::families::qai8dxp_common::reference(m, lhs, (*w).into(), clamp, block, dst)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        pub use imp::*;
+
+        #[cfg(target_arch = "aarch64")]
+        mod imp {
+            use super::*;
+            #[allow(unused_imports)] // the families whose entries need no feature
+            use $crate::cpu::CpuFeature;
+            use $crate::families::qai8dxp_common::{Entry, RhsFormat, fns};
+
+            $crate::families::qai8dxp_common::entries!(kleidiai_sys::interfaces::$family::KERNELS, $entry);
+            $crate::families::qai8dxp_common::qai8dxp_kernel!(lhs: $lhs, out: $out, weights: $w);
+            $crate::families::qai8dxp_common::qai8dxp_family!(@lhs_block $($bt)?);
+        }
+    };
+    (@block) => {
+        Default::default()
+    };
+    (@block $block:ident) => {
+        $block
+    };
+    (@lhs_block) => {};
+    (@lhs_block $bt:ty) => {
+        impl Kernel {
+            /// The block length the f16 LHS packer rounds by for this kernel:
+            /// pass it to [`reference()`] to reproduce this kernel exactly.
+            pub fn lhs_block(&self) -> Result<$bt> {
+                self.0.f16_block()
+            }
+        }
+    };
+}
+pub(crate) use qai8dxp_family;
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) use imp::*;
 
@@ -1334,30 +1404,33 @@ mod imp {
         Ok(())
     }
 
-    /// Defines a family's typed `Kernel` (over its `entries()`), `infos()`
-    /// and `unpack_rhs_row`.
-    macro_rules! qai8dxp_kernel {
-        (lhs: $lhs:ty, out: $out:ty, weights: $w:ident) => {
-            $crate::families::engine::kernel_type!($crate::families::qai8dxp_common::Entry);
+    /// A family's `entries()`: the kernels of `$kernels` (its generated
+    /// upstream table) made by `$entry`, a closure over `&(ukernel,
+    /// interface)`, built once.
+    macro_rules! entries {
+        ($kernels:path, $entry:expr) => {
+            pub(super) fn entries() -> &'static [Entry] {
+                static E: std::sync::OnceLock<Vec<Entry>> = std::sync::OnceLock::new();
+                E.get_or_init(|| $kernels.iter().map($entry).collect())
+            }
+        };
+    }
+    pub(crate) use entries;
 
+    /// The `Kernel` methods of every qai8dxp family (the per-channel ones
+    /// and the qsi4c32p ones): `lhs_layout`, `pack_lhs` and `pack_lhs_into`
+    /// (an LHS of `$lhs`, quantised and packed by the entry's `$into`),
+    /// `run` (outputs of `$out`) and `matmul`. With `layout_first`,
+    /// `pack_lhs` computes the LHS layout before `$into` checks the rows.
+    macro_rules! kernel_methods {
+        (lhs: $lhs:ty, out: $out:ty, pack_lhs_into: $into:ident $(, $layout_first:ident)?) => {
             impl Kernel {
-                /// The packed-RHS layout this kernel reads for `n x k` weights.
-                pub fn rhs_layout(&self, n: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
-                    self.0.rhs_layout(n, k)
-                }
-
                 /// The packed-LHS layout this kernel reads for an `m x k` input.
                 pub fn lhs_layout(&self, m: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
                     self.0.lhs_layout(m, k)
                 }
 
-                /// Packs the weights for this kernel (and every kernel with
-                /// the same [`rhs_layout`](Self::rhs_layout)).
-                pub fn pack_rhs(&self, w: &$w<'_>) -> $crate::Result<$crate::PackedRhs> {
-                    self.0.pack_rhs($crate::families::qai8dxp_common::Weights::from(*w))
-                }
-
-                /// Quantises and packs an `m x k` LHS (rows `lhs_stride`
+                #[doc = concat!("Quantises and packs an `m x k` ", stringify!($lhs), " LHS (rows `lhs_stride`")]
                 /// elements apart; `k` for a dense matrix).
                 pub fn pack_lhs(
                     &self,
@@ -1367,8 +1440,9 @@ mod imp {
                     lhs_stride: usize,
                     par: $crate::Parallelism,
                 ) -> $crate::Result<$crate::PackedLhs> {
-                    let mut out = $crate::PackedLhs::empty();
-                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+                    let mut out =
+                        $crate::families::qai8dxp_common::kernel_methods!(@new_lhs self, m, k $(, $layout_first)?);
+                    self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
                     Ok(out)
                 }
 
@@ -1382,10 +1456,10 @@ mod imp {
                     par: $crate::Parallelism,
                     out: &mut $crate::PackedLhs,
                 ) -> $crate::Result<()> {
-                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
+                    self.0.$into(m, k, lhs, lhs_stride, par, out)
                 }
 
-                /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n`
+                #[doc = concat!("`dst = clamp(lhs · wᵀ + bias)` in ", stringify!($out), ": `dst` is `m x n`, rows `n`")]
                 /// apart.
                 pub fn run(
                     &self,
@@ -1396,6 +1470,52 @@ mod imp {
                     par: $crate::Parallelism,
                 ) -> $crate::Result<()> {
                     self.0.run(lhs, rhs, dst, clamp, par)
+                }
+
+                /// Packs the dense `m x k` LHS and runs: the one-call form
+                /// (use [`pack_lhs_into`](Self::pack_lhs_into) and
+                /// [`run`](Self::run) to reuse the packed-LHS allocation).
+                pub fn matmul(
+                    &self,
+                    m: usize,
+                    lhs: &[$lhs],
+                    rhs: &$crate::PackedRhs,
+                    dst: &mut [$out],
+                    clamp: $crate::Clamp,
+                    par: $crate::Parallelism,
+                ) -> $crate::Result<()> {
+                    let k = rhs.layout().k;
+                    let packed = self.pack_lhs(m, k, lhs, k, par)?;
+                    self.run(&packed, rhs, dst, clamp, par)
+                }
+            }
+        };
+        (@new_lhs $s:ident, $m:ident, $k:ident) => {
+            $crate::PackedLhs::empty()
+        };
+        (@new_lhs $s:ident, $m:ident, $k:ident, layout_first) => {
+            $crate::PackedLhs::new($s.lhs_layout($m, $k)?, $crate::buffer::AlignedBuf::default())
+        };
+    }
+    pub(crate) use kernel_methods;
+
+    /// Defines a family's typed `Kernel` (over its `entries()`), `infos()`
+    /// and `unpack_rhs_row`.
+    macro_rules! qai8dxp_kernel {
+        (lhs: $lhs:ty, out: $out:ty, weights: $w:ident) => {
+            $crate::families::engine::kernel_type!($crate::families::qai8dxp_common::Entry);
+            $crate::families::qai8dxp_common::kernel_methods!(lhs: $lhs, out: $out, pack_lhs_into: pack_lhs_into);
+
+            impl Kernel {
+                /// The packed-RHS layout this kernel reads for `n x k` weights.
+                pub fn rhs_layout(&self, n: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
+                    self.0.rhs_layout(n, k)
+                }
+
+                /// Packs the weights for this kernel (and every kernel with
+                /// the same [`rhs_layout`](Self::rhs_layout)).
+                pub fn pack_rhs(&self, w: &$w<'_>) -> $crate::Result<$crate::PackedRhs> {
+                    self.0.pack_rhs($crate::families::qai8dxp_common::Weights::from(*w))
                 }
 
                 /// The checks of `pack_lhs_into` + `run`, made once (see
@@ -1425,23 +1545,6 @@ mod imp {
                 ) {
                     // SAFETY: forwarded to the caller.
                     unsafe { self.0.run_prepared(p, x, lhs, rhs, y, clamp) }
-                }
-
-                /// Packs the dense `m x k` LHS and runs: the one-call form
-                /// (use [`pack_lhs_into`](Self::pack_lhs_into) and
-                /// [`run`](Self::run) to reuse the packed-LHS allocation).
-                pub fn matmul(
-                    &self,
-                    m: usize,
-                    lhs: &[$lhs],
-                    rhs: &$crate::PackedRhs,
-                    dst: &mut [$out],
-                    clamp: $crate::Clamp,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<()> {
-                    let k = rhs.layout().k;
-                    let packed = self.pack_lhs(m, k, lhs, k, par)?;
-                    self.run(&packed, rhs, dst, clamp, par)
                 }
             }
 
@@ -1618,6 +1721,29 @@ pub(crate) mod tests {
         let at = base + mr * k_internal + mr * 4 + r * 4;
         Qai8dxRow { q, zero_point: zp, recip_scale: f32::from_le_bytes(b[at..at + 4].try_into().unwrap()) }
     }
+
+    /// The tests of [`qai8dxp_family!`] module `$family` (with LHS `$lhs`
+    /// and outputs `$out`), in its `tests` module: [`conformance`] for each
+    /// `k` of `$ks`, [`bad_input`] and [`mixing_layouts`].
+    macro_rules! family_tests {
+        ($lhs:ty, $out:ty, $ks:expr) => {
+            #[test]
+            fn conformance() {
+                $crate::families::qai8dxp_common::tests::conformance::<$lhs, $out>(FAMILY, imp::entries(), $ks);
+            }
+
+            #[test]
+            fn bad_input_is_an_error() {
+                $crate::families::qai8dxp_common::tests::bad_input::<$lhs, $out>(imp::entries());
+            }
+
+            #[test]
+            fn mixing_layouts_is_an_error() {
+                $crate::families::qai8dxp_common::tests::mixing_layouts::<$lhs, $out>(imp::entries());
+            }
+        };
+    }
+    pub(crate) use family_tests;
 
     fn entry(entries: &'static [Entry], name: &str) -> &'static Entry {
         entries.iter().find(|e| e.info.name == name).expect("registered kernel")

@@ -332,6 +332,36 @@ mod imp {
     }
     pub(crate) use c32_fns;
 
+    /// Defines a qsi4c32p family's typed `Kernel` (over its `entries()`),
+    /// `infos()` and `unpack_rhs_row`: an LHS of `$lhs` packed by the
+    /// entry's `$into`, outputs of `$out`; `$note` ends the first sentence
+    /// of `rhs_layout`'s doc.
+    macro_rules! c32_kernel {
+        (lhs: $lhs:ty, out: $out:ty, pack_lhs_into: $into:ident, rhs_note: $note:literal) => {
+            $crate::families::engine::kernel_type!($crate::families::qai8dxp_qsi4c32p::Entry);
+            $crate::families::qai8dxp_common::kernel_methods!(lhs: $lhs, out: $out, pack_lhs_into: $into);
+            pub use $crate::families::qai8dxp_qsi4c32p::unpack_rhs_row;
+
+            impl Kernel {
+                #[doc = concat!("The packed-RHS layout this kernel reads for `n x k` weights in blocks of `bl`", $note, ".")]
+                pub fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> $crate::Result<$crate::PackedLayout> {
+                    self.0.rhs_layout(n, k, bl)
+                }
+
+                /// Packs the weights for this kernel (and every kernel with
+                /// the same [`rhs_layout`](Self::rhs_layout)). Scales are
+                /// stored as bf16.
+                pub fn pack_rhs<'a>(
+                    &self,
+                    w: impl Into<$crate::formats::BlockInt4<'a>>,
+                ) -> $crate::Result<$crate::PackedRhs> {
+                    self.0.pack_rhs(&w.into())
+                }
+            }
+        };
+    }
+    pub(crate) use c32_kernel;
+
     /// One kernel of the qai8dxp x qsi4c32p families: registry data,
     /// functions, packed RHS format and the family's conventions.
     pub(crate) struct Entry {
@@ -345,29 +375,20 @@ mod imp {
     }
 
     impl Entry {
-        /// The entry of kernel `u` of the f32-output family: its format by
-        /// [`kernel_info`], layouts with the vector length, GEMV kernels
-        /// (`mr == 1`) run one row per call.
-        pub(crate) fn f32_out(
-            u: &'static sys::Ukernel,
-            family: &'static str,
-            lhs_packer: &'static str,
-            fns: Fns,
-        ) -> Entry {
-            let (info, format) = kernel_info(u, family, lhs_packer);
+        /// The entry of kernel `u` of the f32-output family (LHS packer
+        /// `kai_lhs_quant_pack_qai8dxp_f32`): its format by [`kernel_info`],
+        /// layouts with the vector length, GEMV kernels (`mr == 1`) run one
+        /// row per call.
+        pub(crate) fn f32_out(u: &'static sys::Ukernel, family: &'static str, fns: Fns) -> Entry {
+            let (info, format) = kernel_info(u, family, <f32 as LhsElem>::PACKER);
             Entry { info, fns, format, sized: true, one_row: true }
         }
 
-        /// The entry of kernel `u` of the bf16-output family: format
-        /// `qsi4c32p`, layouts without the vector length, every tile in one
-        /// call.
-        pub(crate) fn bf16_out(
-            u: &'static sys::Ukernel,
-            family: &'static str,
-            lhs_packer: &'static str,
-            fns: Fns,
-        ) -> Entry {
-            let info = kernel_info(u, family, lhs_packer).0;
+        /// The entry of kernel `u` of the bf16-output family (LHS packer
+        /// `kai_lhs_quant_pack_qai8dxp_bf16_neon`): format `qsi4c32p`,
+        /// layouts without the vector length, every tile in one call.
+        pub(crate) fn bf16_out(u: &'static sys::Ukernel, family: &'static str, fns: Fns) -> Entry {
+            let info = kernel_info(u, family, <bf16 as LhsElem>::PACKER).0;
             Entry { info, fns, format: FORMAT_QSI4C32P, sized: false, one_row: false }
         }
 
@@ -444,12 +465,10 @@ mod imp {
             pack_qai8dxp_f32(&self.info, layout, lhs, lhs_stride, par, out)
         }
 
-        /// Quantises and packs a bf16 LHS with `lhs_packer`
-        /// (`kai_lhs_quant_pack_qai8dxp_bf16_neon`, which needs `kr / sr = 8`).
-        #[allow(clippy::too_many_arguments)]
+        /// Quantises and packs a bf16 LHS with
+        /// `kai_lhs_quant_pack_qai8dxp_bf16_neon` (which needs `kr / sr = 8`).
         pub(crate) fn pack_lhs_bf16(
             &self,
-            lhs_packer: &str,
             m: usize,
             k: usize,
             lhs: &[bf16],
@@ -465,7 +484,7 @@ mod imp {
                 return Err(crate::Error::bad_value(
                     "kr / sr",
                     format!("{kr} / {sr}"),
-                    format!("{lhs_packer} needs 8"),
+                    format!("{} needs 8", <bf16 as LhsElem>::PACKER),
                 ));
             }
             let size = <bf16 as LhsElem>::packed_size(m, k, mr, kr, sr);
