@@ -92,12 +92,13 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
+    use crate::families::qai8dxp_common::tests::{across_threads, unpack_matches};
     use crate::families::qai8dxp_qsi4c32p::SCALE_TYPE;
     use crate::testing::qsi4c32::{BL_K, TestWeights, magnitudes};
     use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
-    use crate::testing::{self, Rng, THREADS, compare, tail_shapes};
+    use crate::testing::{self, Rng, tail_shapes};
 
     fn to_f32(v: &[bf16]) -> Vec<f32> {
         v.iter().map(|x| x.to_f32()).collect()
@@ -129,33 +130,21 @@ mod tests {
                         (q.zero_point as f32).abs() * q.recip_scale
                     });
                     let packed = kernel.pack_rhs(w).map_err(|e| (cases, e.to_string()))?;
-                    let mut first: Option<Vec<u16>> = None;
-                    for threads in THREADS {
-                        let par = Parallelism::Rayon(threads);
+                    let (shape, what) = ((m, n, k), format!(" bl={bl}"));
+                    let tol = |i: usize, y: f32| 1e-5 * (y.abs() + mags[i]) + 1e-6 + y.abs() / 128.0;
+                    // Compared bit for bit without hashing the outputs again
+                    // (bf16 to f32 is exact and one-to-one).
+                    let same = |a: &[f32], b: &[f32]| a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits()));
+                    let case_worst = across_threads(cases, shape, &what, &want, tol, same, |par| {
                         let mut dst = vec![bf16::NAN; m * n];
                         let mut scratch = PackedLhs::empty();
                         kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
                         kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
-                        let err =
-                            compare(&to_f32(&dst), &want, |i, y| 1e-5 * (y.abs() + mags[i]) + 1e-6 + y.abs() / 128.0)
-                                .map_err(|e| (cases, format!("m={m} n={n} k={k} bl={bl} threads={threads}: {e}")))?;
-                        worst = worst.max(err);
-                        let bits: Vec<u16> = dst.iter().map(|x| x.to_bits()).collect();
-                        match &first {
-                            None => first = Some(bits),
-                            Some(f) if *f != bits => {
-                                return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
-                            }
-                            _ => {}
-                        }
-                    }
-                    let mut row = vec![0f32; k];
-                    for r in [0, n / 2, n - 1] {
-                        unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
-                        if row[..] != wd[r * k..(r + 1) * k] {
-                            return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} bl={bl} differs")));
-                        }
-                    }
+                        Ok(to_f32(&dst))
+                    })?;
+                    worst = worst.max(case_worst);
+                    let unpack = |r, row: &mut [f32]| unpack_rhs_row(&packed, r, row);
+                    unpack_matches(cases, (n, k), &wd, &format!("{what} differs"), unpack)?;
                     cases += 1;
                 }
             }

@@ -59,10 +59,11 @@ crate::families::qai8dxp_common::qai8dxp_family! {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
+    use crate::families::qai8dxp_common::tests as common;
     use crate::formats::Order;
     use crate::par::Parallelism;
 
-    crate::families::qai8dxp_common::tests::family_tests!(f16, f16, &[32, 33, 96]);
+    common::family_tests!(f16, f16, &[32, 33, 96]);
 
     #[test]
     fn matmul_matches_reference() {
@@ -71,14 +72,12 @@ mod tests {
         };
         let data: Vec<i8> = (0..40 * 5).map(|i| (i * 37 % 255) as u8 as i8).collect();
         let w = Int8PerChannel { n: 5, k: 40, order: Order::KxN, data: &data, scales: &[0.01; 5], bias: None };
-        let lhs: Vec<f16> = (0..5 * 40).map(|i| f16::from_f32((i as f32 * 0.37).sin())).collect();
-        let (mut got, mut want) = (vec![f16::ZERO; 25], vec![f16::ZERO; 25]);
         let packed = kern.pack_rhs(&w).unwrap();
-        kern.matmul(5, &lhs, &packed, &mut got, Clamp::NONE, Parallelism::Sequential).unwrap();
-        reference(5, &lhs, &w, Clamp::NONE, kern.lhs_block().unwrap(), &mut want).unwrap();
-        let close =
-            got.iter().zip(&want).all(|(g, w)| (g.to_f32() - w.to_f32()).abs() <= 1e-3 * (1.0 + w.to_f32().abs()));
-        assert!(close, "{got:?} vs {want:?}");
-        assert!(kern.matmul(5, &lhs[..199], &packed, &mut got, Clamp::NONE, Parallelism::Sequential).is_err());
+        common::matmul_matches_reference(
+            (5, 5, 40),
+            |x, y| kern.matmul(5, x, &packed, y, Clamp::NONE, Parallelism::Sequential),
+            |x, y| reference(5, x, &w, Clamp::NONE, kern.lhs_block().unwrap(), y),
+            |g, w| (g - w).abs() <= 1e-3 * (1.0 + w.abs()),
+        );
     }
 }

@@ -85,9 +85,10 @@ pub(crate) mod tests {
     use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order, Q4_0};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
+    use crate::families::qai8dxp_common::tests::{across_threads, unpack_matches};
     use crate::families::qai8dxp_qsi4c32p::{FORMAT_QSI4C32P, pack_qsi4c32p_rhs, pack_scalar_nxk};
     use crate::testing::qsi4c32::{BL_K, TestWeights, magnitudes};
-    use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+    use crate::testing::{self, Rng, bit_identical, tail_shapes};
     use half::bf16;
 
     #[test]
@@ -116,31 +117,18 @@ pub(crate) mod tests {
                         (q.zero_point as f32).abs() * q.recip_scale
                     });
                     let packed = kernel.pack_rhs(w).map_err(|e| (cases, e.to_string()))?;
-                    let mut first: Option<Vec<f32>> = None;
-                    for threads in THREADS {
-                        let par = Parallelism::Rayon(threads);
+                    let (shape, what) = ((m, n, k), format!(" bl={bl}"));
+                    let tol = |i: usize, y: f32| 1e-5 * (y.abs() + mags[i]) + 1e-6;
+                    let case_worst = across_threads(cases, shape, &what, &want, tol, bit_identical, |par| {
                         let mut dst = vec![f32::NAN; m * n];
                         let mut scratch = PackedLhs::empty();
                         kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
                         kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
-                        let err = compare(&dst, &want, |i, y| 1e-5 * (y.abs() + mags[i]) + 1e-6)
-                            .map_err(|e| (cases, format!("m={m} n={n} k={k} bl={bl} threads={threads}: {e}")))?;
-                        worst = worst.max(err);
-                        match &first {
-                            None => first = Some(dst),
-                            Some(f) if !bit_identical(f, &dst) => {
-                                return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
-                            }
-                            _ => {}
-                        }
-                    }
-                    let mut row = vec![0f32; k];
-                    for r in [0, n / 2, n - 1] {
-                        unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
-                        if row[..] != wd[r * k..(r + 1) * k] {
-                            return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} bl={bl} differs")));
-                        }
-                    }
+                        Ok(dst)
+                    })?;
+                    worst = worst.max(case_worst);
+                    let unpack = |r, row: &mut [f32]| unpack_rhs_row(&packed, r, row);
+                    unpack_matches(cases, (n, k), &wd, &format!("{what} differs"), unpack)?;
                     cases += 1;
                 }
             }

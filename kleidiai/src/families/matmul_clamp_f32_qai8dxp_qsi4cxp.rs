@@ -103,10 +103,11 @@ mod imp {
 mod tests {
     use super::*;
     use crate::families::qai8dxp_common::RhsFormat;
+    use crate::families::qai8dxp_common::tests::{across_threads, unpack_matches};
     use crate::formats::{Int4Encoding, Order};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
-    use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+    use crate::testing::{self, Rng, bit_identical, tail_shapes};
 
     fn weights(rng: &mut Rng, n: usize, k: usize, order: Order, enc: Int4Encoding) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
         let len = match order {
@@ -151,36 +152,22 @@ mod tests {
                 reference(m, &lhs, &w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
                 let wd = w.dequantize().unwrap();
                 let packed = kernel.pack_rhs(&w).map_err(|e| (cases, e.to_string()))?;
-                let mut first: Option<Vec<f32>> = None;
-                for threads in THREADS {
-                    let par = Parallelism::Rayon(threads);
+                let tol = |i: usize, y: f32| {
+                    let (r, c) = (i / n, i % n);
+                    let mag: f32 = (0..k).map(|p| (lhs[r * k + p] * wd[c * k + p]).abs()).sum();
+                    1e-5 * (y.abs() + mag) + 1e-6
+                };
+                let case_worst = across_threads(cases, (m, n, k), "", &want, tol, bit_identical, |par| {
                     let mut dst = vec![f32::NAN; m * n];
                     let mut scratch = PackedLhs::empty();
                     kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
                     kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
-                    let err = compare(&dst, &want, |i, y| {
-                        let (r, c) = (i / n, i % n);
-                        let mag: f32 = (0..k).map(|p| (lhs[r * k + p] * wd[c * k + p]).abs()).sum();
-                        1e-5 * (y.abs() + mag) + 1e-6
-                    })
-                    .map_err(|e| (cases, format!("m={m} n={n} k={k} threads={threads}: {e}")))?;
-                    worst = worst.max(err);
-                    match &first {
-                        None => first = Some(dst),
-                        Some(f) if !bit_identical(f, &dst) => {
-                            return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
-                        }
-                        _ => {}
-                    }
-                }
+                    Ok(dst)
+                })?;
+                worst = worst.max(case_worst);
                 // Row-unpack of the packed weights equals the dequantised ones.
-                let mut row = vec![0f32; k];
-                for r in [0, n / 2, n - 1] {
-                    unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
-                    if row[..] != wd[r * k..(r + 1) * k] {
-                        return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} differs from the weights")));
-                    }
-                }
+                let unpack = |r, row: &mut [f32]| unpack_rhs_row(&packed, r, row);
+                unpack_matches(cases, (n, k), &wd, " differs from the weights", unpack)?;
                 cases += 1;
             }
             Ok((cases, worst))

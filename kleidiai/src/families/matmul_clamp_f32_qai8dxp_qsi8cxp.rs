@@ -44,10 +44,11 @@ crate::families::qai8dxp_common::qai8dxp_family! {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
+    use crate::families::qai8dxp_common::tests as common;
     use crate::formats::Order;
     use crate::par::Parallelism;
 
-    crate::families::qai8dxp_common::tests::family_tests!(f32, f32, &[32, 33, 96]);
+    common::family_tests!(f32, f32, &[32, 33, 96]);
 
     #[test]
     fn matmul_matches_reference() {
@@ -56,14 +57,12 @@ mod tests {
         };
         let data: Vec<i8> = (0..5 * 40).map(|i| (i * 37 % 255) as u8 as i8).collect();
         let w = Int8PerChannel { n: 5, k: 40, order: Order::NxK, data: &data, scales: &[0.01; 5], bias: None };
-        let lhs: Vec<f32> = (0..3 * 40).map(|i| (i as f32 * 0.37).sin()).collect();
-        let (mut got, mut want) = (vec![0f32; 15], vec![0f32; 15]);
-        kern.matmul(3, &lhs, &kern.pack_rhs(&w).unwrap(), &mut got, Clamp::NONE, Parallelism::Sequential).unwrap();
-        reference(3, &lhs, &w, Clamp::NONE, &mut want).unwrap();
-        assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-4), "{got:?} vs {want:?}");
-        assert!(
-            kern.matmul(3, &lhs[..119], &kern.pack_rhs(&w).unwrap(), &mut got, Clamp::NONE, Parallelism::Sequential)
-                .is_err()
+        let packed = kern.pack_rhs(&w).unwrap();
+        common::matmul_matches_reference(
+            (3, 5, 40),
+            |x, y| kern.matmul(3, x, &packed, y, Clamp::NONE, Parallelism::Sequential),
+            |x, y| reference(3, x, &w, Clamp::NONE, y),
+            |g, w| (g - w).abs() <= 1e-4,
         );
     }
 }

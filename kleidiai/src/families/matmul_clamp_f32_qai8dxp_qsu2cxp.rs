@@ -61,9 +61,10 @@ crate::families::qai8dxp_common::qai8dxp_family! {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
+    use crate::families::qai8dxp_common::tests as common;
     use crate::par::Parallelism;
 
-    crate::families::qai8dxp_common::tests::family_tests!(f32, f32, &[32, 96]);
+    common::family_tests!(f32, f32, &[32, 96]);
 
     #[test]
     fn matmul_matches_reference() {
@@ -74,14 +75,13 @@ mod tests {
             };
             let data: Vec<u8> = (0..5 * 16).map(|i| (i * 37 % 256) as u8).collect();
             let w = UInt2PerChannel { n: 5, k: 64, data: &data, scales: &[0.01; 5], bias: None, lut: [3, -1, 0, 7] };
-            let lhs: Vec<f32> = (0..m * 64).map(|i| (i as f32 * 0.37).sin()).collect();
-            let (mut got, mut want) = (vec![0f32; m * 5], vec![0f32; m * 5]);
             let packed = kern.pack_rhs(&w).unwrap();
-            kern.matmul(m, &lhs, &packed, &mut got, Clamp::NONE, Parallelism::Sequential).unwrap();
-            reference(m, &lhs, &w, Clamp::NONE, &mut want).unwrap();
-            assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-4), "{got:?} vs {want:?}");
-            let short = &lhs[..m * 64 - 1];
-            assert!(kern.matmul(m, short, &packed, &mut got, Clamp::NONE, Parallelism::Sequential).is_err());
+            common::matmul_matches_reference(
+                (m, 5, 64),
+                |x, y| kern.matmul(m, x, &packed, y, Clamp::NONE, Parallelism::Sequential),
+                |x, y| reference(m, x, &w, Clamp::NONE, y),
+                |g, w| (g - w).abs() <= 1e-4,
+            );
         }
     }
 }

@@ -1749,6 +1749,77 @@ pub(crate) mod tests {
         entries.iter().find(|e| e.info.name == name).expect("registered kernel")
     }
 
+    /// The outputs of `run(par)` (as f32) at every thread count of
+    /// [`THREADS`] for case `c` of shape `m x n x k`: each within `tol` of
+    /// `want` ([`compare`]), all the same by `same` (after the first);
+    /// returns the worst error. `what` follows the shape in error messages.
+    pub(crate) fn across_threads(
+        c: usize,
+        (m, n, k): (usize, usize, usize),
+        what: &str,
+        want: &[f32],
+        tol: impl Fn(usize, f32) -> f32,
+        same: impl Fn(&[f32], &[f32]) -> bool,
+        mut run: impl FnMut(Parallelism) -> Result<Vec<f32>, (usize, String)>,
+    ) -> Result<f64, (usize, String)> {
+        let mut worst = 0f64;
+        let mut first: Option<Vec<f32>> = None;
+        for threads in THREADS {
+            let got = run(Parallelism::Rayon(threads))?;
+            let err = compare(&got, want, &tol)
+                .map_err(|s| (c, format!("m={m} n={n} k={k}{what} threads={threads}: {s}")))?;
+            worst = worst.max(err);
+            match &first {
+                None => first = Some(got),
+                Some(f) if !same(f, &got) => {
+                    return Err((c, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
+                }
+                _ => {}
+            }
+        }
+        Ok(worst)
+    }
+
+    /// Rows 0, `n / 2` and `n - 1` of a packed RHS as `unpack(row, out)`
+    /// writes them equal those of `wd` (the `n x k` weights as f32), for case
+    /// `c`; `what` ends the error message.
+    pub(crate) fn unpack_matches(
+        c: usize,
+        (n, k): (usize, usize),
+        wd: &[f32],
+        what: &str,
+        unpack: impl Fn(usize, &mut [f32]) -> crate::Result<()>,
+    ) -> Result<(), (usize, String)> {
+        let mut row = vec![0f32; k];
+        for r in [0, n / 2, n - 1] {
+            unpack(r, &mut row).map_err(|e| (c, e.to_string()))?;
+            if row[..] != wd[r * k..(r + 1) * k] {
+                return Err((c, format!("unpack_rhs_row({r}) n={n} k={k}{what}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `matmul(lhs, dst)` (a family's `Kernel::matmul` on `m` rows, `n x k`
+    /// weights) against `reference(lhs, dst)` for the LHS
+    /// `sin(0.37 i)`: every output `close(got, want)`, and an LHS one value
+    /// short an error.
+    pub(crate) fn matmul_matches_reference<L: LhsElem, O: OutElem>(
+        (m, n, k): (usize, usize, usize),
+        matmul: impl Fn(&[L], &mut [O]) -> crate::Result<()>,
+        reference: impl Fn(&[L], &mut [O]) -> crate::Result<()>,
+        close: impl Fn(f32, f32) -> bool,
+    ) {
+        let lhs: Vec<L> = (0..m * k).map(|i| L::from_f32((i as f32 * 0.37).sin())).collect();
+        let (mut got, mut want) = (vec![O::from_f32(0.0); m * n], vec![O::from_f32(0.0); m * n]);
+        matmul(&lhs, &mut got).unwrap();
+        reference(&lhs, &mut want).unwrap();
+        let got32: Vec<f32> = got.iter().map(|x| x.to_f32()).collect();
+        let want32: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
+        assert!(got32.iter().zip(&want32).all(|(&g, &w)| close(g, w)), "{got32:?} vs {want32:?}");
+        assert!(matmul(&lhs[..m * k - 1], &mut got).is_err());
+    }
+
     /// Every supported kernel of `family` against [`reference()`]: tail
     /// shapes for each `k` of `ks`, every thread count bit-identical, the
     /// packed LHS equal to the reference quantisation, packed rows unpacking
@@ -1773,9 +1844,13 @@ pub(crate) mod tests {
                 let rows = L::quantize_rows(&lhs, m, k, block);
                 let wd = w.dequantize();
                 let packed = e.pack_rhs(w.view()).map_err(err(ci))?;
-                let mut first: Option<Vec<f32>> = None;
-                for threads in THREADS {
-                    let par = Parallelism::Rayon(threads);
+                let tol = |i: usize, y: f32| {
+                    let (r, c) = (i / n, i % n);
+                    let mag: f32 = (0..k).map(|p| (lhs[r * k + p].to_f32() * wd[c * k + p]).abs()).sum();
+                    let d = 1e-5 * (y.abs() + mag) + 1e-6;
+                    d + O::STEP * (y.abs() + d)
+                };
+                let case_worst = across_threads(ci, (m, n, k), "", &want, tol, bit_identical, |par| {
                     let mut scratch = PackedLhs::empty();
                     e.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(err(ci))?;
                     for (i, row) in rows.iter().enumerate() {
@@ -1790,30 +1865,10 @@ pub(crate) mod tests {
                     }
                     let mut dst = vec![O::from_f32(f32::NAN); m * n];
                     e.run(&scratch, &packed, &mut dst, clamp, par).map_err(err(ci))?;
-                    let got: Vec<f32> = dst.into_iter().map(O::to_f32).collect();
-                    let e = compare(&got, &want, |i, y| {
-                        let (r, c) = (i / n, i % n);
-                        let mag: f32 = (0..k).map(|p| (lhs[r * k + p].to_f32() * wd[c * k + p]).abs()).sum();
-                        let d = 1e-5 * (y.abs() + mag) + 1e-6;
-                        d + O::STEP * (y.abs() + d)
-                    })
-                    .map_err(|s| (ci, format!("m={m} n={n} k={k} threads={threads}: {s}")))?;
-                    worst = worst.max(e);
-                    match &first {
-                        None => first = Some(got),
-                        Some(f) if !bit_identical(f, &got) => {
-                            return Err((ci, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
-                        }
-                        _ => {}
-                    }
-                }
-                let mut row = vec![0f32; k];
-                for r in [0, n / 2, n - 1] {
-                    unpack_rhs_row(&packed, r, &mut row).map_err(err(ci))?;
-                    if row[..] != wd[r * k..(r + 1) * k] {
-                        return Err((ci, format!("unpack_rhs_row({r}) n={n} k={k} differs from the weights")));
-                    }
-                }
+                    Ok(dst.into_iter().map(O::to_f32).collect())
+                })?;
+                worst = worst.max(case_worst);
+                unpack_matches(ci, (n, k), &wd, " differs from the weights", |r, row| unpack_rhs_row(&packed, r, row))?;
             }
             Ok((shapes.len(), worst))
         });
