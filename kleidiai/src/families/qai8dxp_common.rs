@@ -466,9 +466,10 @@ mod imp {
     }
 
     /// The functions of one kernel (its upstream interface struct, without
-    /// the family-specific types).
+    /// the family-specific types): `O` is the RHS offset function, `R` the
+    /// run function (the qsi4c32p families' take the block length too).
     #[derive(Clone, Copy)]
-    pub(crate) struct Fns {
+    pub(crate) struct Fns<O = Offset, R = Run> {
         pub m_step: Getter,
         pub n_step: Getter,
         pub mr: Getter,
@@ -476,14 +477,51 @@ mod imp {
         pub kr: Getter,
         pub sr: Getter,
         pub lhs_offset: Offset,
-        pub rhs_offset: Offset,
-        pub run: Run,
+        pub rhs_offset: O,
+        pub run: R,
+    }
+
+    impl<O, R> Fns<O, R> {
+        /// The kernel's tiles and the CPU's features, or an error if the CPU
+        /// does not run the kernel `info` describes.
+        pub(crate) fn tiles(&self, info: &KernelInfo) -> Result<(Tiles, Features)> {
+            let f = engine::ensure_supported(info)?;
+            // SAFETY: the CPU has every feature the kernel needs
+            // (ensure_supported), so even SME getters may run.
+            let t = unsafe {
+                Tiles {
+                    m_step: (self.m_step)(),
+                    n_step: (self.n_step)(),
+                    mr: (self.mr)(),
+                    nr: (self.nr)(),
+                    kr: (self.kr)(),
+                    sr: (self.sr)(),
+                }
+            };
+            Ok((t, f))
+        }
+    }
+
+    /// The layout of a packed operand in `format` of `rows` rows (`r` of
+    /// them per block: `mr` or `nr` of `t`) for `k` and `bl`.
+    pub(crate) fn layout(
+        format: &'static str,
+        (rows, k, bl): (usize, usize, usize),
+        r: usize,
+        t: &Tiles,
+        vector_bytes: usize,
+    ) -> PackedLayout {
+        PackedLayout { format, rows, k, r, kr: t.kr, sr: t.sr, bl, vector_bytes }
     }
 
     /// [`Fns`] from a family's generated interface struct; `$run` is the
-    /// [`Run`] variant matching its `run_matmul` signature.
+    /// [`Run`] variant matching its `run_matmul` signature (`@run`: the
+    /// constructor of another run type).
     macro_rules! fns {
         ($i:expr, $run:ident) => {
+            $crate::families::qai8dxp_common::fns!(@run $i, $crate::families::qai8dxp_common::Run::$run)
+        };
+        (@run $i:expr, $run:expr) => {
             $crate::families::qai8dxp_common::Fns {
                 m_step: $i.get_m_step.expect("get_m_step"),
                 n_step: $i.get_n_step.expect("get_n_step"),
@@ -493,7 +531,7 @@ mod imp {
                 sr: $i.get_sr.expect("get_sr"),
                 lhs_offset: $i.get_lhs_packed_offset.expect("get_lhs_packed_offset"),
                 rhs_offset: $i.get_rhs_packed_offset.expect("get_rhs_packed_offset"),
-                run: $crate::families::qai8dxp_common::Run::$run($i.run_matmul.expect("run_matmul")),
+                run: $run($i.run_matmul.expect("run_matmul")),
             }
         };
     }
@@ -805,49 +843,17 @@ mod imp {
         }
 
         pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.info)?;
-            let i = &self.fns;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so even SME getters may run.
-            let t = unsafe {
-                Tiles {
-                    m_step: (i.m_step)(),
-                    n_step: (i.n_step)(),
-                    mr: (i.mr)(),
-                    nr: (i.nr)(),
-                    kr: (i.kr)(),
-                    sr: (i.sr)(),
-                }
-            };
-            Ok((t, f))
+            self.fns.tiles(&self.info)
         }
 
         pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.rhs.id(),
-                rows: n,
-                k,
-                r: t.nr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(layout(self.rhs.id(), (n, k, 0), t.nr, &t, engine::layout_vector_bytes(&self.info, &f)))
         }
 
         pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: "qai8dxp",
-                rows: m,
-                k,
-                r: t.mr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(layout("qai8dxp", (m, k, 0), t.mr, &t, engine::layout_vector_bytes(&self.info, &f)))
         }
 
         /// The block length the f16 LHS packer rounds by for this kernel.

@@ -62,7 +62,7 @@ mod imp {
     use crate::cpu::{CpuFeature, Features};
     use crate::error;
     use crate::families::engine::{self, Tiles};
-    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows, prepared_rows};
+    use crate::families::qai8dxp_common::{LhsElem, layout, pack_lhs_rows, prepared_rows};
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -274,7 +274,6 @@ mod imp {
         Ok(())
     }
 
-    type Getter = unsafe extern "C" fn() -> usize;
     type RhsOffset = unsafe extern "C" fn(usize, usize, usize) -> usize;
     /// A kernel's run function writing outputs through `*mut D`.
     type RunFn<D> =
@@ -300,34 +299,13 @@ mod imp {
 
     /// The functions of one qai8dxp x qsi4c32p kernel (its upstream
     /// interface struct, without the output type).
-    #[derive(Clone, Copy)]
-    pub(crate) struct Fns {
-        pub m_step: Getter,
-        pub n_step: Getter,
-        pub mr: Getter,
-        pub nr: Getter,
-        pub kr: Getter,
-        pub sr: Getter,
-        pub lhs_offset: crate::families::qai8dxp_common::Offset,
-        pub rhs_offset: RhsOffset,
-        pub run: Run,
-    }
+    pub(crate) type Fns = crate::families::qai8dxp_common::Fns<RhsOffset, Run>;
 
     /// [`Fns`] from a family's generated interface struct; `$run` is the
     /// [`Run`] variant matching its `run_matmul` signature.
     macro_rules! c32_fns {
         ($i:expr, $run:ident) => {
-            $crate::families::qai8dxp_qsi4c32p::Fns {
-                m_step: $i.get_m_step.expect("m_step"),
-                n_step: $i.get_n_step.expect("n_step"),
-                mr: $i.get_mr.expect("mr"),
-                nr: $i.get_nr.expect("nr"),
-                kr: $i.get_kr.expect("kr"),
-                sr: $i.get_sr.expect("sr"),
-                lhs_offset: $i.get_lhs_packed_offset.expect("lhs offset"),
-                rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
-                run: $crate::families::qai8dxp_qsi4c32p::Run::$run($i.run_matmul.expect("run")),
-            }
+            $crate::families::qai8dxp_common::fns!(@run $i, $crate::families::qai8dxp_qsi4c32p::Run::$run)
         };
     }
     pub(crate) use c32_fns;
@@ -393,21 +371,7 @@ mod imp {
         }
 
         pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.info)?;
-            let i = &self.fns;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so even SME getters may run.
-            let t = unsafe {
-                Tiles {
-                    m_step: (i.m_step)(),
-                    n_step: (i.n_step)(),
-                    mr: (i.mr)(),
-                    nr: (i.nr)(),
-                    kr: (i.kr)(),
-                    sr: (i.sr)(),
-                }
-            };
-            Ok((t, f))
+            self.fns.tiles(&self.info)
         }
 
         fn vector_bytes(&self, f: &Features) -> usize {
@@ -418,31 +382,13 @@ mod imp {
         /// blocks of `bl`.
         pub(crate) fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.format,
-                rows: n,
-                k,
-                r: t.nr,
-                kr: t.kr,
-                sr: t.sr,
-                bl,
-                vector_bytes: self.vector_bytes(&f),
-            })
+            Ok(layout(self.format, (n, k, bl), t.nr, &t, self.vector_bytes(&f)))
         }
 
         /// The packed-LHS layout this kernel reads for an `m x k` input.
         pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: LHS_FORMAT,
-                rows: m,
-                k,
-                r: t.mr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: self.vector_bytes(&f),
-            })
+            Ok(layout(LHS_FORMAT, (m, k, 0), t.mr, &t, self.vector_bytes(&f)))
         }
 
         /// Packs the weights for this kernel (bf16 scales).
