@@ -64,31 +64,14 @@ crate::families::qai8dxp_common::qai8dxp_family! {
         let rhs = if sme2 { RhsFormat::Qsi4cxps1s0 } else { RhsFormat::Qsi4cxp };
         Entry::new::<f16>(u, fns!(i, Half), rhs, &[CpuFeature::Fp16], false)
     },
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-    use crate::families::qai8dxp_common::tests as common;
-    use crate::formats::{Int4Encoding, Order};
-    use crate::par::Parallelism;
-
-    common::family_tests!(f16, f16, &[32, 33, 96]);
-
-    #[test]
-    fn matmul_matches_reference() {
-        let Some(kern) = Kernel::select(5, &crate::cpu::Features::current()) else {
-            return;
-        };
-        let data: Vec<u8> = (0..5 * 20).map(|i| (i * 37 % 256) as u8).collect();
-        let (enc, order) = (Int4Encoding::Offset8, Order::NxK);
-        let w = Int4PerChannel { n: 5, k: 40, order, encoding: enc, data: &data, scales: &[0.01; 5], bias: None };
-        let packed = kern.pack_rhs(&w).unwrap();
-        common::matmul_matches_reference(
-            (5, 5, 40),
-            |x, y| kern.matmul(5, x, &packed, y, Clamp::NONE, Parallelism::Sequential),
-            |x, y| reference(5, x, &w, Clamp::NONE, kern.lhs_block().unwrap(), y),
-            |g, w| (g - w).abs() <= 1e-3 * (1.0 + w.abs()),
-        );
-    }
+    tests: {
+        conformance_ks: [32, 33, 96],
+        matmul_rows: [5],
+        matmul_data: data = (0..5 * 20).map(|i| (i * 37 % 256) as u8),
+        matmul_weights: {
+            let (enc, order) = (Int4Encoding::Offset8, Order::NxK);
+            Int4PerChannel { n: 5, k: 40, order, encoding: enc, data: &data, scales: &[0.01; 5], bias: None }
+        },
+        matmul_close: |g, w| (g - w).abs() <= 1e-3 * (1.0 + w.abs()),
+    },
 }

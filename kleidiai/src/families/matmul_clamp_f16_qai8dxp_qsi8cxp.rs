@@ -54,30 +54,11 @@ crate::families::qai8dxp_common::qai8dxp_family! {
     /// ```
     reference(block: Qai8dxF16Block),
     entry: |(u, i)| Entry::new::<f16>(u, fns!(i, Half), RhsFormat::Qsi8cxp, &[CpuFeature::Fp16], false),
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-    use crate::families::qai8dxp_common::tests as common;
-    use crate::formats::Order;
-    use crate::par::Parallelism;
-
-    common::family_tests!(f16, f16, &[32, 33, 96]);
-
-    #[test]
-    fn matmul_matches_reference() {
-        let Some(kern) = Kernel::select(5, &crate::cpu::Features::current()) else {
-            return;
-        };
-        let data: Vec<i8> = (0..40 * 5).map(|i| (i * 37 % 255) as u8 as i8).collect();
-        let w = Int8PerChannel { n: 5, k: 40, order: Order::KxN, data: &data, scales: &[0.01; 5], bias: None };
-        let packed = kern.pack_rhs(&w).unwrap();
-        common::matmul_matches_reference(
-            (5, 5, 40),
-            |x, y| kern.matmul(5, x, &packed, y, Clamp::NONE, Parallelism::Sequential),
-            |x, y| reference(5, x, &w, Clamp::NONE, kern.lhs_block().unwrap(), y),
-            |g, w| (g - w).abs() <= 1e-3 * (1.0 + w.abs()),
-        );
-    }
+    tests: {
+        conformance_ks: [32, 33, 96],
+        matmul_rows: [5],
+        matmul_data: data = (0..40 * 5).map(|i| (i * 37 % 255) as u8 as i8),
+        matmul_weights: Int8PerChannel { n: 5, k: 40, order: Order::KxN, data: &data, scales: &[0.01; 5], bias: None },
+        matmul_close: |g, w| (g - w).abs() <= 1e-3 * (1.0 + w.abs()),
+    },
 }

@@ -39,30 +39,11 @@ crate::families::qai8dxp_common::qai8dxp_family! {
     /// ```
     reference,
     entry: |(u, i)| Entry::new::<f32>(u, fns!(i, F32), RhsFormat::Qsi8cxp, &[], false),
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-    use crate::families::qai8dxp_common::tests as common;
-    use crate::formats::Order;
-    use crate::par::Parallelism;
-
-    common::family_tests!(f32, f32, &[32, 33, 96]);
-
-    #[test]
-    fn matmul_matches_reference() {
-        let Some(kern) = Kernel::select(3, &crate::cpu::Features::current()) else {
-            return;
-        };
-        let data: Vec<i8> = (0..5 * 40).map(|i| (i * 37 % 255) as u8 as i8).collect();
-        let w = Int8PerChannel { n: 5, k: 40, order: Order::NxK, data: &data, scales: &[0.01; 5], bias: None };
-        let packed = kern.pack_rhs(&w).unwrap();
-        common::matmul_matches_reference(
-            (3, 5, 40),
-            |x, y| kern.matmul(3, x, &packed, y, Clamp::NONE, Parallelism::Sequential),
-            |x, y| reference(3, x, &w, Clamp::NONE, y),
-            |g, w| (g - w).abs() <= 1e-4,
-        );
-    }
+    tests: {
+        conformance_ks: [32, 33, 96],
+        matmul_rows: [3],
+        matmul_data: data = (0..5 * 40).map(|i| (i * 37 % 255) as u8 as i8),
+        matmul_weights: Int8PerChannel { n: 5, k: 40, order: Order::NxK, data: &data, scales: &[0.01; 5], bias: None },
+        matmul_close: |g, w| (g - w).abs() <= 1e-4,
+    },
 }

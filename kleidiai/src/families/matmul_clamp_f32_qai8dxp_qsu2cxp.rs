@@ -56,32 +56,11 @@ crate::families::qai8dxp_common::qai8dxp_family! {
         let rhs = if sme2 { RhsFormat::Qsu2cxp4vlx4 } else { RhsFormat::Qsu2cxp4x4 };
         Entry::new::<f32>(u, fns!(i, F32Lut), rhs, &[], SINGLE_ROW.contains(&u.name))
     },
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-    use crate::families::qai8dxp_common::tests as common;
-    use crate::par::Parallelism;
-
-    common::family_tests!(f32, f32, &[32, 96]);
-
-    #[test]
-    fn matmul_matches_reference() {
-        let f = crate::cpu::Features::current();
-        for m in [1, 3] {
-            let Some(kern) = Kernel::select(m, &f) else {
-                return;
-            };
-            let data: Vec<u8> = (0..5 * 16).map(|i| (i * 37 % 256) as u8).collect();
-            let w = UInt2PerChannel { n: 5, k: 64, data: &data, scales: &[0.01; 5], bias: None, lut: [3, -1, 0, 7] };
-            let packed = kern.pack_rhs(&w).unwrap();
-            common::matmul_matches_reference(
-                (m, 5, 64),
-                |x, y| kern.matmul(m, x, &packed, y, Clamp::NONE, Parallelism::Sequential),
-                |x, y| reference(m, x, &w, Clamp::NONE, y),
-                |g, w| (g - w).abs() <= 1e-4,
-            );
-        }
-    }
+    tests: {
+        conformance_ks: [32, 96],
+        matmul_rows: [1, 3],
+        matmul_data: data = (0..5 * 16).map(|i| (i * 37 % 256) as u8),
+        matmul_weights: UInt2PerChannel { n: 5, k: 64, data: &data, scales: &[0.01; 5], bias: None, lut: [3, -1, 0, 7] },
+        matmul_close: |g, w| (g - w).abs() <= 1e-4,
+    },
 }

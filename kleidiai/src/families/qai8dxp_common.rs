@@ -63,15 +63,9 @@ impl Weights<'_> {
     }
 }
 
-/// An LHS element type with its `qai8dx` packer.
-pub(crate) trait LhsElem: Copy + Send + Sync + 'static {
-    /// The value nearest `x` (test data).
-    #[cfg(test)]
-    fn from_f32(x: f32) -> Self;
-    /// The value as f32 (exact).
-    #[cfg(test)]
-    fn to_f32(self) -> f32;
-
+/// An LHS element type with its `qai8dx` packer (each is an output type
+/// too, whose `from_f32` and `to_f32` make and check test data).
+pub(crate) trait LhsElem: OutElem {
     /// Quantises `m x k` dense rows exactly as this type's packer does, as
     /// called by [`Entry::pack_lhs_into`], for a kernel whose blocks are
     /// `block` values long (which only the f16 packer depends on).
@@ -157,15 +151,6 @@ macro_rules! lhs_packer_fns {
 }
 
 impl LhsElem for f32 {
-    #[cfg(test)]
-    fn from_f32(x: f32) -> Self {
-        x
-    }
-    #[cfg(test)]
-    fn to_f32(self) -> f32 {
-        self
-    }
-
     fn quantize_rows(lhs: &[f32], m: usize, k: usize, _: Qai8dxF16Block) -> Vec<Qai8dxRow> {
         lhs.chunks_exact(k).take(m).map(qai8dx_row).collect()
     }
@@ -182,15 +167,6 @@ impl LhsElem for f32 {
 }
 
 impl LhsElem for f16 {
-    #[cfg(test)]
-    fn from_f32(x: f32) -> Self {
-        f16::from_f32(x)
-    }
-    #[cfg(test)]
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-
     fn quantize_rows(lhs: &[f16], m: usize, k: usize, block: Qai8dxF16Block) -> Vec<Qai8dxRow> {
         qai8dx_rows_f16(lhs, m, k, block)
     }
@@ -222,15 +198,6 @@ impl LhsElem for f16 {
 }
 
 impl LhsElem for bf16 {
-    #[cfg(test)]
-    fn from_f32(x: f32) -> Self {
-        bf16::from_f32(x)
-    }
-    #[cfg(test)]
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-
     fn quantize_rows(lhs: &[bf16], m: usize, k: usize, _: Qai8dxF16Block) -> Vec<Qai8dxRow> {
         qai8dx_rows_bf16(lhs, m, k)
     }
@@ -346,6 +313,11 @@ pub(crate) fn reference<L: LhsElem, O: OutElem>(
 /// family's upstream table made by `$entry`, a closure over `&(ukernel,
 /// interface)` with `Entry`, `RhsFormat`, `CpuFeature` and `fns!` in scope),
 /// the `Kernel` of [`qai8dxp_kernel!`] and, with a block, `Kernel::lhs_block`.
+/// Its tests: those of `family_tests!` (conformance for each `k` of
+/// `conformance_ks`) and `matmul_matches_reference` for each `m` of
+/// `matmul_rows`, with the weights `matmul_weights` over the values
+/// `matmul_data` (named by the ident before `=`), outputs compared by
+/// `matmul_close(got, want)`.
 macro_rules! qai8dxp_family {
     (
         family: $family:ident,
@@ -354,7 +326,14 @@ macro_rules! qai8dxp_family {
         weights: $w:ident,
         $(#[$doc:meta])*
         reference $(($block:ident: $bt:ty))?,
-        entry: $entry:expr $(,)?
+        entry: $entry:expr,
+        tests: {
+            conformance_ks: $ks:expr,
+            matmul_rows: $ms:expr,
+            matmul_data: $d:ident = $data:expr,
+            matmul_weights: $wexpr:expr,
+            matmul_close: $close:expr $(,)?
+        } $(,)?
     ) => {
         use $crate::error::Result;
         use $crate::packed::Clamp;
@@ -389,6 +368,42 @@ macro_rules! qai8dxp_family {
             $crate::families::qai8dxp_common::qai8dxp_kernel!(lhs: $lhs, out: $out, weights: $w);
             $crate::families::qai8dxp_common::qai8dxp_family!(@lhs_block $($bt)?);
         }
+
+        #[cfg(all(test, target_arch = "aarch64"))]
+        mod tests {
+            use super::*;
+            use $crate::families::qai8dxp_common::tests as common;
+            #[allow(unused_imports)] // the weights of some families need neither
+            use $crate::formats::{Int4Encoding, Order};
+
+            common::family_tests!($lhs, $out, &$ks);
+
+            #[test]
+            fn matmul_matches_reference() {
+                let f = $crate::cpu::Features::current();
+                for m in $ms {
+                    let Some(kern) = Kernel::select(m, &f) else {
+                        return;
+                    };
+                    let $d: Vec<_> = $data.collect();
+                    let w = $wexpr;
+                    let packed = kern.pack_rhs(&w).unwrap();
+                    let seq = $crate::Parallelism::Sequential;
+                    common::matmul_matches_reference(
+                        (m, w.n, w.k),
+                        |x, y| kern.matmul(m, x, &packed, y, Clamp::NONE, seq),
+                        $crate::families::qai8dxp_common::qai8dxp_family!(@reference kern, m, w $(, $block)?),
+                        $close,
+                    );
+                }
+            }
+        }
+    };
+    (@reference $kern:ident, $m:ident, $w:ident) => {
+        |x, y| reference($m, x, &$w, Clamp::NONE, y)
+    };
+    (@reference $kern:ident, $m:ident, $w:ident, $block:ident) => {
+        |x, y| reference($m, x, &$w, Clamp::NONE, $kern.lhs_block().unwrap(), y)
     };
     (@block) => {
         Default::default()
