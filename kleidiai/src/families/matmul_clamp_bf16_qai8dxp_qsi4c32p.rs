@@ -92,64 +92,19 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::qai8dxp_common::tests::{across_threads, unpack_matches};
-    use crate::families::qai8dxp_qsi4c32p::SCALE_TYPE;
-    use crate::testing::qsi4c32::{BL_K, TestWeights, magnitudes};
-    use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order};
-    use crate::packed::PackedLhs;
+    use crate::families::qai8dxp_common::tests::matmul_rejects;
+    use crate::families::qai8dxp_qsi4c32p::one_block_rows;
+    use crate::formats::{BlockScales, Int4Blocks};
     use crate::par::Parallelism;
-    use crate::testing::{self, Rng, tail_shapes};
 
-    fn to_f32(v: &[bf16]) -> Vec<f32> {
-        v.iter().map(|x| x.to_f32()).collect()
-    }
-
-    #[test]
-    fn conformance() {
-        testing::conformance(FAMILY, |info| {
-            let kernel = Kernel::by_name(info.name).unwrap();
-            let lay = kernel.rhs_layout(1, 32, 32).map_err(|e| (0, e.to_string()))?;
-            let lhs_lay = kernel.lhs_layout(1, 32).map_err(|e| (0, e.to_string()))?;
-            let (mr, nr) = (lhs_lay.r, lay.r);
-            let mut rng = Rng::new(0xbf16);
-            let mut cases = 0;
-            let mut worst = 0f64;
-            for (bl, k) in BL_K {
-                for (ci, &(m, n, k)) in tail_shapes(mr, mr, nr, nr, &[k]).iter().enumerate() {
-                    let tw = TestWeights::new(&mut rng, n, k, bl);
-                    let w = tw.view(ci + bl, true, ci % 4 != 3);
-                    let lhs: Vec<bf16> = rng.vec_f32(m * k).into_iter().map(bf16::from_f32).collect();
-                    let lhs32 = to_f32(&lhs);
-                    let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
-                    let mut want = vec![bf16::ZERO; m * n];
-                    reference(m, &lhs, w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
-                    let want = to_f32(&want);
-                    let wd = w.dequantize_as(SCALE_TYPE).unwrap();
-                    let mags = magnitudes(m, n, k, &lhs32, &wd, |x| {
-                        let q = crate::quant::qai8dx_row_with(x, crate::quant::Rounding::HalfToEven);
-                        (q.zero_point as f32).abs() * q.recip_scale
-                    });
-                    let packed = kernel.pack_rhs(w).map_err(|e| (cases, e.to_string()))?;
-                    let (shape, what) = ((m, n, k), format!(" bl={bl}"));
-                    let tol = |i: usize, y: f32| 1e-5 * (y.abs() + mags[i]) + 1e-6 + y.abs() / 128.0;
-                    // Compared bit for bit without hashing the outputs again
-                    // (bf16 to f32 is exact and one-to-one).
-                    let same = |a: &[f32], b: &[f32]| a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits()));
-                    let case_worst = across_threads(cases, shape, &what, &want, tol, same, |par| {
-                        let mut dst = vec![bf16::NAN; m * n];
-                        let mut scratch = PackedLhs::empty();
-                        kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
-                        kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
-                        Ok(to_f32(&dst))
-                    })?;
-                    worst = worst.max(case_worst);
-                    let unpack = |r, row: &mut [f32]| unpack_rhs_row(&packed, r, row);
-                    unpack_matches(cases, (n, k), &wd, &format!("{what} differs"), unpack)?;
-                    cases += 1;
-                }
-            }
-            Ok((cases, worst))
-        });
+    crate::families::qai8dxp_qsi4c32p::c32_conformance! {
+        elem: bf16,
+        seed: 0xbf16,
+        quantise: |x: &[f32]| crate::quant::qai8dx_row_with(x, crate::quant::Rounding::HalfToEven),
+        step: |y: f32| y.abs() / 128.0,
+        // Compared bit for bit without hashing the outputs again (bf16 to
+        // f32 is exact and one-to-one).
+        same: |a: &[f32], b: &[f32]| a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits())),
     }
 
     #[test]
@@ -160,23 +115,12 @@ mod tests {
         };
         let s = [bf16::ONE; 2];
         let data = vec![0u8; 32];
-        let w = Int4Blocks {
-            n: 2,
-            k: 32,
-            bl: 32,
-            order: Order::NxK,
-            encoding: Int4Encoding::Signed,
-            data: &data,
-            scales: BlockScales::Bf16(&s),
-            bias: None,
-        };
+        let w = one_block_rows(&data, &s);
         let packed = kern.pack_rhs(w).unwrap();
-        let mut dst = vec![bf16::ZERO; 2];
         let seq = Parallelism::Sequential;
         let x = [bf16::ONE; 32];
-        assert!(kern.matmul(1, &x[..31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
-        assert!(kern.matmul(1, &x, &packed, &mut dst[..1], Clamp::NONE, seq).is_err(), "short dst");
-        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
+        matmul_rejects(&x, 2, false, |m, x, y: &mut [bf16], c| kern.matmul(m, x, &packed, y, c, seq));
+        let mut dst = vec![bf16::ZERO; 2];
         assert!(kern.pack_lhs(2, 32, &x, 16, seq).is_err(), "stride < k");
         assert!(kern.pack_rhs(Int4Blocks { k: 40, ..w }).is_err(), "k not whole blocks");
         assert!(kern.pack_rhs(Int4Blocks { n: usize::MAX / 2, ..w }).is_err(), "overflow");

@@ -82,58 +82,20 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod tests {
     use super::*;
-    use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order, Q4_0};
-    use crate::packed::PackedLhs;
+    use crate::formats::{Int4Blocks, Q4_0};
     use crate::par::Parallelism;
-    use crate::families::qai8dxp_common::tests::{across_threads, unpack_matches};
-    use crate::families::qai8dxp_qsi4c32p::{FORMAT_QSI4C32P, pack_qsi4c32p_rhs, pack_scalar_nxk};
-    use crate::testing::qsi4c32::{BL_K, TestWeights, magnitudes};
-    use crate::testing::{self, Rng, bit_identical, tail_shapes};
+    use crate::families::qai8dxp_common::tests::{matmul_rejects, only_same_layout_runs};
+    use crate::families::qai8dxp_qsi4c32p::{FORMAT_QSI4C32P, one_block_rows, pack_qsi4c32p_rhs, pack_scalar_nxk};
+    use crate::testing::Rng;
+    use crate::testing::qsi4c32::TestWeights;
     use half::bf16;
 
-    #[test]
-    fn conformance() {
-        testing::conformance(FAMILY, |info| {
-            let kernel = Kernel::by_name(info.name).unwrap();
-            let lay = kernel.rhs_layout(1, 32, 32).map_err(|e| (0, e.to_string()))?;
-            let lhs_lay = kernel.lhs_layout(1, 32).map_err(|e| (0, e.to_string()))?;
-            let (mr, nr) = (lhs_lay.r, lay.r);
-            let mut rng = Rng::new(0x4c32);
-            let mut cases = 0;
-            let mut worst = 0f64;
-            for (bl, k) in BL_K {
-                // m_step and n_step of this family are multiples of mr and nr.
-                let shapes = tail_shapes(mr, mr, nr, nr, &[k]);
-                for (ci, &(m, n, k)) in shapes.iter().enumerate() {
-                    let tw = TestWeights::new(&mut rng, n, k, bl);
-                    let w = tw.view(ci + bl, true, ci % 4 != 3);
-                    let lhs = rng.vec_f32(m * k);
-                    let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
-                    let mut want = vec![0f32; m * n];
-                    reference(m, &lhs, w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
-                    let wd = w.dequantize_as(SCALE_TYPE).unwrap();
-                    let mags = magnitudes(m, n, k, &lhs, &wd, |x| {
-                        let q = qai8dx_row(x);
-                        (q.zero_point as f32).abs() * q.recip_scale
-                    });
-                    let packed = kernel.pack_rhs(w).map_err(|e| (cases, e.to_string()))?;
-                    let (shape, what) = ((m, n, k), format!(" bl={bl}"));
-                    let tol = |i: usize, y: f32| 1e-5 * (y.abs() + mags[i]) + 1e-6;
-                    let case_worst = across_threads(cases, shape, &what, &want, tol, bit_identical, |par| {
-                        let mut dst = vec![f32::NAN; m * n];
-                        let mut scratch = PackedLhs::empty();
-                        kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
-                        kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
-                        Ok(dst)
-                    })?;
-                    worst = worst.max(case_worst);
-                    let unpack = |r, row: &mut [f32]| unpack_rhs_row(&packed, r, row);
-                    unpack_matches(cases, (n, k), &wd, &format!("{what} differs"), unpack)?;
-                    cases += 1;
-                }
-            }
-            Ok((cases, worst))
-        });
+    crate::families::qai8dxp_qsi4c32p::c32_conformance! {
+        elem: f32,
+        seed: 0x4c32,
+        quantise: qai8dx_row,
+        step: |_: f32| 0.0,
+        same: crate::testing::bit_identical,
     }
 
     /// The scalar N x K packer and the NEON ones write the same values,
@@ -183,15 +145,10 @@ pub(crate) mod tests {
         let w = tw.view(0, false, false);
         let packed = k1.pack_rhs(w).unwrap();
         let lhs = vec![0.5f32; 2 * k];
-        for other in Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
-            let mut dst = vec![0f32; 2 * n];
-            let r = other.matmul(2, &lhs, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential);
-            if other.rhs_layout(n, k, 32).unwrap() == *packed.layout() {
-                r.unwrap();
-            } else {
-                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{:?}: {r:?}", other);
-            }
-        }
+        let others = Kernel::all().filter(|k| k.info().supported(&f).is_ok());
+        let seq = Parallelism::Sequential;
+        let matmul = |o: &Kernel, dst: &mut [f32]| o.matmul(2, &lhs, &packed, dst, Clamp::NONE, seq);
+        only_same_layout_runs(others, packed.layout(), 2 * n, matmul, |o| o.rhs_layout(n, k, 32).unwrap());
         // Another bl, or an LHS of another k, is rejected too.
         let tw64 = TestWeights::new(&mut rng, n, k, 64);
         let p64 = k1.pack_rhs(tw64.view(0, false, false)).unwrap();
@@ -209,24 +166,10 @@ pub(crate) mod tests {
         };
         let s = [bf16::ONE; 2];
         let data = vec![0u8; 32];
-        let w = Int4Blocks {
-            n: 2,
-            k: 32,
-            bl: 32,
-            order: Order::NxK,
-            encoding: Int4Encoding::Signed,
-            data: &data,
-            scales: BlockScales::Bf16(&s),
-            bias: None,
-        };
+        let w = one_block_rows(&data, &s);
         let packed = kern.pack_rhs(w).unwrap();
-        let mut dst = vec![0f32; 2];
         let seq = Parallelism::Sequential;
-        assert!(kern.matmul(1, &[0.0; 31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
-        assert!(kern.matmul(1, &[0.0; 32], &packed, &mut dst[..1], Clamp::NONE, seq).is_err(), "short dst");
-        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
-        let nan = Clamp { min: f32::NAN, max: 1.0 };
-        assert!(kern.matmul(1, &[0.0; 32], &packed, &mut dst, nan, seq).is_err(), "NaN clamp");
+        matmul_rejects(&[0.0f32; 32], 2, true, |m, x, y: &mut [f32], c| kern.matmul(m, x, &packed, y, c, seq));
         assert!(kern.pack_rhs(Int4Blocks { data: &data[..15], ..w }).is_err(), "short data");
         assert!(kern.pack_rhs(Int4Blocks { k: 48, ..w }).is_err(), "k not whole blocks");
         assert!(kern.pack_rhs(Int4Blocks { n: 0, ..w }).is_err(), "n = 0");

@@ -103,7 +103,7 @@ mod imp {
 mod tests {
     use super::*;
     use crate::families::qai8dxp_common::RhsFormat;
-    use crate::families::qai8dxp_common::tests::{across_threads, unpack_matches};
+    use crate::families::qai8dxp_common::tests::{across_threads, matmul_rejects, only_same_layout_runs, unpack_matches};
     use crate::formats::{Int4Encoding, Order};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
@@ -195,15 +195,9 @@ mod tests {
         };
         let packed = k1.pack_rhs(&w).unwrap();
         let lhs = vec![0.5f32; 2 * k];
-        for other in others {
-            let mut dst = vec![0f32; 2 * n];
-            let r = other.matmul(2, &lhs, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential);
-            if other.rhs_layout(n, k).unwrap() == *packed.layout() {
-                r.unwrap();
-            } else {
-                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{:?}: {r:?}", other);
-            }
-        }
+        let seq = Parallelism::Sequential;
+        let matmul = |o: &Kernel, dst: &mut [f32]| o.matmul(2, &lhs, &packed, dst, Clamp::NONE, seq);
+        only_same_layout_runs(others, packed.layout(), 2 * n, matmul, |o| o.rhs_layout(n, k).unwrap());
         // A packed RHS of another k is rejected too.
         let lhs_p = k1.pack_lhs(2, k + 32, &vec![0.0; 2 * (k + 32)], k + 32, Parallelism::Sequential).unwrap();
         let mut dst = vec![0f32; 2 * n];
@@ -227,13 +221,8 @@ mod tests {
             bias: None,
         };
         let packed = kern.pack_rhs(&w).unwrap();
-        let mut dst = vec![0f32; 4];
         let seq = Parallelism::Sequential;
-        assert!(kern.matmul(1, &[0.0; 7], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
-        assert!(kern.matmul(1, &[0.0; 8], &packed, &mut dst[..3], Clamp::NONE, seq).is_err(), "short dst");
-        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
-        let nan = Clamp { min: f32::NAN, max: 1.0 };
-        assert!(kern.matmul(1, &[0.0; 8], &packed, &mut dst, nan, seq).is_err(), "NaN clamp");
+        matmul_rejects(&[0.0f32; 8], 4, true, |m, x, y: &mut [f32], c| kern.matmul(m, x, &packed, y, c, seq));
         let short = Int4PerChannel { data: &data[..15], ..w };
         assert!(kern.pack_rhs(&short).is_err());
         let huge = Int4PerChannel { n: usize::MAX / 2, ..w };

@@ -1821,6 +1821,46 @@ pub(crate) mod tests {
         Ok(())
     }
 
+    /// Every kernel of `kernels` running on one packed RHS of layout
+    /// `packed` (`matmul(kernel, dst)`, `dst_len` outputs) succeeds where its
+    /// own `rhs_layout(kernel)` is `packed`, else fails with `LayoutMismatch`.
+    pub(crate) fn only_same_layout_runs<K: core::fmt::Debug, O: OutElem>(
+        kernels: impl IntoIterator<Item = K>,
+        packed: &crate::packed::PackedLayout,
+        dst_len: usize,
+        matmul: impl Fn(&K, &mut [O]) -> crate::Result<()>,
+        rhs_layout: impl Fn(&K) -> crate::packed::PackedLayout,
+    ) {
+        for other in kernels {
+            let mut dst = vec![O::from_f32(0.0); dst_len];
+            let r = matmul(&other, &mut dst);
+            if rhs_layout(&other) == *packed {
+                r.unwrap();
+            } else {
+                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{:?}: {r:?}", other);
+            }
+        }
+    }
+
+    /// `matmul(m, lhs, dst, clamp)` (a family's `Kernel::matmul` on a packed
+    /// RHS of `n` rows; `x` a valid one-row LHS) fails for a short LHS, a
+    /// short `dst` and `m = 0`, and with `nan`, for a NaN clamp.
+    pub(crate) fn matmul_rejects<L: Copy, O: OutElem>(
+        x: &[L],
+        n: usize,
+        nan: bool,
+        matmul: impl Fn(usize, &[L], &mut [O], Clamp) -> crate::Result<()>,
+    ) {
+        let mut dst = vec![O::from_f32(0.0); n];
+        assert!(matmul(1, &x[..x.len() - 1], &mut dst, Clamp::NONE).is_err(), "short lhs");
+        assert!(matmul(1, x, &mut dst[..n - 1], Clamp::NONE).is_err(), "short dst");
+        assert!(matmul(0, &[], &mut dst, Clamp::NONE).is_err(), "m = 0");
+        if nan {
+            let nan = Clamp { min: f32::NAN, max: 1.0 };
+            assert!(matmul(1, x, &mut dst, nan).is_err(), "NaN clamp");
+        }
+    }
+
     /// `matmul(lhs, dst)` (a family's `Kernel::matmul` on `m` rows, `n x k`
     /// weights) against `reference(lhs, dst)` for the LHS
     /// `sin(0.37 i)`: every output `close(got, want)`, and an LHS one value

@@ -340,6 +340,71 @@ mod imp {
     }
     pub(crate) use c32_kernel;
 
+    /// The conformance test of a qsi4c32p family module (with `FAMILY`,
+    /// `Kernel`, `reference` and `unpack_rhs_row`) whose LHS and outputs are
+    /// `$t`, on random data from `$seed`: each supported kernel on the tail
+    /// shapes of every `(bl, k)` of `BL_K`, at every thread count (outputs
+    /// compared by `$same`), within `1e-5 · (|want| + M) + 1e-6 + $step(want)`
+    /// (`M` from `$quantise`, which quantises an f32 row as the LHS packer
+    /// does), with packed rows unpacking to the weights.
+    #[cfg(test)]
+    macro_rules! c32_conformance {
+        (elem: $t:ty, seed: $seed:expr, quantise: $quant:expr, step: $step:expr, same: $same:expr $(,)?) => {
+            #[test]
+            fn conformance() {
+                use $crate::families::qai8dxp_common::OutElem;
+                use $crate::families::qai8dxp_common::tests::{across_threads, unpack_matches};
+                use $crate::testing::qsi4c32::{BL_K, TestWeights, magnitudes};
+                use $crate::testing::{Rng, tail_shapes};
+                let to_f32 = |v: &[$t]| -> Vec<f32> { v.iter().map(|&x| OutElem::to_f32(x)).collect() };
+                $crate::testing::conformance(FAMILY, |info| {
+                    let kernel = Kernel::by_name(info.name).unwrap();
+                    let lay = kernel.rhs_layout(1, 32, 32).map_err(|e| (0, e.to_string()))?;
+                    let lhs_lay = kernel.lhs_layout(1, 32).map_err(|e| (0, e.to_string()))?;
+                    let (mr, nr) = (lhs_lay.r, lay.r);
+                    let mut rng = Rng::new($seed);
+                    let mut cases = 0;
+                    let mut worst = 0f64;
+                    for (bl, k) in BL_K {
+                        // m_step and n_step of these families are multiples of mr and nr.
+                        for (ci, &(m, n, k)) in tail_shapes(mr, mr, nr, nr, &[k]).iter().enumerate() {
+                            let tw = TestWeights::new(&mut rng, n, k, bl);
+                            let w = tw.view(ci + bl, true, ci % 4 != 3);
+                            let lhs: Vec<$t> = rng.vec_f32(m * k).into_iter().map(<$t as OutElem>::from_f32).collect();
+                            let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
+                            let mut want = vec![<$t as OutElem>::from_f32(0.0); m * n];
+                            reference(m, &lhs, w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
+                            let want = to_f32(&want);
+                            let wd = w.dequantize_as($crate::families::qai8dxp_qsi4c32p::SCALE_TYPE).unwrap();
+                            let mags = magnitudes(m, n, k, &to_f32(&lhs), &wd, |x| {
+                                let q = ($quant)(x);
+                                (q.zero_point as f32).abs() * q.recip_scale
+                            });
+                            let packed = kernel.pack_rhs(w).map_err(|e| (cases, e.to_string()))?;
+                            let (shape, what) = ((m, n, k), format!(" bl={bl}"));
+                            let tol = |i: usize, y: f32| 1e-5 * (y.abs() + mags[i]) + 1e-6 + ($step)(y);
+                            let case_worst = across_threads(cases, shape, &what, &want, tol, $same, |par| {
+                                let mut dst = vec![<$t as OutElem>::from_f32(f32::NAN); m * n];
+                                let mut scratch = $crate::PackedLhs::empty();
+                                let err = |e: $crate::Error| (cases, e.to_string());
+                                kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(err)?;
+                                kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(err)?;
+                                Ok(to_f32(&dst))
+                            })?;
+                            worst = worst.max(case_worst);
+                            let unpack = |r, row: &mut [f32]| unpack_rhs_row(&packed, r, row);
+                            unpack_matches(cases, (n, k), &wd, &format!("{what} differs"), unpack)?;
+                            cases += 1;
+                        }
+                    }
+                    Ok((cases, worst))
+                });
+            }
+        };
+    }
+    #[cfg(test)]
+    pub(crate) use c32_conformance;
+
     /// One kernel of the qai8dxp x qsi4c32p families: registry data,
     /// functions, packed RHS format and the family's conventions.
     pub(crate) struct Entry {
@@ -584,6 +649,22 @@ mod imp {
         // the packer is plain C.
         unsafe { pack_lhs_rows(info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
         Ok(())
+    }
+
+    /// Test weights: N x K, signed, one block of 32 values per row (`k` 32,
+    /// `n` the number of `scales`), no bias.
+    #[cfg(test)]
+    pub(crate) fn one_block_rows<'a>(data: &'a [u8], scales: &'a [bf16]) -> crate::formats::Int4Blocks<'a> {
+        crate::formats::Int4Blocks {
+            n: scales.len(),
+            k: 32,
+            bl: 32,
+            order: Order::NxK,
+            encoding: crate::formats::Int4Encoding::Signed,
+            data,
+            scales: crate::formats::BlockScales::Bf16(scales),
+            bias: None,
+        }
     }
 
     /// Packs N x K weights with upstream's scalar
