@@ -76,177 +76,35 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::families::engine;
-    use crate::families::qai8dxp_qsi4c32p::{Entry, c32_fns};
-    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
-    use crate::par::Parallelism;
+    use crate::families::qai8dxp_common::entries;
+    use crate::families::qai8dxp_qsi4c32p::{Entry, c32_fns, c32_kernel};
     use kleidiai_sys::interfaces::matmul_clamp_bf16_qai8dxp_qsi4c32p::KERNELS;
-    use std::sync::OnceLock;
 
-    const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_bf16_neon";
-
-    fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS.iter().map(|(u, i)| Entry::bf16_out(u, FAMILY, LHS_PACKER, c32_fns!(i, Half))).collect()
-        })
-    }
-
-    engine::kernel_type!(Entry);
-
-    impl Kernel {
-        /// The packed-RHS layout this kernel reads for `n x k` weights in
-        /// blocks of `bl` (format `qsi4c32p`, shared with the f32 family).
-        pub fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
-            self.0.rhs_layout(n, k, bl)
-        }
-
-        /// The packed-LHS layout this kernel reads for an `m x k` input.
-        pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
-            self.0.lhs_layout(m, k)
-        }
-
-        /// Packs the weights for this kernel (bf16 scales).
-        pub fn pack_rhs<'a>(&self, w: impl Into<BlockInt4<'a>>) -> Result<PackedRhs> {
-            self.0.pack_rhs(&w.into())
-        }
-
-        /// Quantises and packs an `m x k` bf16 LHS (rows `lhs_stride`
-        /// elements apart; `k` for a dense matrix).
-        pub fn pack_lhs(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[bf16],
-            lhs_stride: usize,
-            par: Parallelism,
-        ) -> Result<PackedLhs> {
-            let mut out = PackedLhs::empty();
-            self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-            Ok(out)
-        }
-
-        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-        pub fn pack_lhs_into(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[bf16],
-            lhs_stride: usize,
-            par: Parallelism,
-            out: &mut PackedLhs,
-        ) -> Result<()> {
-            self.0.pack_lhs_bf16(LHS_PACKER, m, k, lhs, lhs_stride, par, out)
-        }
-
-        /// `dst = clamp(lhs · wᵀ + bias)` in bf16: `dst` is `m x n`, rows `n`
-        /// apart.
-        pub fn run(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [bf16],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            self.0.run(lhs, rhs, dst, clamp, par)
-        }
-
-        /// Packs the dense `m x k` LHS and runs: the one-call form.
-        pub fn matmul(
-            &self,
-            m: usize,
-            lhs: &[bf16],
-            rhs: &PackedRhs,
-            dst: &mut [bf16],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            let k = rhs.layout().k;
-            let packed = self.pack_lhs(m, k, lhs, k, par)?;
-            self.run(&packed, rhs, dst, clamp, par)
-        }
-    }
-
-    /// Weight row `row` of a packed RHS of this family (format
-    /// `qsi4c32p`), as f32 (`value * bf16 scale`; bias not included).
-    pub fn unpack_rhs_row(rhs: &PackedRhs, row: usize, out: &mut [f32]) -> Result<()> {
-        crate::families::qai8dxp_qsi4c32p::unpack_rhs_row(rhs, row, out)
-    }
+    entries!(KERNELS, |(u, i)| Entry::bf16_out(u, FAMILY, c32_fns!(i, Half)));
+    c32_kernel!(
+        lhs: bf16,
+        out: bf16,
+        pack_lhs_into: pack_lhs_bf16,
+        rhs_note: " (format `qsi4c32p`, shared with the f32 family)"
+    );
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]
 mod tests {
     use super::*;
-    use crate::families::qai8dxp_qsi4c32p::SCALE_TYPE;
-    use crate::testing::qsi4c32::{BL_K, TestWeights, magnitudes};
-    use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order};
-    use crate::packed::PackedLhs;
+    use crate::families::qai8dxp_common::tests::matmul_rejects;
+    use crate::families::qai8dxp_qsi4c32p::one_block_rows;
+    use crate::formats::{BlockScales, Int4Blocks};
     use crate::par::Parallelism;
-    use crate::testing::{self, Rng, THREADS, compare, tail_shapes};
 
-    fn to_f32(v: &[bf16]) -> Vec<f32> {
-        v.iter().map(|x| x.to_f32()).collect()
-    }
-
-    #[test]
-    fn conformance() {
-        testing::conformance(FAMILY, |info| {
-            let kernel = Kernel::by_name(info.name).unwrap();
-            let lay = kernel.rhs_layout(1, 32, 32).map_err(|e| (0, e.to_string()))?;
-            let lhs_lay = kernel.lhs_layout(1, 32).map_err(|e| (0, e.to_string()))?;
-            let (mr, nr) = (lhs_lay.r, lay.r);
-            let mut rng = Rng::new(0xbf16);
-            let mut cases = 0;
-            let mut worst = 0f64;
-            for (bl, k) in BL_K {
-                for (ci, &(m, n, k)) in tail_shapes(mr, mr, nr, nr, &[k]).iter().enumerate() {
-                    let tw = TestWeights::new(&mut rng, n, k, bl);
-                    let w = tw.view(ci + bl, true, ci % 4 != 3);
-                    let lhs: Vec<bf16> = rng.vec_f32(m * k).into_iter().map(bf16::from_f32).collect();
-                    let lhs32 = to_f32(&lhs);
-                    let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
-                    let mut want = vec![bf16::ZERO; m * n];
-                    reference(m, &lhs, w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
-                    let want = to_f32(&want);
-                    let wd = w.dequantize_as(SCALE_TYPE).unwrap();
-                    let mags = magnitudes(m, n, k, &lhs32, &wd, |x| {
-                        let q = crate::quant::qai8dx_row_with(x, crate::quant::Rounding::HalfToEven);
-                        (q.zero_point as f32).abs() * q.recip_scale
-                    });
-                    let packed = kernel.pack_rhs(w).map_err(|e| (cases, e.to_string()))?;
-                    let mut first: Option<Vec<u16>> = None;
-                    for threads in THREADS {
-                        let par = Parallelism::Rayon(threads);
-                        let mut dst = vec![bf16::NAN; m * n];
-                        let mut scratch = PackedLhs::empty();
-                        kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
-                        kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
-                        let err =
-                            compare(&to_f32(&dst), &want, |i, y| 1e-5 * (y.abs() + mags[i]) + 1e-6 + y.abs() / 128.0)
-                                .map_err(|e| (cases, format!("m={m} n={n} k={k} bl={bl} threads={threads}: {e}")))?;
-                        worst = worst.max(err);
-                        let bits: Vec<u16> = dst.iter().map(|x| x.to_bits()).collect();
-                        match &first {
-                            None => first = Some(bits),
-                            Some(f) if *f != bits => {
-                                return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
-                            }
-                            _ => {}
-                        }
-                    }
-                    let mut row = vec![0f32; k];
-                    for r in [0, n / 2, n - 1] {
-                        unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
-                        if row[..] != wd[r * k..(r + 1) * k] {
-                            return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} bl={bl} differs")));
-                        }
-                    }
-                    cases += 1;
-                }
-            }
-            Ok((cases, worst))
-        });
+    crate::families::qai8dxp_qsi4c32p::c32_conformance! {
+        elem: bf16,
+        seed: 0xbf16,
+        quantise: |x: &[f32]| crate::quant::qai8dx_row_with(x, crate::quant::Rounding::HalfToEven),
+        step: |y: f32| y.abs() / 128.0,
+        // Compared bit for bit without hashing the outputs again (bf16 to
+        // f32 is exact and one-to-one).
+        same: |a: &[f32], b: &[f32]| a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits())),
     }
 
     #[test]
@@ -257,23 +115,12 @@ mod tests {
         };
         let s = [bf16::ONE; 2];
         let data = vec![0u8; 32];
-        let w = Int4Blocks {
-            n: 2,
-            k: 32,
-            bl: 32,
-            order: Order::NxK,
-            encoding: Int4Encoding::Signed,
-            data: &data,
-            scales: BlockScales::Bf16(&s),
-            bias: None,
-        };
+        let w = one_block_rows(&data, &s);
         let packed = kern.pack_rhs(w).unwrap();
-        let mut dst = vec![bf16::ZERO; 2];
         let seq = Parallelism::Sequential;
         let x = [bf16::ONE; 32];
-        assert!(kern.matmul(1, &x[..31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
-        assert!(kern.matmul(1, &x, &packed, &mut dst[..1], Clamp::NONE, seq).is_err(), "short dst");
-        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
+        matmul_rejects(&x, 2, false, |m, x, y: &mut [bf16], c| kern.matmul(m, x, &packed, y, c, seq));
+        let mut dst = vec![bf16::ZERO; 2];
         assert!(kern.pack_lhs(2, 32, &x, 16, seq).is_err(), "stride < k");
         assert!(kern.pack_rhs(Int4Blocks { k: 40, ..w }).is_err(), "k not whole blocks");
         assert!(kern.pack_rhs(Int4Blocks { n: usize::MAX / 2, ..w }).is_err(), "overflow");

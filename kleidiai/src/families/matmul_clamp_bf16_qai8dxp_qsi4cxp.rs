@@ -21,91 +21,38 @@
 //! 1e-6`; an f32 difference that straddles a bf16 rounding boundary moves
 //! the output by one bf16 step, so `|err| <= d + 2^-7 * (|want| + d)`.
 
-use super::qai8dxp_common;
-use crate::error::Result;
 use crate::formats::Int4PerChannel;
-use crate::packed::Clamp;
 use half::bf16;
 
-/// Upstream family directory.
-pub const FAMILY: &str = "matmul_clamp_bf16_qai8dxp_qsi4cxp";
-
-/// The portable reference (test oracle and fallback): the family's math in
-/// scalar Rust, with the LHS quantised exactly as the bf16 packer does.
-///
-/// ```
-/// use half::bf16;
-/// use kleidiai::families::matmul_clamp_bf16_qai8dxp_qsi4cxp::reference;
-/// use kleidiai::formats::{Int4Encoding, Int4PerChannel, Order};
-/// use kleidiai::Clamp;
-/// let w = Int4PerChannel { n: 1, k: 2, order: Order::NxK, encoding: Int4Encoding::Signed,
-///                          data: &[0x21], scales: &[1.0], bias: Some(&[0.5]) }; // [1, 2]
-/// let mut y = [bf16::ZERO];
-/// reference(1, &[bf16::ONE, bf16::ONE], &w, Clamp::NONE, &mut y).unwrap();
-/// assert_eq!(y[0], bf16::from_f32(3.5));
-/// ```
-pub fn reference(m: usize, lhs: &[bf16], w: &Int4PerChannel<'_>, clamp: Clamp, dst: &mut [bf16]) -> Result<()> {
-    qai8dxp_common::reference(m, lhs, (*w).into(), clamp, Default::default(), dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::families::qai8dxp_common::{Entry, RhsFormat, fns, qai8dxp_kernel};
-    use kleidiai_sys::interfaces::matmul_clamp_bf16_qai8dxp_qsi4cxp::KERNELS;
-    use std::sync::OnceLock;
-
-    pub(super) fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS.iter().map(|(u, i)| Entry::new::<bf16>(u, fns!(i, Half), RhsFormat::Qsi4cxp, &[], false)).collect()
-        })
-    }
-
-    qai8dxp_kernel!(lhs: bf16, out: bf16, weights: Int4PerChannel);
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-    use crate::families::qai8dxp_common::tests as common;
-    use crate::formats::{Int4Encoding, Order};
-    use crate::par::Parallelism;
-
-    #[test]
-    fn conformance() {
-        common::conformance::<bf16, bf16>(FAMILY, imp::entries(), &[32, 33, 96]);
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        common::bad_input::<bf16, bf16>(imp::entries());
-    }
-
-    #[test]
-    fn mixing_layouts_is_an_error() {
-        common::mixing_layouts::<bf16, bf16>(imp::entries());
-    }
-
-    #[test]
-    fn matmul_matches_reference() {
-        let Some(kern) = Kernel::select(5, &crate::cpu::Features::current()) else {
-            return;
-        };
-        let data: Vec<u8> = (0..40 * 3).map(|i| (i * 37 % 256) as u8).collect();
-        let (enc, order) = (Int4Encoding::Signed, Order::KxN);
-        let w = Int4PerChannel { n: 5, k: 40, order, encoding: enc, data: &data, scales: &[0.01; 5], bias: None };
-        let lhs: Vec<bf16> = (0..5 * 40).map(|i| bf16::from_f32((i as f32 * 0.37).sin())).collect();
-        let (mut got, mut want) = (vec![bf16::ZERO; 25], vec![bf16::ZERO; 25]);
-        let packed = kern.pack_rhs(&w).unwrap();
-        kern.matmul(5, &lhs, &packed, &mut got, Clamp::NONE, Parallelism::Sequential).unwrap();
-        reference(5, &lhs, &w, Clamp::NONE, &mut want).unwrap();
-        let close =
-            got.iter().zip(&want).all(|(g, w)| (g.to_f32() - w.to_f32()).abs() <= 1e-2 * (1.0 + w.to_f32().abs()));
-        assert!(close, "{got:?} vs {want:?}");
-        assert!(kern.matmul(5, &lhs[..199], &packed, &mut got, Clamp::NONE, Parallelism::Sequential).is_err());
-    }
+crate::families::qai8dxp_common::qai8dxp_family! {
+    family: matmul_clamp_bf16_qai8dxp_qsi4cxp,
+    lhs: bf16,
+    out: bf16,
+    weights: Int4PerChannel,
+    /// The portable reference (test oracle and fallback): the family's math in
+    /// scalar Rust, with the LHS quantised exactly as the bf16 packer does.
+    ///
+    /// ```
+    /// use half::bf16;
+    /// use kleidiai::families::matmul_clamp_bf16_qai8dxp_qsi4cxp::reference;
+    /// use kleidiai::formats::{Int4Encoding, Int4PerChannel, Order};
+    /// use kleidiai::Clamp;
+    /// let w = Int4PerChannel { n: 1, k: 2, order: Order::NxK, encoding: Int4Encoding::Signed,
+    ///                          data: &[0x21], scales: &[1.0], bias: Some(&[0.5]) }; // [1, 2]
+    /// let mut y = [bf16::ZERO];
+    /// reference(1, &[bf16::ONE, bf16::ONE], &w, Clamp::NONE, &mut y).unwrap();
+    /// assert_eq!(y[0], bf16::from_f32(3.5));
+    /// ```
+    reference,
+    entry: |(u, i)| Entry::new::<bf16>(u, fns!(i, Half), RhsFormat::Qsi4cxp, &[], false),
+    tests: {
+        conformance_ks: [32, 33, 96],
+        matmul_rows: [5],
+        matmul_data: data = (0..40 * 3).map(|i| (i * 37 % 256) as u8),
+        matmul_weights: {
+            let (enc, order) = (Int4Encoding::Signed, Order::KxN);
+            Int4PerChannel { n: 5, k: 40, order, encoding: enc, data: &data, scales: &[0.01; 5], bias: None }
+        },
+        matmul_close: |g, w| (g - w).abs() <= 1e-2 * (1.0 + w.abs()),
+    },
 }

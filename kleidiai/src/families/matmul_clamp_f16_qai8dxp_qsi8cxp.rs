@@ -29,110 +29,36 @@
 //! 1e-6`; an f32 difference that straddles an f16 rounding boundary moves
 //! the output by one f16 step, so `|err| <= d + 2^-10 * (|want| + d)`.
 
-use super::qai8dxp_common;
-use crate::error::Result;
 use crate::formats::Int8PerChannel;
-use crate::packed::Clamp;
 use crate::quant::Qai8dxF16Block;
 use half::f16;
 
-/// Upstream family directory.
-pub const FAMILY: &str = "matmul_clamp_f16_qai8dxp_qsi8cxp";
-
-/// The portable reference (test oracle and fallback): the family's math in
-/// scalar Rust, with the LHS quantised exactly as the f16 packer does for a
-/// kernel with blocks of `block` values.
-///
-/// ```
-/// use half::f16;
-/// use kleidiai::families::matmul_clamp_f16_qai8dxp_qsi8cxp::reference;
-/// use kleidiai::formats::{Int8PerChannel, Order};
-/// use kleidiai::Clamp;
-/// let w = Int8PerChannel { n: 1, k: 2, order: Order::NxK, data: &[1, 2], scales: &[1.0], bias: Some(&[0.5]) };
-/// let mut y = [f16::ZERO];
-/// reference(1, &[f16::ONE, f16::ONE], &w, Clamp::NONE, Default::default(), &mut y).unwrap();
-/// assert_eq!(y[0], f16::from_f32(3.5));
-/// ```
-pub fn reference(
-    m: usize,
-    lhs: &[f16],
-    w: &Int8PerChannel<'_>,
-    clamp: Clamp,
-    block: Qai8dxF16Block,
-    dst: &mut [f16],
-) -> Result<()> {
-    qai8dxp_common::reference(m, lhs, (*w).into(), clamp, block, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::cpu::CpuFeature;
-    use crate::families::qai8dxp_common::{Entry, RhsFormat, fns, qai8dxp_kernel};
-    use kleidiai_sys::interfaces::matmul_clamp_f16_qai8dxp_qsi8cxp::KERNELS;
-    use std::sync::OnceLock;
-
-    pub(super) fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, i)| Entry::new::<f16>(u, fns!(i, Half), RhsFormat::Qsi8cxp, &[CpuFeature::Fp16], false))
-                .collect()
-        })
-    }
-
-    qai8dxp_kernel!(lhs: f16, out: f16, weights: Int8PerChannel);
-
-    impl Kernel {
-        /// The block length the f16 LHS packer rounds by for this kernel:
-        /// pass it to [`reference()`] to reproduce this kernel exactly.
-        pub fn lhs_block(&self) -> Result<Qai8dxF16Block> {
-            self.0.f16_block()
-        }
-    }
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-    use crate::families::qai8dxp_common::tests as common;
-    use crate::formats::Order;
-    use crate::par::Parallelism;
-
-    #[test]
-    fn conformance() {
-        common::conformance::<f16, f16>(FAMILY, imp::entries(), &[32, 33, 96]);
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        common::bad_input::<f16, f16>(imp::entries());
-    }
-
-    #[test]
-    fn mixing_layouts_is_an_error() {
-        common::mixing_layouts::<f16, f16>(imp::entries());
-    }
-
-    #[test]
-    fn matmul_matches_reference() {
-        let Some(kern) = Kernel::select(5, &crate::cpu::Features::current()) else {
-            return;
-        };
-        let data: Vec<i8> = (0..40 * 5).map(|i| (i * 37 % 255) as u8 as i8).collect();
-        let w = Int8PerChannel { n: 5, k: 40, order: Order::KxN, data: &data, scales: &[0.01; 5], bias: None };
-        let lhs: Vec<f16> = (0..5 * 40).map(|i| f16::from_f32((i as f32 * 0.37).sin())).collect();
-        let (mut got, mut want) = (vec![f16::ZERO; 25], vec![f16::ZERO; 25]);
-        let packed = kern.pack_rhs(&w).unwrap();
-        kern.matmul(5, &lhs, &packed, &mut got, Clamp::NONE, Parallelism::Sequential).unwrap();
-        reference(5, &lhs, &w, Clamp::NONE, kern.lhs_block().unwrap(), &mut want).unwrap();
-        let close =
-            got.iter().zip(&want).all(|(g, w)| (g.to_f32() - w.to_f32()).abs() <= 1e-3 * (1.0 + w.to_f32().abs()));
-        assert!(close, "{got:?} vs {want:?}");
-        assert!(kern.matmul(5, &lhs[..199], &packed, &mut got, Clamp::NONE, Parallelism::Sequential).is_err());
-    }
+crate::families::qai8dxp_common::qai8dxp_family! {
+    family: matmul_clamp_f16_qai8dxp_qsi8cxp,
+    lhs: f16,
+    out: f16,
+    weights: Int8PerChannel,
+    /// The portable reference (test oracle and fallback): the family's math in
+    /// scalar Rust, with the LHS quantised exactly as the f16 packer does for a
+    /// kernel with blocks of `block` values.
+    ///
+    /// ```
+    /// use half::f16;
+    /// use kleidiai::families::matmul_clamp_f16_qai8dxp_qsi8cxp::reference;
+    /// use kleidiai::formats::{Int8PerChannel, Order};
+    /// use kleidiai::Clamp;
+    /// let w = Int8PerChannel { n: 1, k: 2, order: Order::NxK, data: &[1, 2], scales: &[1.0], bias: Some(&[0.5]) };
+    /// let mut y = [f16::ZERO];
+    /// reference(1, &[f16::ONE, f16::ONE], &w, Clamp::NONE, Default::default(), &mut y).unwrap();
+    /// assert_eq!(y[0], f16::from_f32(3.5));
+    /// ```
+    reference(block: Qai8dxF16Block),
+    entry: |(u, i)| Entry::new::<f16>(u, fns!(i, Half), RhsFormat::Qsi8cxp, &[CpuFeature::Fp16], false),
+    tests: {
+        conformance_ks: [32, 33, 96],
+        matmul_rows: [5],
+        matmul_data: data = (0..40 * 5).map(|i| (i * 37 % 255) as u8 as i8),
+        matmul_weights: Int8PerChannel { n: 5, k: 40, order: Order::KxN, data: &data, scales: &[0.01; 5], bias: None },
+        matmul_close: |g, w| (g - w).abs() <= 1e-3 * (1.0 + w.abs()),
+    },
 }

@@ -70,169 +70,32 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::families::engine;
-    pub use crate::families::qai8dxp_qsi4c32p::unpack_rhs_row;
-    use crate::families::qai8dxp_common::f32_prepared;
-    use crate::families::qai8dxp_qsi4c32p::{Entry, c32_fns};
-    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
-    use crate::par::Parallelism;
+    use crate::families::qai8dxp_common::{entries, f32_prepared};
+    use crate::families::qai8dxp_qsi4c32p::{Entry, c32_fns, c32_kernel};
     use kleidiai_sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4c32p::KERNELS;
-    use std::sync::OnceLock;
 
-    const LHS_PACKER: &str = "kai_lhs_quant_pack_qai8dxp_f32";
-
-    fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS.iter().map(|(u, i)| Entry::f32_out(u, FAMILY, LHS_PACKER, c32_fns!(i, F32))).collect()
-        })
-    }
-
-    engine::kernel_type!(Entry);
+    entries!(KERNELS, |(u, i)| Entry::f32_out(u, FAMILY, c32_fns!(i, F32)));
+    c32_kernel!(lhs: f32, out: f32, pack_lhs_into: pack_lhs_f32, rhs_note: "");
     f32_prepared!(prepare_f32, run_prepared_f32);
-
-    impl Kernel {
-        /// The packed-RHS layout this kernel reads for `n x k` weights in
-        /// blocks of `bl`.
-        pub fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
-            self.0.rhs_layout(n, k, bl)
-        }
-
-        /// The packed-LHS layout this kernel reads for an `m x k` input.
-        pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
-            self.0.lhs_layout(m, k)
-        }
-
-        /// Packs the weights for this kernel (and every kernel with the
-        /// same [`rhs_layout`](Self::rhs_layout)). Scales are stored as bf16.
-        pub fn pack_rhs<'a>(&self, w: impl Into<BlockInt4<'a>>) -> Result<PackedRhs> {
-            self.0.pack_rhs(&w.into())
-        }
-
-        /// Quantises and packs an `m x k` f32 LHS (rows `lhs_stride`
-        /// elements apart; `k` for a dense matrix).
-        pub fn pack_lhs(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[f32],
-            lhs_stride: usize,
-            par: Parallelism,
-        ) -> Result<PackedLhs> {
-            let mut out = PackedLhs::empty();
-            self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-            Ok(out)
-        }
-
-        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-        pub fn pack_lhs_into(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[f32],
-            lhs_stride: usize,
-            par: Parallelism,
-            out: &mut PackedLhs,
-        ) -> Result<()> {
-            self.0.pack_lhs_f32(m, k, lhs, lhs_stride, par, out)
-        }
-
-        /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
-        pub fn run(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            self.0.run(lhs, rhs, dst, clamp, par)
-        }
-
-        /// Packs the dense `m x k` LHS and runs: the one-call form.
-        pub fn matmul(
-            &self,
-            m: usize,
-            lhs: &[f32],
-            rhs: &PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            let k = rhs.layout().k;
-            let packed = self.pack_lhs(m, k, lhs, k, par)?;
-            self.run(&packed, rhs, dst, clamp, par)
-        }
-    }
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod tests {
     use super::*;
-    use crate::formats::{BlockScales, Int4Blocks, Int4Encoding, Order, Q4_0};
-    use crate::packed::PackedLhs;
+    use crate::formats::{Int4Blocks, Q4_0};
     use crate::par::Parallelism;
-    use crate::families::qai8dxp_qsi4c32p::{FORMAT_QSI4C32P, pack_qsi4c32p_rhs, pack_scalar_nxk};
-    use crate::testing::qsi4c32::{BL_K, TestWeights, magnitudes};
-    use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+    use crate::families::qai8dxp_common::tests::{matmul_rejects, only_same_layout_runs};
+    use crate::families::qai8dxp_qsi4c32p::{FORMAT_QSI4C32P, one_block_rows, pack_qsi4c32p_rhs, pack_scalar_nxk};
+    use crate::testing::Rng;
+    use crate::testing::qsi4c32::TestWeights;
     use half::bf16;
 
-    #[test]
-    fn conformance() {
-        testing::conformance(FAMILY, |info| {
-            let kernel = Kernel::by_name(info.name).unwrap();
-            let lay = kernel.rhs_layout(1, 32, 32).map_err(|e| (0, e.to_string()))?;
-            let lhs_lay = kernel.lhs_layout(1, 32).map_err(|e| (0, e.to_string()))?;
-            let (mr, nr) = (lhs_lay.r, lay.r);
-            let mut rng = Rng::new(0x4c32);
-            let mut cases = 0;
-            let mut worst = 0f64;
-            for (bl, k) in BL_K {
-                // m_step and n_step of this family are multiples of mr and nr.
-                let shapes = tail_shapes(mr, mr, nr, nr, &[k]);
-                for (ci, &(m, n, k)) in shapes.iter().enumerate() {
-                    let tw = TestWeights::new(&mut rng, n, k, bl);
-                    let w = tw.view(ci + bl, true, ci % 4 != 3);
-                    let lhs = rng.vec_f32(m * k);
-                    let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
-                    let mut want = vec![0f32; m * n];
-                    reference(m, &lhs, w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
-                    let wd = w.dequantize_as(SCALE_TYPE).unwrap();
-                    let mags = magnitudes(m, n, k, &lhs, &wd, |x| {
-                        let q = qai8dx_row(x);
-                        (q.zero_point as f32).abs() * q.recip_scale
-                    });
-                    let packed = kernel.pack_rhs(w).map_err(|e| (cases, e.to_string()))?;
-                    let mut first: Option<Vec<f32>> = None;
-                    for threads in THREADS {
-                        let par = Parallelism::Rayon(threads);
-                        let mut dst = vec![f32::NAN; m * n];
-                        let mut scratch = PackedLhs::empty();
-                        kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
-                        kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
-                        let err = compare(&dst, &want, |i, y| 1e-5 * (y.abs() + mags[i]) + 1e-6)
-                            .map_err(|e| (cases, format!("m={m} n={n} k={k} bl={bl} threads={threads}: {e}")))?;
-                        worst = worst.max(err);
-                        match &first {
-                            None => first = Some(dst),
-                            Some(f) if !bit_identical(f, &dst) => {
-                                return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
-                            }
-                            _ => {}
-                        }
-                    }
-                    let mut row = vec![0f32; k];
-                    for r in [0, n / 2, n - 1] {
-                        unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
-                        if row[..] != wd[r * k..(r + 1) * k] {
-                            return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} bl={bl} differs")));
-                        }
-                    }
-                    cases += 1;
-                }
-            }
-            Ok((cases, worst))
-        });
+    crate::families::qai8dxp_qsi4c32p::c32_conformance! {
+        elem: f32,
+        seed: 0x4c32,
+        quantise: qai8dx_row,
+        step: |_: f32| 0.0,
+        same: crate::testing::bit_identical,
     }
 
     /// The scalar N x K packer and the NEON ones write the same values,
@@ -282,15 +145,10 @@ pub(crate) mod tests {
         let w = tw.view(0, false, false);
         let packed = k1.pack_rhs(w).unwrap();
         let lhs = vec![0.5f32; 2 * k];
-        for other in Kernel::all().filter(|k| k.info().supported(&f).is_ok()) {
-            let mut dst = vec![0f32; 2 * n];
-            let r = other.matmul(2, &lhs, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential);
-            if other.rhs_layout(n, k, 32).unwrap() == *packed.layout() {
-                r.unwrap();
-            } else {
-                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{:?}: {r:?}", other);
-            }
-        }
+        let others = Kernel::all().filter(|k| k.info().supported(&f).is_ok());
+        let seq = Parallelism::Sequential;
+        let matmul = |o: &Kernel, dst: &mut [f32]| o.matmul(2, &lhs, &packed, dst, Clamp::NONE, seq);
+        only_same_layout_runs(others, packed.layout(), 2 * n, matmul, |o| o.rhs_layout(n, k, 32).unwrap());
         // Another bl, or an LHS of another k, is rejected too.
         let tw64 = TestWeights::new(&mut rng, n, k, 64);
         let p64 = k1.pack_rhs(tw64.view(0, false, false)).unwrap();
@@ -308,24 +166,10 @@ pub(crate) mod tests {
         };
         let s = [bf16::ONE; 2];
         let data = vec![0u8; 32];
-        let w = Int4Blocks {
-            n: 2,
-            k: 32,
-            bl: 32,
-            order: Order::NxK,
-            encoding: Int4Encoding::Signed,
-            data: &data,
-            scales: BlockScales::Bf16(&s),
-            bias: None,
-        };
+        let w = one_block_rows(&data, &s);
         let packed = kern.pack_rhs(w).unwrap();
-        let mut dst = vec![0f32; 2];
         let seq = Parallelism::Sequential;
-        assert!(kern.matmul(1, &[0.0; 31], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
-        assert!(kern.matmul(1, &[0.0; 32], &packed, &mut dst[..1], Clamp::NONE, seq).is_err(), "short dst");
-        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
-        let nan = Clamp { min: f32::NAN, max: 1.0 };
-        assert!(kern.matmul(1, &[0.0; 32], &packed, &mut dst, nan, seq).is_err(), "NaN clamp");
+        matmul_rejects(&[0.0f32; 32], 2, true, |m, x, y: &mut [f32], c| kern.matmul(m, x, &packed, y, c, seq));
         assert!(kern.pack_rhs(Int4Blocks { data: &data[..15], ..w }).is_err(), "short data");
         assert!(kern.pack_rhs(Int4Blocks { k: 48, ..w }).is_err(), "k not whole blocks");
         assert!(kern.pack_rhs(Int4Blocks { n: 0, ..w }).is_err(), "n = 0");

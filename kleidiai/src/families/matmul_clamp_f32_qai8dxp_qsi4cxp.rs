@@ -63,32 +63,21 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::AlignedBuf;
     use crate::cpu::CpuFeature;
     use crate::families::engine;
-    use crate::families::qai8dxp_common::{Entry, RhsFormat, f32_prepared, fns};
-    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
-    use crate::par::Parallelism;
+    use crate::families::qai8dxp_common::{Entry, RhsFormat, entries, f32_prepared, fns, kernel_methods};
+    use crate::packed::{PackedLayout, PackedRhs};
     use kleidiai_sys::interfaces::matmul_clamp_f32_qai8dxp_qsi4cxp::KERNELS;
-    use std::sync::OnceLock;
 
-    fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, i)| {
-                    // The SME2 kernels read the s1s0 layout of the NEON packer.
-                    let sme2 = u.features.contains(&CpuFeature::Sme2);
-                    let rhs = if sme2 { RhsFormat::Qsi4cxps1s0 } else { RhsFormat::Qsi4cxp };
-                    Entry::new::<f32>(u, fns!(i, F32), rhs, &[], false)
-                })
-                .collect()
-        })
-    }
-
+    entries!(KERNELS, |(u, i)| {
+        // The SME2 kernels read the s1s0 layout of the NEON packer.
+        let sme2 = u.features.contains(&CpuFeature::Sme2);
+        let rhs = if sme2 { RhsFormat::Qsi4cxps1s0 } else { RhsFormat::Qsi4cxp };
+        Entry::new::<f32>(u, fns!(i, F32), rhs, &[], false)
+    });
     engine::kernel_type!(Entry);
     f32_prepared!(prepare_f32_qsi4cxp, run_prepared_f32_qsi4cxp);
+    kernel_methods!(lhs: f32, out: f32, pack_lhs_into: pack_lhs_f32_qsi4cxp, layout_first);
 
     impl Kernel {
         /// The packed-RHS layout this kernel reads for `n x k` weights.
@@ -96,72 +85,10 @@ mod imp {
             self.0.rhs_layout(n, k)
         }
 
-        /// The packed-LHS layout this kernel reads for an `m x k` input.
-        pub fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
-            self.0.lhs_layout(m, k)
-        }
-
         /// Packs the weights for this kernel (and every kernel with the
         /// same [`rhs_layout`](Self::rhs_layout)).
         pub fn pack_rhs(&self, w: &Int4PerChannel<'_>) -> Result<PackedRhs> {
             self.0.pack_rhs_qsi4cxp(w)
-        }
-
-        /// Quantises and packs an `m x k` f32 LHS (rows `lhs_stride`
-        /// elements apart; `k` for a dense matrix).
-        pub fn pack_lhs(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[f32],
-            lhs_stride: usize,
-            par: Parallelism,
-        ) -> Result<PackedLhs> {
-            let mut out = PackedLhs::new(self.lhs_layout(m, k)?, AlignedBuf::default());
-            self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-            Ok(out)
-        }
-
-        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-        pub fn pack_lhs_into(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[f32],
-            lhs_stride: usize,
-            par: Parallelism,
-            out: &mut PackedLhs,
-        ) -> Result<()> {
-            self.0.pack_lhs_f32_qsi4cxp(m, k, lhs, lhs_stride, par, out)
-        }
-
-        /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
-        pub fn run(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            self.0.run(lhs, rhs, dst, clamp, par)
-        }
-
-        /// Packs the dense `m x k` LHS and runs: the one-call form (use
-        /// [`pack_lhs_into`](Self::pack_lhs_into) and [`run`](Self::run) to
-        /// reuse the packed-LHS allocation).
-        pub fn matmul(
-            &self,
-            m: usize,
-            lhs: &[f32],
-            rhs: &PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            let k = rhs.layout().k;
-            let packed = self.pack_lhs(m, k, lhs, k, par)?;
-            self.run(&packed, rhs, dst, clamp, par)
         }
     }
 
@@ -176,10 +103,11 @@ mod imp {
 mod tests {
     use super::*;
     use crate::families::qai8dxp_common::RhsFormat;
+    use crate::families::qai8dxp_common::tests::{across_threads, matmul_rejects, only_same_layout_runs, unpack_matches};
     use crate::formats::{Int4Encoding, Order};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
-    use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+    use crate::testing::{self, Rng, bit_identical, tail_shapes};
 
     fn weights(rng: &mut Rng, n: usize, k: usize, order: Order, enc: Int4Encoding) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
         let len = match order {
@@ -224,36 +152,22 @@ mod tests {
                 reference(m, &lhs, &w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
                 let wd = w.dequantize().unwrap();
                 let packed = kernel.pack_rhs(&w).map_err(|e| (cases, e.to_string()))?;
-                let mut first: Option<Vec<f32>> = None;
-                for threads in THREADS {
-                    let par = Parallelism::Rayon(threads);
+                let tol = |i: usize, y: f32| {
+                    let (r, c) = (i / n, i % n);
+                    let mag: f32 = (0..k).map(|p| (lhs[r * k + p] * wd[c * k + p]).abs()).sum();
+                    1e-5 * (y.abs() + mag) + 1e-6
+                };
+                let case_worst = across_threads(cases, (m, n, k), "", &want, tol, bit_identical, |par| {
                     let mut dst = vec![f32::NAN; m * n];
                     let mut scratch = PackedLhs::empty();
                     kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(|e| (cases, e.to_string()))?;
                     kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
-                    let err = compare(&dst, &want, |i, y| {
-                        let (r, c) = (i / n, i % n);
-                        let mag: f32 = (0..k).map(|p| (lhs[r * k + p] * wd[c * k + p]).abs()).sum();
-                        1e-5 * (y.abs() + mag) + 1e-6
-                    })
-                    .map_err(|e| (cases, format!("m={m} n={n} k={k} threads={threads}: {e}")))?;
-                    worst = worst.max(err);
-                    match &first {
-                        None => first = Some(dst),
-                        Some(f) if !bit_identical(f, &dst) => {
-                            return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
-                        }
-                        _ => {}
-                    }
-                }
+                    Ok(dst)
+                })?;
+                worst = worst.max(case_worst);
                 // Row-unpack of the packed weights equals the dequantised ones.
-                let mut row = vec![0f32; k];
-                for r in [0, n / 2, n - 1] {
-                    unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
-                    if row[..] != wd[r * k..(r + 1) * k] {
-                        return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} differs from the weights")));
-                    }
-                }
+                let unpack = |r, row: &mut [f32]| unpack_rhs_row(&packed, r, row);
+                unpack_matches(cases, (n, k), &wd, " differs from the weights", unpack)?;
                 cases += 1;
             }
             Ok((cases, worst))
@@ -281,15 +195,9 @@ mod tests {
         };
         let packed = k1.pack_rhs(&w).unwrap();
         let lhs = vec![0.5f32; 2 * k];
-        for other in others {
-            let mut dst = vec![0f32; 2 * n];
-            let r = other.matmul(2, &lhs, &packed, &mut dst, Clamp::NONE, Parallelism::Sequential);
-            if other.rhs_layout(n, k).unwrap() == *packed.layout() {
-                r.unwrap();
-            } else {
-                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{:?}: {r:?}", other);
-            }
-        }
+        let seq = Parallelism::Sequential;
+        let matmul = |o: &Kernel, dst: &mut [f32]| o.matmul(2, &lhs, &packed, dst, Clamp::NONE, seq);
+        only_same_layout_runs(others, packed.layout(), 2 * n, matmul, |o| o.rhs_layout(n, k).unwrap());
         // A packed RHS of another k is rejected too.
         let lhs_p = k1.pack_lhs(2, k + 32, &vec![0.0; 2 * (k + 32)], k + 32, Parallelism::Sequential).unwrap();
         let mut dst = vec![0f32; 2 * n];
@@ -313,13 +221,8 @@ mod tests {
             bias: None,
         };
         let packed = kern.pack_rhs(&w).unwrap();
-        let mut dst = vec![0f32; 4];
         let seq = Parallelism::Sequential;
-        assert!(kern.matmul(1, &[0.0; 7], &packed, &mut dst, Clamp::NONE, seq).is_err(), "short lhs");
-        assert!(kern.matmul(1, &[0.0; 8], &packed, &mut dst[..3], Clamp::NONE, seq).is_err(), "short dst");
-        assert!(kern.matmul(0, &[], &packed, &mut dst, Clamp::NONE, seq).is_err(), "m = 0");
-        let nan = Clamp { min: f32::NAN, max: 1.0 };
-        assert!(kern.matmul(1, &[0.0; 8], &packed, &mut dst, nan, seq).is_err(), "NaN clamp");
+        matmul_rejects(&[0.0f32; 8], 4, true, |m, x, y: &mut [f32], c| kern.matmul(m, x, &packed, y, c, seq));
         let short = Int4PerChannel { data: &data[..15], ..w };
         assert!(kern.pack_rhs(&short).is_err());
         let huge = Int4PerChannel { n: usize::MAX / 2, ..w };

@@ -18,87 +18,32 @@
 //! epilogue (scale product, bias add, in another order or fused) differs:
 //! `|err| <= 1e-5 * (|want| + sum_k |x_k * w_k|) + 1e-6`.
 
-use super::qai8dxp_common;
-use crate::error::Result;
 use crate::formats::Int8PerChannel;
-use crate::packed::Clamp;
 
-/// Upstream family directory.
-pub const FAMILY: &str = "matmul_clamp_f32_qai8dxp_qsi8cxp";
-
-/// The portable reference (test oracle and fallback): the family's math in
-/// scalar Rust, with the LHS quantised exactly as the kernels' packer does.
-///
-/// ```
-/// use kleidiai::families::matmul_clamp_f32_qai8dxp_qsi8cxp::reference;
-/// use kleidiai::formats::{Int8PerChannel, Order};
-/// use kleidiai::Clamp;
-/// let w = Int8PerChannel { n: 1, k: 2, order: Order::NxK, data: &[1, 2], scales: &[1.0], bias: Some(&[0.5]) };
-/// let mut y = [0f32];
-/// reference(1, &[1.0, 1.0], &w, Clamp::NONE, &mut y).unwrap();
-/// assert!((y[0] - 3.5).abs() < 1e-6);
-/// ```
-pub fn reference(m: usize, lhs: &[f32], w: &Int8PerChannel<'_>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
-    qai8dxp_common::reference(m, lhs, (*w).into(), clamp, Default::default(), dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::families::qai8dxp_common::{Entry, RhsFormat, fns, qai8dxp_kernel};
-    use kleidiai_sys::interfaces::matmul_clamp_f32_qai8dxp_qsi8cxp::KERNELS;
-    use std::sync::OnceLock;
-
-    pub(super) fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS.iter().map(|(u, i)| Entry::new::<f32>(u, fns!(i, F32), RhsFormat::Qsi8cxp, &[], false)).collect()
-        })
-    }
-
-    qai8dxp_kernel!(lhs: f32, out: f32, weights: Int8PerChannel);
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-    use crate::families::qai8dxp_common::tests as common;
-    use crate::formats::Order;
-    use crate::par::Parallelism;
-
-    #[test]
-    fn conformance() {
-        common::conformance::<f32, f32>(FAMILY, imp::entries(), &[32, 33, 96]);
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        common::bad_input::<f32, f32>(imp::entries());
-    }
-
-    #[test]
-    fn mixing_layouts_is_an_error() {
-        common::mixing_layouts::<f32, f32>(imp::entries());
-    }
-
-    #[test]
-    fn matmul_matches_reference() {
-        let Some(kern) = Kernel::select(3, &crate::cpu::Features::current()) else {
-            return;
-        };
-        let data: Vec<i8> = (0..5 * 40).map(|i| (i * 37 % 255) as u8 as i8).collect();
-        let w = Int8PerChannel { n: 5, k: 40, order: Order::NxK, data: &data, scales: &[0.01; 5], bias: None };
-        let lhs: Vec<f32> = (0..3 * 40).map(|i| (i as f32 * 0.37).sin()).collect();
-        let (mut got, mut want) = (vec![0f32; 15], vec![0f32; 15]);
-        kern.matmul(3, &lhs, &kern.pack_rhs(&w).unwrap(), &mut got, Clamp::NONE, Parallelism::Sequential).unwrap();
-        reference(3, &lhs, &w, Clamp::NONE, &mut want).unwrap();
-        assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-4), "{got:?} vs {want:?}");
-        assert!(
-            kern.matmul(3, &lhs[..119], &kern.pack_rhs(&w).unwrap(), &mut got, Clamp::NONE, Parallelism::Sequential)
-                .is_err()
-        );
-    }
+crate::families::qai8dxp_common::qai8dxp_family! {
+    family: matmul_clamp_f32_qai8dxp_qsi8cxp,
+    lhs: f32,
+    out: f32,
+    weights: Int8PerChannel,
+    /// The portable reference (test oracle and fallback): the family's math in
+    /// scalar Rust, with the LHS quantised exactly as the kernels' packer does.
+    ///
+    /// ```
+    /// use kleidiai::families::matmul_clamp_f32_qai8dxp_qsi8cxp::reference;
+    /// use kleidiai::formats::{Int8PerChannel, Order};
+    /// use kleidiai::Clamp;
+    /// let w = Int8PerChannel { n: 1, k: 2, order: Order::NxK, data: &[1, 2], scales: &[1.0], bias: Some(&[0.5]) };
+    /// let mut y = [0f32];
+    /// reference(1, &[1.0, 1.0], &w, Clamp::NONE, &mut y).unwrap();
+    /// assert!((y[0] - 3.5).abs() < 1e-6);
+    /// ```
+    reference,
+    entry: |(u, i)| Entry::new::<f32>(u, fns!(i, F32), RhsFormat::Qsi8cxp, &[], false),
+    tests: {
+        conformance_ks: [32, 33, 96],
+        matmul_rows: [3],
+        matmul_data: data = (0..5 * 40).map(|i| (i * 37 % 255) as u8 as i8),
+        matmul_weights: Int8PerChannel { n: 5, k: 40, order: Order::NxK, data: &data, scales: &[0.01; 5], bias: None },
+        matmul_close: |g, w| (g - w).abs() <= 1e-4,
+    },
 }

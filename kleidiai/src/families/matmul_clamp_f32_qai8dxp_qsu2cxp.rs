@@ -24,102 +24,43 @@
 //! epilogue (scale product, bias add, in another order or fused) differs:
 //! `|err| <= 1e-5 * (|want| + sum_k |x_k * w_k|) + 1e-6`.
 
-use super::qai8dxp_common;
-use crate::error::Result;
 use crate::formats::UInt2PerChannel;
-use crate::packed::Clamp;
 
-/// Upstream family directory.
-pub const FAMILY: &str = "matmul_clamp_f32_qai8dxp_qsu2cxp";
-
-/// The portable reference (test oracle and fallback): the family's math in
-/// scalar Rust, with the LHS quantised exactly as the kernels' packer does.
-/// Any `k` is accepted here; the kernels need a multiple of 32.
-///
-/// ```
-/// use kleidiai::families::matmul_clamp_f32_qai8dxp_qsu2cxp::reference;
-/// use kleidiai::formats::UInt2PerChannel;
-/// use kleidiai::Clamp;
-/// // Codes 3 and 1 through the signed table: weights [1, -1].
-/// let w = UInt2PerChannel { n: 1, k: 2, data: &[0b01_11], scales: &[1.0], bias: Some(&[0.5]),
-///                           lut: UInt2PerChannel::SIGNED_LUT };
-/// let mut y = [0f32];
-/// reference(1, &[1.0, -1.0], &w, Clamp::NONE, &mut y).unwrap();
-/// assert!((y[0] - 2.5).abs() < 1e-2);
-/// ```
-pub fn reference(m: usize, lhs: &[f32], w: &UInt2PerChannel<'_>, clamp: Clamp, dst: &mut [f32]) -> Result<()> {
-    qai8dxp_common::reference(m, lhs, (*w).into(), clamp, Default::default(), dst)
-}
-
+/// Kernels whose run function has `KAI_ASSUME(m == 1)`.
 #[cfg(target_arch = "aarch64")]
-pub use imp::*;
+const SINGLE_ROW: &[&str] = &["kai_matmul_clamp_f32_qai8dxp1x4_qsu2cxp4x4bf32sf32_1x4_neon_dotprod"];
 
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::cpu::CpuFeature;
-    use crate::families::qai8dxp_common::{Entry, RhsFormat, fns, qai8dxp_kernel};
-    use kleidiai_sys::interfaces::matmul_clamp_f32_qai8dxp_qsu2cxp::KERNELS;
-    use std::sync::OnceLock;
-
-    /// Kernels whose run function has `KAI_ASSUME(m == 1)`.
-    const SINGLE_ROW: &[&str] = &["kai_matmul_clamp_f32_qai8dxp1x4_qsu2cxp4x4bf32sf32_1x4_neon_dotprod"];
-
-    pub(super) fn entries() -> &'static [Entry] {
-        static E: OnceLock<Vec<Entry>> = OnceLock::new();
-        E.get_or_init(|| {
-            KERNELS
-                .iter()
-                .map(|(u, i)| {
-                    let sme2 = u.features.contains(&CpuFeature::Sme2);
-                    let rhs = if sme2 { RhsFormat::Qsu2cxp4vlx4 } else { RhsFormat::Qsu2cxp4x4 };
-                    Entry::new::<f32>(u, fns!(i, F32Lut), rhs, &[], SINGLE_ROW.contains(&u.name))
-                })
-                .collect()
-        })
-    }
-
-    qai8dxp_kernel!(lhs: f32, out: f32, weights: UInt2PerChannel);
-}
-
-#[cfg(all(test, target_arch = "aarch64"))]
-mod tests {
-    use super::*;
-    use crate::families::qai8dxp_common::tests as common;
-    use crate::par::Parallelism;
-
-    #[test]
-    fn conformance() {
-        common::conformance::<f32, f32>(FAMILY, imp::entries(), &[32, 96]);
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        common::bad_input::<f32, f32>(imp::entries());
-    }
-
-    #[test]
-    fn mixing_layouts_is_an_error() {
-        common::mixing_layouts::<f32, f32>(imp::entries());
-    }
-
-    #[test]
-    fn matmul_matches_reference() {
-        let f = crate::cpu::Features::current();
-        for m in [1, 3] {
-            let Some(kern) = Kernel::select(m, &f) else {
-                return;
-            };
-            let data: Vec<u8> = (0..5 * 16).map(|i| (i * 37 % 256) as u8).collect();
-            let w = UInt2PerChannel { n: 5, k: 64, data: &data, scales: &[0.01; 5], bias: None, lut: [3, -1, 0, 7] };
-            let lhs: Vec<f32> = (0..m * 64).map(|i| (i as f32 * 0.37).sin()).collect();
-            let (mut got, mut want) = (vec![0f32; m * 5], vec![0f32; m * 5]);
-            let packed = kern.pack_rhs(&w).unwrap();
-            kern.matmul(m, &lhs, &packed, &mut got, Clamp::NONE, Parallelism::Sequential).unwrap();
-            reference(m, &lhs, &w, Clamp::NONE, &mut want).unwrap();
-            assert!(got.iter().zip(&want).all(|(g, w)| (g - w).abs() <= 1e-4), "{got:?} vs {want:?}");
-            let short = &lhs[..m * 64 - 1];
-            assert!(kern.matmul(m, short, &packed, &mut got, Clamp::NONE, Parallelism::Sequential).is_err());
-        }
-    }
+crate::families::qai8dxp_common::qai8dxp_family! {
+    family: matmul_clamp_f32_qai8dxp_qsu2cxp,
+    lhs: f32,
+    out: f32,
+    weights: UInt2PerChannel,
+    /// The portable reference (test oracle and fallback): the family's math in
+    /// scalar Rust, with the LHS quantised exactly as the kernels' packer does.
+    /// Any `k` is accepted here; the kernels need a multiple of 32.
+    ///
+    /// ```
+    /// use kleidiai::families::matmul_clamp_f32_qai8dxp_qsu2cxp::reference;
+    /// use kleidiai::formats::UInt2PerChannel;
+    /// use kleidiai::Clamp;
+    /// // Codes 3 and 1 through the signed table: weights [1, -1].
+    /// let w = UInt2PerChannel { n: 1, k: 2, data: &[0b01_11], scales: &[1.0], bias: Some(&[0.5]),
+    ///                           lut: UInt2PerChannel::SIGNED_LUT };
+    /// let mut y = [0f32];
+    /// reference(1, &[1.0, -1.0], &w, Clamp::NONE, &mut y).unwrap();
+    /// assert!((y[0] - 2.5).abs() < 1e-2);
+    /// ```
+    reference,
+    entry: |(u, i)| {
+        let sme2 = u.features.contains(&CpuFeature::Sme2);
+        let rhs = if sme2 { RhsFormat::Qsu2cxp4vlx4 } else { RhsFormat::Qsu2cxp4x4 };
+        Entry::new::<f32>(u, fns!(i, F32Lut), rhs, &[], SINGLE_ROW.contains(&u.name))
+    },
+    tests: {
+        conformance_ks: [32, 96],
+        matmul_rows: [1, 3],
+        matmul_data: data = (0..5 * 16).map(|i| (i * 37 % 256) as u8),
+        matmul_weights: UInt2PerChannel { n: 5, k: 64, data: &data, scales: &[0.01; 5], bias: None, lut: [3, -1, 0, 7] },
+        matmul_close: |g, w| (g - w).abs() <= 1e-4,
+    },
 }

@@ -63,15 +63,9 @@ impl Weights<'_> {
     }
 }
 
-/// An LHS element type with its `qai8dx` packer.
-pub(crate) trait LhsElem: Copy + Send + Sync + 'static {
-    /// The value nearest `x` (test data).
-    #[cfg(test)]
-    fn from_f32(x: f32) -> Self;
-    /// The value as f32 (exact).
-    #[cfg(test)]
-    fn to_f32(self) -> f32;
-
+/// An LHS element type with its `qai8dx` packer (each is an output type
+/// too, whose `from_f32` and `to_f32` make and check test data).
+pub(crate) trait LhsElem: OutElem {
     /// Quantises `m x k` dense rows exactly as this type's packer does, as
     /// called by [`Entry::pack_lhs_into`], for a kernel whose blocks are
     /// `block` values long (which only the f16 packer depends on).
@@ -157,15 +151,6 @@ macro_rules! lhs_packer_fns {
 }
 
 impl LhsElem for f32 {
-    #[cfg(test)]
-    fn from_f32(x: f32) -> Self {
-        x
-    }
-    #[cfg(test)]
-    fn to_f32(self) -> f32 {
-        self
-    }
-
     fn quantize_rows(lhs: &[f32], m: usize, k: usize, _: Qai8dxF16Block) -> Vec<Qai8dxRow> {
         lhs.chunks_exact(k).take(m).map(qai8dx_row).collect()
     }
@@ -182,15 +167,6 @@ impl LhsElem for f32 {
 }
 
 impl LhsElem for f16 {
-    #[cfg(test)]
-    fn from_f32(x: f32) -> Self {
-        f16::from_f32(x)
-    }
-    #[cfg(test)]
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-
     fn quantize_rows(lhs: &[f16], m: usize, k: usize, block: Qai8dxF16Block) -> Vec<Qai8dxRow> {
         qai8dx_rows_f16(lhs, m, k, block)
     }
@@ -222,15 +198,6 @@ impl LhsElem for f16 {
 }
 
 impl LhsElem for bf16 {
-    #[cfg(test)]
-    fn from_f32(x: f32) -> Self {
-        bf16::from_f32(x)
-    }
-    #[cfg(test)]
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-
     fn quantize_rows(lhs: &[bf16], m: usize, k: usize, _: Qai8dxF16Block) -> Vec<Qai8dxRow> {
         qai8dx_rows_bf16(lhs, m, k)
     }
@@ -339,6 +306,124 @@ pub(crate) fn reference<L: LhsElem, O: OutElem>(
     Ok(())
 }
 
+/// A family module with per-channel weights `$w` (a type in scope):
+/// `FAMILY` (the upstream directory `$family`), `reference` (documented by
+/// the given doc comment; with `($block: $bt)` it also takes the f16
+/// packer's block length), and on aarch64 `entries()` (each kernel of the
+/// family's upstream table made by `$entry`, a closure over `&(ukernel,
+/// interface)` with `Entry`, `RhsFormat`, `CpuFeature` and `fns!` in scope),
+/// the `Kernel` of [`qai8dxp_kernel!`] and, with a block, `Kernel::lhs_block`.
+/// Its tests: those of `family_tests!` (conformance for each `k` of
+/// `conformance_ks`) and `matmul_matches_reference` for each `m` of
+/// `matmul_rows`, with the weights `matmul_weights` over the values
+/// `matmul_data` (named by the ident before `=`), outputs compared by
+/// `matmul_close(got, want)`.
+macro_rules! qai8dxp_family {
+    (
+        family: $family:ident,
+        lhs: $lhs:ty,
+        out: $out:ty,
+        weights: $w:ident,
+        $(#[$doc:meta])*
+        reference $(($block:ident: $bt:ty))?,
+        entry: $entry:expr,
+        tests: {
+            conformance_ks: $ks:expr,
+            matmul_rows: $ms:expr,
+            matmul_data: $d:ident = $data:expr,
+            matmul_weights: $wexpr:expr,
+            matmul_close: $close:expr $(,)?
+        } $(,)?
+    ) => {
+        use $crate::error::Result;
+        use $crate::packed::Clamp;
+
+        /// Upstream family directory.
+        pub const FAMILY: &str = stringify!($family);
+
+        $(#[$doc])*
+        pub fn reference(
+            m: usize,
+            lhs: &[$lhs],
+            w: &$w<'_>,
+            clamp: Clamp,
+            $($block: $bt,)?
+            dst: &mut [$out],
+        ) -> Result<()> {
+            let block = $crate::families::qai8dxp_common::qai8dxp_family!(@block $($block)?);
+            $crate::families::qai8dxp_common::reference(m, lhs, (*w).into(), clamp, block, dst)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        pub use imp::*;
+
+        #[cfg(target_arch = "aarch64")]
+        mod imp {
+            use super::*;
+            #[allow(unused_imports)] // the families whose entries need no feature
+            use $crate::cpu::CpuFeature;
+            use $crate::families::qai8dxp_common::{Entry, RhsFormat, fns};
+
+            $crate::families::qai8dxp_common::entries!(kleidiai_sys::interfaces::$family::KERNELS, $entry);
+            $crate::families::qai8dxp_common::qai8dxp_kernel!(lhs: $lhs, out: $out, weights: $w);
+            $crate::families::qai8dxp_common::qai8dxp_family!(@lhs_block $($bt)?);
+        }
+
+        #[cfg(all(test, target_arch = "aarch64"))]
+        mod tests {
+            use super::*;
+            use $crate::families::qai8dxp_common::tests as common;
+            #[allow(unused_imports)] // the weights of some families need neither
+            use $crate::formats::{Int4Encoding, Order};
+
+            common::family_tests!($lhs, $out, &$ks);
+
+            #[test]
+            fn matmul_matches_reference() {
+                let f = $crate::cpu::Features::current();
+                for m in $ms {
+                    let Some(kern) = Kernel::select(m, &f) else {
+                        return;
+                    };
+                    let $d: Vec<_> = $data.collect();
+                    let w = $wexpr;
+                    let packed = kern.pack_rhs(&w).unwrap();
+                    let seq = $crate::Parallelism::Sequential;
+                    common::matmul_matches_reference(
+                        (m, w.n, w.k),
+                        |x, y| kern.matmul(m, x, &packed, y, Clamp::NONE, seq),
+                        $crate::families::qai8dxp_common::qai8dxp_family!(@reference kern, m, w $(, $block)?),
+                        $close,
+                    );
+                }
+            }
+        }
+    };
+    (@reference $kern:ident, $m:ident, $w:ident) => {
+        |x, y| reference($m, x, &$w, Clamp::NONE, y)
+    };
+    (@reference $kern:ident, $m:ident, $w:ident, $block:ident) => {
+        |x, y| reference($m, x, &$w, Clamp::NONE, $kern.lhs_block().unwrap(), y)
+    };
+    (@block) => {
+        Default::default()
+    };
+    (@block $block:ident) => {
+        $block
+    };
+    (@lhs_block) => {};
+    (@lhs_block $bt:ty) => {
+        impl Kernel {
+            /// The block length the f16 LHS packer rounds by for this kernel:
+            /// pass it to [`reference()`] to reproduce this kernel exactly.
+            pub fn lhs_block(&self) -> Result<$bt> {
+                self.0.f16_block()
+            }
+        }
+    };
+}
+pub(crate) use qai8dxp_family;
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) use imp::*;
 
@@ -396,9 +481,10 @@ mod imp {
     }
 
     /// The functions of one kernel (its upstream interface struct, without
-    /// the family-specific types).
+    /// the family-specific types): `O` is the RHS offset function, `R` the
+    /// run function (the qsi4c32p families' take the block length too).
     #[derive(Clone, Copy)]
-    pub(crate) struct Fns {
+    pub(crate) struct Fns<O = Offset, R = Run> {
         pub m_step: Getter,
         pub n_step: Getter,
         pub mr: Getter,
@@ -406,14 +492,51 @@ mod imp {
         pub kr: Getter,
         pub sr: Getter,
         pub lhs_offset: Offset,
-        pub rhs_offset: Offset,
-        pub run: Run,
+        pub rhs_offset: O,
+        pub run: R,
+    }
+
+    impl<O, R> Fns<O, R> {
+        /// The kernel's tiles and the CPU's features, or an error if the CPU
+        /// does not run the kernel `info` describes.
+        pub(crate) fn tiles(&self, info: &KernelInfo) -> Result<(Tiles, Features)> {
+            let f = engine::ensure_supported(info)?;
+            // SAFETY: the CPU has every feature the kernel needs
+            // (ensure_supported), so even SME getters may run.
+            let t = unsafe {
+                Tiles {
+                    m_step: (self.m_step)(),
+                    n_step: (self.n_step)(),
+                    mr: (self.mr)(),
+                    nr: (self.nr)(),
+                    kr: (self.kr)(),
+                    sr: (self.sr)(),
+                }
+            };
+            Ok((t, f))
+        }
+    }
+
+    /// The layout of a packed operand in `format` of `rows` rows (`r` of
+    /// them per block: `mr` or `nr` of `t`) for `k` and `bl`.
+    pub(crate) fn layout(
+        format: &'static str,
+        (rows, k, bl): (usize, usize, usize),
+        r: usize,
+        t: &Tiles,
+        vector_bytes: usize,
+    ) -> PackedLayout {
+        PackedLayout { format, rows, k, r, kr: t.kr, sr: t.sr, bl, vector_bytes }
     }
 
     /// [`Fns`] from a family's generated interface struct; `$run` is the
-    /// [`Run`] variant matching its `run_matmul` signature.
+    /// [`Run`] variant matching its `run_matmul` signature (`@run`: the
+    /// constructor of another run type).
     macro_rules! fns {
         ($i:expr, $run:ident) => {
+            $crate::families::qai8dxp_common::fns!(@run $i, $crate::families::qai8dxp_common::Run::$run)
+        };
+        (@run $i:expr, $run:expr) => {
             $crate::families::qai8dxp_common::Fns {
                 m_step: $i.get_m_step.expect("get_m_step"),
                 n_step: $i.get_n_step.expect("get_n_step"),
@@ -423,7 +546,7 @@ mod imp {
                 sr: $i.get_sr.expect("get_sr"),
                 lhs_offset: $i.get_lhs_packed_offset.expect("get_lhs_packed_offset"),
                 rhs_offset: $i.get_rhs_packed_offset.expect("get_rhs_packed_offset"),
-                run: $crate::families::qai8dxp_common::Run::$run($i.run_matmul.expect("run_matmul")),
+                run: $run($i.run_matmul.expect("run_matmul")),
             }
         };
     }
@@ -735,49 +858,17 @@ mod imp {
         }
 
         pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.info)?;
-            let i = &self.fns;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so even SME getters may run.
-            let t = unsafe {
-                Tiles {
-                    m_step: (i.m_step)(),
-                    n_step: (i.n_step)(),
-                    mr: (i.mr)(),
-                    nr: (i.nr)(),
-                    kr: (i.kr)(),
-                    sr: (i.sr)(),
-                }
-            };
-            Ok((t, f))
+            self.fns.tiles(&self.info)
         }
 
         pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.rhs.id(),
-                rows: n,
-                k,
-                r: t.nr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(layout(self.rhs.id(), (n, k, 0), t.nr, &t, engine::layout_vector_bytes(&self.info, &f)))
         }
 
         pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: "qai8dxp",
-                rows: m,
-                k,
-                r: t.mr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(layout("qai8dxp", (m, k, 0), t.mr, &t, engine::layout_vector_bytes(&self.info, &f)))
         }
 
         /// The block length the f16 LHS packer rounds by for this kernel.
@@ -1334,30 +1425,33 @@ mod imp {
         Ok(())
     }
 
-    /// Defines a family's typed `Kernel` (over its `entries()`), `infos()`
-    /// and `unpack_rhs_row`.
-    macro_rules! qai8dxp_kernel {
-        (lhs: $lhs:ty, out: $out:ty, weights: $w:ident) => {
-            $crate::families::engine::kernel_type!($crate::families::qai8dxp_common::Entry);
+    /// A family's `entries()`: the kernels of `$kernels` (its generated
+    /// upstream table) made by `$entry`, a closure over `&(ukernel,
+    /// interface)`, built once.
+    macro_rules! entries {
+        ($kernels:path, $entry:expr) => {
+            pub(super) fn entries() -> &'static [Entry] {
+                static E: std::sync::OnceLock<Vec<Entry>> = std::sync::OnceLock::new();
+                E.get_or_init(|| $kernels.iter().map($entry).collect())
+            }
+        };
+    }
+    pub(crate) use entries;
 
+    /// The `Kernel` methods of every qai8dxp family (the per-channel ones
+    /// and the qsi4c32p ones): `lhs_layout`, `pack_lhs` and `pack_lhs_into`
+    /// (an LHS of `$lhs`, quantised and packed by the entry's `$into`),
+    /// `run` (outputs of `$out`) and `matmul`. With `layout_first`,
+    /// `pack_lhs` computes the LHS layout before `$into` checks the rows.
+    macro_rules! kernel_methods {
+        (lhs: $lhs:ty, out: $out:ty, pack_lhs_into: $into:ident $(, $layout_first:ident)?) => {
             impl Kernel {
-                /// The packed-RHS layout this kernel reads for `n x k` weights.
-                pub fn rhs_layout(&self, n: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
-                    self.0.rhs_layout(n, k)
-                }
-
                 /// The packed-LHS layout this kernel reads for an `m x k` input.
                 pub fn lhs_layout(&self, m: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
                     self.0.lhs_layout(m, k)
                 }
 
-                /// Packs the weights for this kernel (and every kernel with
-                /// the same [`rhs_layout`](Self::rhs_layout)).
-                pub fn pack_rhs(&self, w: &$w<'_>) -> $crate::Result<$crate::PackedRhs> {
-                    self.0.pack_rhs($crate::families::qai8dxp_common::Weights::from(*w))
-                }
-
-                /// Quantises and packs an `m x k` LHS (rows `lhs_stride`
+                #[doc = concat!("Quantises and packs an `m x k` ", stringify!($lhs), " LHS (rows `lhs_stride`")]
                 /// elements apart; `k` for a dense matrix).
                 pub fn pack_lhs(
                     &self,
@@ -1367,8 +1461,9 @@ mod imp {
                     lhs_stride: usize,
                     par: $crate::Parallelism,
                 ) -> $crate::Result<$crate::PackedLhs> {
-                    let mut out = $crate::PackedLhs::empty();
-                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
+                    let mut out =
+                        $crate::families::qai8dxp_common::kernel_methods!(@new_lhs self, m, k $(, $layout_first)?);
+                    self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
                     Ok(out)
                 }
 
@@ -1382,10 +1477,10 @@ mod imp {
                     par: $crate::Parallelism,
                     out: &mut $crate::PackedLhs,
                 ) -> $crate::Result<()> {
-                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
+                    self.0.$into(m, k, lhs, lhs_stride, par, out)
                 }
 
-                /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n`
+                #[doc = concat!("`dst = clamp(lhs · wᵀ + bias)` in ", stringify!($out), ": `dst` is `m x n`, rows `n`")]
                 /// apart.
                 pub fn run(
                     &self,
@@ -1396,6 +1491,52 @@ mod imp {
                     par: $crate::Parallelism,
                 ) -> $crate::Result<()> {
                     self.0.run(lhs, rhs, dst, clamp, par)
+                }
+
+                /// Packs the dense `m x k` LHS and runs: the one-call form
+                /// (use [`pack_lhs_into`](Self::pack_lhs_into) and
+                /// [`run`](Self::run) to reuse the packed-LHS allocation).
+                pub fn matmul(
+                    &self,
+                    m: usize,
+                    lhs: &[$lhs],
+                    rhs: &$crate::PackedRhs,
+                    dst: &mut [$out],
+                    clamp: $crate::Clamp,
+                    par: $crate::Parallelism,
+                ) -> $crate::Result<()> {
+                    let k = rhs.layout().k;
+                    let packed = self.pack_lhs(m, k, lhs, k, par)?;
+                    self.run(&packed, rhs, dst, clamp, par)
+                }
+            }
+        };
+        (@new_lhs $s:ident, $m:ident, $k:ident) => {
+            $crate::PackedLhs::empty()
+        };
+        (@new_lhs $s:ident, $m:ident, $k:ident, layout_first) => {
+            $crate::PackedLhs::new($s.lhs_layout($m, $k)?, $crate::buffer::AlignedBuf::default())
+        };
+    }
+    pub(crate) use kernel_methods;
+
+    /// Defines a family's typed `Kernel` (over its `entries()`), `infos()`
+    /// and `unpack_rhs_row`.
+    macro_rules! qai8dxp_kernel {
+        (lhs: $lhs:ty, out: $out:ty, weights: $w:ident) => {
+            $crate::families::engine::kernel_type!($crate::families::qai8dxp_common::Entry);
+            $crate::families::qai8dxp_common::kernel_methods!(lhs: $lhs, out: $out, pack_lhs_into: pack_lhs_into);
+
+            impl Kernel {
+                /// The packed-RHS layout this kernel reads for `n x k` weights.
+                pub fn rhs_layout(&self, n: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
+                    self.0.rhs_layout(n, k)
+                }
+
+                /// Packs the weights for this kernel (and every kernel with
+                /// the same [`rhs_layout`](Self::rhs_layout)).
+                pub fn pack_rhs(&self, w: &$w<'_>) -> $crate::Result<$crate::PackedRhs> {
+                    self.0.pack_rhs($crate::families::qai8dxp_common::Weights::from(*w))
                 }
 
                 /// The checks of `pack_lhs_into` + `run`, made once (see
@@ -1425,23 +1566,6 @@ mod imp {
                 ) {
                     // SAFETY: forwarded to the caller.
                     unsafe { self.0.run_prepared(p, x, lhs, rhs, y, clamp) }
-                }
-
-                /// Packs the dense `m x k` LHS and runs: the one-call form
-                /// (use [`pack_lhs_into`](Self::pack_lhs_into) and
-                /// [`run`](Self::run) to reuse the packed-LHS allocation).
-                pub fn matmul(
-                    &self,
-                    m: usize,
-                    lhs: &[$lhs],
-                    rhs: &$crate::PackedRhs,
-                    dst: &mut [$out],
-                    clamp: $crate::Clamp,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<()> {
-                    let k = rhs.layout().k;
-                    let packed = self.pack_lhs(m, k, lhs, k, par)?;
-                    self.run(&packed, rhs, dst, clamp, par)
                 }
             }
 
@@ -1603,8 +1727,142 @@ pub(crate) mod tests {
         Qai8dxRow { q, zero_point: zp, recip_scale: f32::from_le_bytes(b[at..at + 4].try_into().unwrap()) }
     }
 
+    /// The tests of [`qai8dxp_family!`] module `$family` (with LHS `$lhs`
+    /// and outputs `$out`), in its `tests` module: [`conformance`] for each
+    /// `k` of `$ks`, [`bad_input`] and [`mixing_layouts`].
+    macro_rules! family_tests {
+        ($lhs:ty, $out:ty, $ks:expr) => {
+            #[test]
+            fn conformance() {
+                $crate::families::qai8dxp_common::tests::conformance::<$lhs, $out>(FAMILY, imp::entries(), $ks);
+            }
+
+            #[test]
+            fn bad_input_is_an_error() {
+                $crate::families::qai8dxp_common::tests::bad_input::<$lhs, $out>(imp::entries());
+            }
+
+            #[test]
+            fn mixing_layouts_is_an_error() {
+                $crate::families::qai8dxp_common::tests::mixing_layouts::<$lhs, $out>(imp::entries());
+            }
+        };
+    }
+    pub(crate) use family_tests;
+
     fn entry(entries: &'static [Entry], name: &str) -> &'static Entry {
         entries.iter().find(|e| e.info.name == name).expect("registered kernel")
+    }
+
+    /// The outputs of `run(par)` (as f32) at every thread count of
+    /// [`THREADS`] for case `c` of shape `m x n x k`: each within `tol` of
+    /// `want` ([`compare`]), all the same by `same` (after the first);
+    /// returns the worst error. `what` follows the shape in error messages.
+    pub(crate) fn across_threads(
+        c: usize,
+        (m, n, k): (usize, usize, usize),
+        what: &str,
+        want: &[f32],
+        tol: impl Fn(usize, f32) -> f32,
+        same: impl Fn(&[f32], &[f32]) -> bool,
+        mut run: impl FnMut(Parallelism) -> Result<Vec<f32>, (usize, String)>,
+    ) -> Result<f64, (usize, String)> {
+        let mut worst = 0f64;
+        let mut first: Option<Vec<f32>> = None;
+        for threads in THREADS {
+            let got = run(Parallelism::Rayon(threads))?;
+            let err = compare(&got, want, &tol)
+                .map_err(|s| (c, format!("m={m} n={n} k={k}{what} threads={threads}: {s}")))?;
+            worst = worst.max(err);
+            match &first {
+                None => first = Some(got),
+                Some(f) if !same(f, &got) => {
+                    return Err((c, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
+                }
+                _ => {}
+            }
+        }
+        Ok(worst)
+    }
+
+    /// Rows 0, `n / 2` and `n - 1` of a packed RHS as `unpack(row, out)`
+    /// writes them equal those of `wd` (the `n x k` weights as f32), for case
+    /// `c`; `what` ends the error message.
+    pub(crate) fn unpack_matches(
+        c: usize,
+        (n, k): (usize, usize),
+        wd: &[f32],
+        what: &str,
+        unpack: impl Fn(usize, &mut [f32]) -> crate::Result<()>,
+    ) -> Result<(), (usize, String)> {
+        let mut row = vec![0f32; k];
+        for r in [0, n / 2, n - 1] {
+            unpack(r, &mut row).map_err(|e| (c, e.to_string()))?;
+            if row[..] != wd[r * k..(r + 1) * k] {
+                return Err((c, format!("unpack_rhs_row({r}) n={n} k={k}{what}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every kernel of `kernels` running on one packed RHS of layout
+    /// `packed` (`matmul(kernel, dst)`, `dst_len` outputs) succeeds where its
+    /// own `rhs_layout(kernel)` is `packed`, else fails with `LayoutMismatch`.
+    pub(crate) fn only_same_layout_runs<K: core::fmt::Debug, O: OutElem>(
+        kernels: impl IntoIterator<Item = K>,
+        packed: &crate::packed::PackedLayout,
+        dst_len: usize,
+        matmul: impl Fn(&K, &mut [O]) -> crate::Result<()>,
+        rhs_layout: impl Fn(&K) -> crate::packed::PackedLayout,
+    ) {
+        for other in kernels {
+            let mut dst = vec![O::from_f32(0.0); dst_len];
+            let r = matmul(&other, &mut dst);
+            if rhs_layout(&other) == *packed {
+                r.unwrap();
+            } else {
+                assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{:?}: {r:?}", other);
+            }
+        }
+    }
+
+    /// `matmul(m, lhs, dst, clamp)` (a family's `Kernel::matmul` on a packed
+    /// RHS of `n` rows; `x` a valid one-row LHS) fails for a short LHS, a
+    /// short `dst` and `m = 0`, and with `nan`, for a NaN clamp.
+    pub(crate) fn matmul_rejects<L: Copy, O: OutElem>(
+        x: &[L],
+        n: usize,
+        nan: bool,
+        matmul: impl Fn(usize, &[L], &mut [O], Clamp) -> crate::Result<()>,
+    ) {
+        let mut dst = vec![O::from_f32(0.0); n];
+        assert!(matmul(1, &x[..x.len() - 1], &mut dst, Clamp::NONE).is_err(), "short lhs");
+        assert!(matmul(1, x, &mut dst[..n - 1], Clamp::NONE).is_err(), "short dst");
+        assert!(matmul(0, &[], &mut dst, Clamp::NONE).is_err(), "m = 0");
+        if nan {
+            let nan = Clamp { min: f32::NAN, max: 1.0 };
+            assert!(matmul(1, x, &mut dst, nan).is_err(), "NaN clamp");
+        }
+    }
+
+    /// `matmul(lhs, dst)` (a family's `Kernel::matmul` on `m` rows, `n x k`
+    /// weights) against `reference(lhs, dst)` for the LHS
+    /// `sin(0.37 i)`: every output `close(got, want)`, and an LHS one value
+    /// short an error.
+    pub(crate) fn matmul_matches_reference<L: LhsElem, O: OutElem>(
+        (m, n, k): (usize, usize, usize),
+        matmul: impl Fn(&[L], &mut [O]) -> crate::Result<()>,
+        reference: impl Fn(&[L], &mut [O]) -> crate::Result<()>,
+        close: impl Fn(f32, f32) -> bool,
+    ) {
+        let lhs: Vec<L> = (0..m * k).map(|i| L::from_f32((i as f32 * 0.37).sin())).collect();
+        let (mut got, mut want) = (vec![O::from_f32(0.0); m * n], vec![O::from_f32(0.0); m * n]);
+        matmul(&lhs, &mut got).unwrap();
+        reference(&lhs, &mut want).unwrap();
+        let got32: Vec<f32> = got.iter().map(|x| x.to_f32()).collect();
+        let want32: Vec<f32> = want.iter().map(|x| x.to_f32()).collect();
+        assert!(got32.iter().zip(&want32).all(|(&g, &w)| close(g, w)), "{got32:?} vs {want32:?}");
+        assert!(matmul(&lhs[..m * k - 1], &mut got).is_err());
     }
 
     /// Every supported kernel of `family` against [`reference()`]: tail
@@ -1631,9 +1889,13 @@ pub(crate) mod tests {
                 let rows = L::quantize_rows(&lhs, m, k, block);
                 let wd = w.dequantize();
                 let packed = e.pack_rhs(w.view()).map_err(err(ci))?;
-                let mut first: Option<Vec<f32>> = None;
-                for threads in THREADS {
-                    let par = Parallelism::Rayon(threads);
+                let tol = |i: usize, y: f32| {
+                    let (r, c) = (i / n, i % n);
+                    let mag: f32 = (0..k).map(|p| (lhs[r * k + p].to_f32() * wd[c * k + p]).abs()).sum();
+                    let d = 1e-5 * (y.abs() + mag) + 1e-6;
+                    d + O::STEP * (y.abs() + d)
+                };
+                let case_worst = across_threads(ci, (m, n, k), "", &want, tol, bit_identical, |par| {
                     let mut scratch = PackedLhs::empty();
                     e.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(err(ci))?;
                     for (i, row) in rows.iter().enumerate() {
@@ -1648,30 +1910,10 @@ pub(crate) mod tests {
                     }
                     let mut dst = vec![O::from_f32(f32::NAN); m * n];
                     e.run(&scratch, &packed, &mut dst, clamp, par).map_err(err(ci))?;
-                    let got: Vec<f32> = dst.into_iter().map(O::to_f32).collect();
-                    let e = compare(&got, &want, |i, y| {
-                        let (r, c) = (i / n, i % n);
-                        let mag: f32 = (0..k).map(|p| (lhs[r * k + p].to_f32() * wd[c * k + p]).abs()).sum();
-                        let d = 1e-5 * (y.abs() + mag) + 1e-6;
-                        d + O::STEP * (y.abs() + d)
-                    })
-                    .map_err(|s| (ci, format!("m={m} n={n} k={k} threads={threads}: {s}")))?;
-                    worst = worst.max(e);
-                    match &first {
-                        None => first = Some(got),
-                        Some(f) if !bit_identical(f, &got) => {
-                            return Err((ci, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
-                        }
-                        _ => {}
-                    }
-                }
-                let mut row = vec![0f32; k];
-                for r in [0, n / 2, n - 1] {
-                    unpack_rhs_row(&packed, r, &mut row).map_err(err(ci))?;
-                    if row[..] != wd[r * k..(r + 1) * k] {
-                        return Err((ci, format!("unpack_rhs_row({r}) n={n} k={k} differs from the weights")));
-                    }
-                }
+                    Ok(dst.into_iter().map(O::to_f32).collect())
+                })?;
+                worst = worst.max(case_worst);
+                unpack_matches(ci, (n, k), &wd, " differs from the weights", |r, row| unpack_rhs_row(&packed, r, row))?;
             }
             Ok((shapes.len(), worst))
         });

@@ -62,7 +62,7 @@ mod imp {
     use crate::cpu::{CpuFeature, Features};
     use crate::error;
     use crate::families::engine::{self, Tiles};
-    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows, prepared_rows};
+    use crate::families::qai8dxp_common::{LhsElem, layout, pack_lhs_rows, prepared_rows};
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -274,7 +274,6 @@ mod imp {
         Ok(())
     }
 
-    type Getter = unsafe extern "C" fn() -> usize;
     type RhsOffset = unsafe extern "C" fn(usize, usize, usize) -> usize;
     /// A kernel's run function writing outputs through `*mut D`.
     type RunFn<D> =
@@ -300,37 +299,111 @@ mod imp {
 
     /// The functions of one qai8dxp x qsi4c32p kernel (its upstream
     /// interface struct, without the output type).
-    #[derive(Clone, Copy)]
-    pub(crate) struct Fns {
-        pub m_step: Getter,
-        pub n_step: Getter,
-        pub mr: Getter,
-        pub nr: Getter,
-        pub kr: Getter,
-        pub sr: Getter,
-        pub lhs_offset: crate::families::qai8dxp_common::Offset,
-        pub rhs_offset: RhsOffset,
-        pub run: Run,
-    }
+    pub(crate) type Fns = crate::families::qai8dxp_common::Fns<RhsOffset, Run>;
 
     /// [`Fns`] from a family's generated interface struct; `$run` is the
     /// [`Run`] variant matching its `run_matmul` signature.
     macro_rules! c32_fns {
         ($i:expr, $run:ident) => {
-            $crate::families::qai8dxp_qsi4c32p::Fns {
-                m_step: $i.get_m_step.expect("m_step"),
-                n_step: $i.get_n_step.expect("n_step"),
-                mr: $i.get_mr.expect("mr"),
-                nr: $i.get_nr.expect("nr"),
-                kr: $i.get_kr.expect("kr"),
-                sr: $i.get_sr.expect("sr"),
-                lhs_offset: $i.get_lhs_packed_offset.expect("lhs offset"),
-                rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
-                run: $crate::families::qai8dxp_qsi4c32p::Run::$run($i.run_matmul.expect("run")),
-            }
+            $crate::families::qai8dxp_common::fns!(@run $i, $crate::families::qai8dxp_qsi4c32p::Run::$run)
         };
     }
     pub(crate) use c32_fns;
+
+    /// Defines a qsi4c32p family's typed `Kernel` (over its `entries()`),
+    /// `infos()` and `unpack_rhs_row`: an LHS of `$lhs` packed by the
+    /// entry's `$into`, outputs of `$out`; `$note` ends the first sentence
+    /// of `rhs_layout`'s doc.
+    macro_rules! c32_kernel {
+        (lhs: $lhs:ty, out: $out:ty, pack_lhs_into: $into:ident, rhs_note: $note:literal) => {
+            $crate::families::engine::kernel_type!($crate::families::qai8dxp_qsi4c32p::Entry);
+            $crate::families::qai8dxp_common::kernel_methods!(lhs: $lhs, out: $out, pack_lhs_into: $into);
+            pub use $crate::families::qai8dxp_qsi4c32p::unpack_rhs_row;
+
+            impl Kernel {
+                #[doc = concat!("The packed-RHS layout this kernel reads for `n x k` weights in blocks of `bl`", $note, ".")]
+                pub fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> $crate::Result<$crate::PackedLayout> {
+                    self.0.rhs_layout(n, k, bl)
+                }
+
+                /// Packs the weights for this kernel (and every kernel with
+                /// the same [`rhs_layout`](Self::rhs_layout)). Scales are
+                /// stored as bf16.
+                pub fn pack_rhs<'a>(
+                    &self,
+                    w: impl Into<$crate::formats::BlockInt4<'a>>,
+                ) -> $crate::Result<$crate::PackedRhs> {
+                    self.0.pack_rhs(&w.into())
+                }
+            }
+        };
+    }
+    pub(crate) use c32_kernel;
+
+    /// The conformance test of a qsi4c32p family module (with `FAMILY`,
+    /// `Kernel`, `reference` and `unpack_rhs_row`) whose LHS and outputs are
+    /// `$t`, on random data from `$seed`: each supported kernel on the tail
+    /// shapes of every `(bl, k)` of `BL_K`, at every thread count (outputs
+    /// compared by `$same`), within `1e-5 · (|want| + M) + 1e-6 + $step(want)`
+    /// (`M` from `$quantise`, which quantises an f32 row as the LHS packer
+    /// does), with packed rows unpacking to the weights.
+    #[cfg(test)]
+    macro_rules! c32_conformance {
+        (elem: $t:ty, seed: $seed:expr, quantise: $quant:expr, step: $step:expr, same: $same:expr $(,)?) => {
+            #[test]
+            fn conformance() {
+                use $crate::families::qai8dxp_common::OutElem;
+                use $crate::families::qai8dxp_common::tests::{across_threads, unpack_matches};
+                use $crate::testing::qsi4c32::{BL_K, TestWeights, magnitudes};
+                use $crate::testing::{Rng, tail_shapes};
+                let to_f32 = |v: &[$t]| -> Vec<f32> { v.iter().map(|&x| OutElem::to_f32(x)).collect() };
+                $crate::testing::conformance(FAMILY, |info| {
+                    let kernel = Kernel::by_name(info.name).unwrap();
+                    let lay = kernel.rhs_layout(1, 32, 32).map_err(|e| (0, e.to_string()))?;
+                    let lhs_lay = kernel.lhs_layout(1, 32).map_err(|e| (0, e.to_string()))?;
+                    let (mr, nr) = (lhs_lay.r, lay.r);
+                    let mut rng = Rng::new($seed);
+                    let mut cases = 0;
+                    let mut worst = 0f64;
+                    for (bl, k) in BL_K {
+                        // m_step and n_step of these families are multiples of mr and nr.
+                        for (ci, &(m, n, k)) in tail_shapes(mr, mr, nr, nr, &[k]).iter().enumerate() {
+                            let tw = TestWeights::new(&mut rng, n, k, bl);
+                            let w = tw.view(ci + bl, true, ci % 4 != 3);
+                            let lhs: Vec<$t> = rng.vec_f32(m * k).into_iter().map(<$t as OutElem>::from_f32).collect();
+                            let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
+                            let mut want = vec![<$t as OutElem>::from_f32(0.0); m * n];
+                            reference(m, &lhs, w, clamp, &mut want).map_err(|e| (cases, e.to_string()))?;
+                            let want = to_f32(&want);
+                            let wd = w.dequantize_as($crate::families::qai8dxp_qsi4c32p::SCALE_TYPE).unwrap();
+                            let mags = magnitudes(m, n, k, &to_f32(&lhs), &wd, |x| {
+                                let q = ($quant)(x);
+                                (q.zero_point as f32).abs() * q.recip_scale
+                            });
+                            let packed = kernel.pack_rhs(w).map_err(|e| (cases, e.to_string()))?;
+                            let (shape, what) = ((m, n, k), format!(" bl={bl}"));
+                            let tol = |i: usize, y: f32| 1e-5 * (y.abs() + mags[i]) + 1e-6 + ($step)(y);
+                            let case_worst = across_threads(cases, shape, &what, &want, tol, $same, |par| {
+                                let mut dst = vec![<$t as OutElem>::from_f32(f32::NAN); m * n];
+                                let mut scratch = $crate::PackedLhs::empty();
+                                let err = |e: $crate::Error| (cases, e.to_string());
+                                kernel.pack_lhs_into(m, k, &lhs, k, par, &mut scratch).map_err(err)?;
+                                kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(err)?;
+                                Ok(to_f32(&dst))
+                            })?;
+                            worst = worst.max(case_worst);
+                            let unpack = |r, row: &mut [f32]| unpack_rhs_row(&packed, r, row);
+                            unpack_matches(cases, (n, k), &wd, &format!("{what} differs"), unpack)?;
+                            cases += 1;
+                        }
+                    }
+                    Ok((cases, worst))
+                });
+            }
+        };
+    }
+    #[cfg(test)]
+    pub(crate) use c32_conformance;
 
     /// One kernel of the qai8dxp x qsi4c32p families: registry data,
     /// functions, packed RHS format and the family's conventions.
@@ -345,48 +418,25 @@ mod imp {
     }
 
     impl Entry {
-        /// The entry of kernel `u` of the f32-output family: its format by
-        /// [`kernel_info`], layouts with the vector length, GEMV kernels
-        /// (`mr == 1`) run one row per call.
-        pub(crate) fn f32_out(
-            u: &'static sys::Ukernel,
-            family: &'static str,
-            lhs_packer: &'static str,
-            fns: Fns,
-        ) -> Entry {
-            let (info, format) = kernel_info(u, family, lhs_packer);
+        /// The entry of kernel `u` of the f32-output family (LHS packer
+        /// `kai_lhs_quant_pack_qai8dxp_f32`): its format by [`kernel_info`],
+        /// layouts with the vector length, GEMV kernels (`mr == 1`) run one
+        /// row per call.
+        pub(crate) fn f32_out(u: &'static sys::Ukernel, family: &'static str, fns: Fns) -> Entry {
+            let (info, format) = kernel_info(u, family, <f32 as LhsElem>::PACKER);
             Entry { info, fns, format, sized: true, one_row: true }
         }
 
-        /// The entry of kernel `u` of the bf16-output family: format
-        /// `qsi4c32p`, layouts without the vector length, every tile in one
-        /// call.
-        pub(crate) fn bf16_out(
-            u: &'static sys::Ukernel,
-            family: &'static str,
-            lhs_packer: &'static str,
-            fns: Fns,
-        ) -> Entry {
-            let info = kernel_info(u, family, lhs_packer).0;
+        /// The entry of kernel `u` of the bf16-output family (LHS packer
+        /// `kai_lhs_quant_pack_qai8dxp_bf16_neon`): format `qsi4c32p`,
+        /// layouts without the vector length, every tile in one call.
+        pub(crate) fn bf16_out(u: &'static sys::Ukernel, family: &'static str, fns: Fns) -> Entry {
+            let info = kernel_info(u, family, <bf16 as LhsElem>::PACKER).0;
             Entry { info, fns, format: FORMAT_QSI4C32P, sized: false, one_row: false }
         }
 
         pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.info)?;
-            let i = &self.fns;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so even SME getters may run.
-            let t = unsafe {
-                Tiles {
-                    m_step: (i.m_step)(),
-                    n_step: (i.n_step)(),
-                    mr: (i.mr)(),
-                    nr: (i.nr)(),
-                    kr: (i.kr)(),
-                    sr: (i.sr)(),
-                }
-            };
-            Ok((t, f))
+            self.fns.tiles(&self.info)
         }
 
         fn vector_bytes(&self, f: &Features) -> usize {
@@ -397,31 +447,13 @@ mod imp {
         /// blocks of `bl`.
         pub(crate) fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.format,
-                rows: n,
-                k,
-                r: t.nr,
-                kr: t.kr,
-                sr: t.sr,
-                bl,
-                vector_bytes: self.vector_bytes(&f),
-            })
+            Ok(layout(self.format, (n, k, bl), t.nr, &t, self.vector_bytes(&f)))
         }
 
         /// The packed-LHS layout this kernel reads for an `m x k` input.
         pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: LHS_FORMAT,
-                rows: m,
-                k,
-                r: t.mr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: self.vector_bytes(&f),
-            })
+            Ok(layout(LHS_FORMAT, (m, k, 0), t.mr, &t, self.vector_bytes(&f)))
         }
 
         /// Packs the weights for this kernel (bf16 scales).
@@ -444,12 +476,10 @@ mod imp {
             pack_qai8dxp_f32(&self.info, layout, lhs, lhs_stride, par, out)
         }
 
-        /// Quantises and packs a bf16 LHS with `lhs_packer`
-        /// (`kai_lhs_quant_pack_qai8dxp_bf16_neon`, which needs `kr / sr = 8`).
-        #[allow(clippy::too_many_arguments)]
+        /// Quantises and packs a bf16 LHS with
+        /// `kai_lhs_quant_pack_qai8dxp_bf16_neon` (which needs `kr / sr = 8`).
         pub(crate) fn pack_lhs_bf16(
             &self,
-            lhs_packer: &str,
             m: usize,
             k: usize,
             lhs: &[bf16],
@@ -465,7 +495,7 @@ mod imp {
                 return Err(crate::Error::bad_value(
                     "kr / sr",
                     format!("{kr} / {sr}"),
-                    format!("{lhs_packer} needs 8"),
+                    format!("{} needs 8", <bf16 as LhsElem>::PACKER),
                 ));
             }
             let size = <bf16 as LhsElem>::packed_size(m, k, mr, kr, sr);
@@ -619,6 +649,22 @@ mod imp {
         // the packer is plain C.
         unsafe { pack_lhs_rows(info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
         Ok(())
+    }
+
+    /// Test weights: N x K, signed, one block of 32 values per row (`k` 32,
+    /// `n` the number of `scales`), no bias.
+    #[cfg(test)]
+    pub(crate) fn one_block_rows<'a>(data: &'a [u8], scales: &'a [bf16]) -> crate::formats::Int4Blocks<'a> {
+        crate::formats::Int4Blocks {
+            n: scales.len(),
+            k: 32,
+            bl: 32,
+            order: Order::NxK,
+            encoding: crate::formats::Int4Encoding::Signed,
+            data,
+            scales: crate::formats::BlockScales::Bf16(scales),
+            bias: None,
+        }
     }
 
     /// Packs N x K weights with upstream's scalar
