@@ -104,17 +104,7 @@ mod imp {
     /// every function of these interfaces).
     macro_rules! fns {
         ($i:expr) => {
-            $crate::families::bf16p_bf16p::Fns {
-                m_step: $i.get_m_step.expect("m_step"),
-                n_step: $i.get_n_step.expect("n_step"),
-                mr: $i.get_mr.expect("mr"),
-                nr: $i.get_nr.expect("nr"),
-                kr: $i.get_kr.expect("kr"),
-                sr: $i.get_sr.expect("sr"),
-                lhs_offset: $i.get_lhs_packed_offset.expect("lhs offset"),
-                rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
-                run: $i.run_matmul.expect("run"),
-            }
+            $crate::families::engine::iface_fns!([$crate::families::bf16p_bf16p::Fns], $i)
         };
     }
     pub(crate) use fns;

@@ -211,3 +211,29 @@ macro_rules! kernel_type {
 }
 #[cfg(target_arch = "aarch64")]
 pub(crate) use kernel_type;
+
+/// A family's interface-functions struct (or struct variant) `[$ty]` from an
+/// upstream interface struct `$i` (upstream fills every function of these
+/// interfaces): the tile getters, both packed offsets, and `run_matmul`
+/// wrapped by `$run` (the identity by default).
+#[cfg(target_arch = "aarch64")]
+macro_rules! iface_fns {
+    ([$($ty:tt)+], $i:expr) => {
+        $crate::families::engine::iface_fns!([$($ty)+], $i, core::convert::identity)
+    };
+    ([$($ty:tt)+], $i:expr, $run:expr) => {
+        $($ty)+ {
+            m_step: $i.get_m_step.expect("m_step"),
+            n_step: $i.get_n_step.expect("n_step"),
+            mr: $i.get_mr.expect("mr"),
+            nr: $i.get_nr.expect("nr"),
+            kr: $i.get_kr.expect("kr"),
+            sr: $i.get_sr.expect("sr"),
+            lhs_offset: $i.get_lhs_packed_offset.expect("lhs offset"),
+            rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
+            run: $run($i.run_matmul.expect("run")),
+        }
+    };
+}
+#[cfg(target_arch = "aarch64")]
+pub(crate) use iface_fns;

@@ -1328,17 +1328,7 @@ mod glue {
             }
         };
         (@imp packed $i:ident) => {
-            $crate::families::float_common::Imp::Packed {
-                m_step: $i.get_m_step.expect("m_step"),
-                n_step: $i.get_n_step.expect("n_step"),
-                mr: $i.get_mr.expect("mr"),
-                nr: $i.get_nr.expect("nr"),
-                kr: $i.get_kr.expect("kr"),
-                sr: $i.get_sr.expect("sr"),
-                lhs_offset: $i.get_lhs_packed_offset.expect("lhs offset"),
-                rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
-                run: $i.run_matmul.expect("run"),
-            }
+            $crate::families::engine::iface_fns!([$crate::families::float_common::Imp::Packed], $i)
         };
         (@imp direct $i:ident) => {
             $crate::families::float_common::Imp::Direct {

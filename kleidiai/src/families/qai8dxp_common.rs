@@ -537,17 +537,7 @@ mod imp {
             $crate::families::qai8dxp_common::fns!(@run $i, $crate::families::qai8dxp_common::Run::$run)
         };
         (@run $i:expr, $run:expr) => {
-            $crate::families::qai8dxp_common::Fns {
-                m_step: $i.get_m_step.expect("get_m_step"),
-                n_step: $i.get_n_step.expect("get_n_step"),
-                mr: $i.get_mr.expect("get_mr"),
-                nr: $i.get_nr.expect("get_nr"),
-                kr: $i.get_kr.expect("get_kr"),
-                sr: $i.get_sr.expect("get_sr"),
-                lhs_offset: $i.get_lhs_packed_offset.expect("get_lhs_packed_offset"),
-                rhs_offset: $i.get_rhs_packed_offset.expect("get_rhs_packed_offset"),
-                run: $run($i.run_matmul.expect("run_matmul")),
-            }
+            $crate::families::engine::iface_fns!([$crate::families::qai8dxp_common::Fns], $i, $run)
         };
     }
     pub(crate) use fns;

@@ -253,20 +253,10 @@ mod imp {
     /// families, `run_matmul` wrapped by `$run` (the identity by default).
     macro_rules! q4_fns {
         ($i:expr) => {
-            $crate::families::qsi8d32p_qsi4c32p::q4_fns!($i, core::convert::identity)
+            $crate::families::engine::iface_fns!([$crate::families::qsi8d32p_qsi4c32p::Fns], $i)
         };
         ($i:expr, $run:expr) => {
-            $crate::families::qsi8d32p_qsi4c32p::Fns {
-                m_step: $i.get_m_step.expect("m_step"),
-                n_step: $i.get_n_step.expect("n_step"),
-                mr: $i.get_mr.expect("mr"),
-                nr: $i.get_nr.expect("nr"),
-                kr: $i.get_kr.expect("kr"),
-                sr: $i.get_sr.expect("sr"),
-                lhs_offset: $i.get_lhs_packed_offset.expect("lhs offset"),
-                rhs_offset: $i.get_rhs_packed_offset.expect("rhs offset"),
-                run: $run($i.run_matmul.expect("run")),
-            }
+            $crate::families::engine::iface_fns!([$crate::families::qsi8d32p_qsi4c32p::Fns], $i, $run)
         };
     }
     pub(crate) use q4_fns;
