@@ -782,34 +782,19 @@ mod imp {
                     unsafe { self.0.run_prepared(p, x, lhs, rhs, y, clamp) }
                 }
 
-                /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n`
-                /// apart (for an f16 output the clamp applies in f32, before
-                /// the rounding to f16).
-                pub fn run(
-                    &self,
-                    lhs: &$crate::PackedLhs,
-                    rhs: &$crate::PackedRhs,
-                    dst: &mut [$out],
-                    clamp: $crate::Clamp,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<()> {
-                    self.0.run(lhs, rhs, dst, clamp, par)
-                }
-
-                /// Packs the dense `m x k` LHS and runs: the one-call form.
-                pub fn matmul(
-                    &self,
-                    m: usize,
-                    lhs: &[$lhs],
-                    rhs: &$crate::PackedRhs,
-                    dst: &mut [$out],
-                    clamp: $crate::Clamp,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<()> {
-                    let k = rhs.layout().k;
-                    let packed = self.pack_lhs(m, k, lhs, k, par)?;
-                    self.run(&packed, rhs, dst, clamp, par)
-                }
+                $crate::families::engine::run_matmul_methods!(
+                    lhs: $lhs,
+                    out: $out,
+                    run: run,
+                    run_doc: [
+                        /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n`
+                        /// apart (for an f16 output the clamp applies in f32, before
+                        /// the rounding to f16).
+                    ],
+                    matmul_doc: [
+                        /// Packs the dense `m x k` LHS and runs: the one-call form.
+                    ],
+                );
             }
 
             /// Weight row `row` of a packed RHS of this family, as the

@@ -237,3 +237,47 @@ macro_rules! iface_fns {
 }
 #[cfg(target_arch = "aarch64")]
 pub(crate) use iface_fns;
+
+/// The `run` and `matmul` methods of a family's `Kernel` (an LHS of `$lhs`,
+/// outputs of `$out`), with the docs `run_doc` and `matmul_doc`: `run`
+/// forwards to the entry's `$run`, `matmul` packs the dense LHS with the
+/// kernel's `pack_lhs` and calls `run`.
+#[cfg(target_arch = "aarch64")]
+macro_rules! run_matmul_methods {
+    (
+        lhs: $lhs:ty,
+        out: $out:ty,
+        run: $run:ident,
+        run_doc: [$(#[$rd:meta])*],
+        matmul_doc: [$(#[$md:meta])*] $(,)?
+    ) => {
+        $(#[$rd])*
+        pub fn run(
+            &self,
+            lhs: &$crate::PackedLhs,
+            rhs: &$crate::PackedRhs,
+            dst: &mut [$out],
+            clamp: $crate::Clamp,
+            par: $crate::Parallelism,
+        ) -> $crate::Result<()> {
+            self.0.$run(lhs, rhs, dst, clamp, par)
+        }
+
+        $(#[$md])*
+        pub fn matmul(
+            &self,
+            m: usize,
+            lhs: &[$lhs],
+            rhs: &$crate::PackedRhs,
+            dst: &mut [$out],
+            clamp: $crate::Clamp,
+            par: $crate::Parallelism,
+        ) -> $crate::Result<()> {
+            let k = rhs.layout().k;
+            let packed = self.pack_lhs(m, k, lhs, k, par)?;
+            self.run(&packed, rhs, dst, clamp, par)
+        }
+    };
+}
+#[cfg(target_arch = "aarch64")]
+pub(crate) use run_matmul_methods;

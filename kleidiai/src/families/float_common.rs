@@ -1375,34 +1375,19 @@ mod glue {
                 self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
             }
 
-            /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
-            pub fn run(
-                &self,
-                lhs: &$crate::packed::PackedLhs,
-                rhs: &$crate::packed::PackedRhs,
-                dst: &mut [$t],
-                clamp: Clamp,
-                par: $crate::par::Parallelism,
-            ) -> Result<()> {
-                self.0.run_packed(lhs, rhs, dst, clamp, par)
-            }
-
-            /// Packs the dense `m x k` LHS and runs: the one-call form (use
-            /// [`pack_lhs_into`](Self::pack_lhs_into) and [`run`](Self::run) to
-            /// reuse the packed-LHS allocation).
-            pub fn matmul(
-                &self,
-                m: usize,
-                lhs: &[$t],
-                rhs: &$crate::packed::PackedRhs,
-                dst: &mut [$t],
-                clamp: Clamp,
-                par: $crate::par::Parallelism,
-            ) -> Result<()> {
-                let k = rhs.layout().k;
-                let packed = self.pack_lhs(m, k, lhs, k, par)?;
-                self.run(&packed, rhs, dst, clamp, par)
-            }
+            $crate::families::engine::run_matmul_methods!(
+                lhs: $t,
+                out: $t,
+                run: run_packed,
+                run_doc: [
+                    /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.
+                ],
+                matmul_doc: [
+                    /// Packs the dense `m x k` LHS and runs: the one-call form (use
+                    /// [`pack_lhs_into`](Self::pack_lhs_into) and [`run`](Self::run) to
+                    /// reuse the packed-LHS allocation).
+                ],
+            );
         };
         (@methods direct $t:ty) => {
             /// `dst = clamp(lhs · wᵀ + bias)`: `lhs` is `m x k` with rows

@@ -1470,35 +1470,20 @@ mod imp {
                     self.0.$into(m, k, lhs, lhs_stride, par, out)
                 }
 
-                #[doc = concat!("`dst = clamp(lhs · wᵀ + bias)` in ", stringify!($out), ": `dst` is `m x n`, rows `n`")]
-                /// apart.
-                pub fn run(
-                    &self,
-                    lhs: &$crate::PackedLhs,
-                    rhs: &$crate::PackedRhs,
-                    dst: &mut [$out],
-                    clamp: $crate::Clamp,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<()> {
-                    self.0.run(lhs, rhs, dst, clamp, par)
-                }
-
-                /// Packs the dense `m x k` LHS and runs: the one-call form
-                /// (use [`pack_lhs_into`](Self::pack_lhs_into) and
-                /// [`run`](Self::run) to reuse the packed-LHS allocation).
-                pub fn matmul(
-                    &self,
-                    m: usize,
-                    lhs: &[$lhs],
-                    rhs: &$crate::PackedRhs,
-                    dst: &mut [$out],
-                    clamp: $crate::Clamp,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<()> {
-                    let k = rhs.layout().k;
-                    let packed = self.pack_lhs(m, k, lhs, k, par)?;
-                    self.run(&packed, rhs, dst, clamp, par)
-                }
+                $crate::families::engine::run_matmul_methods!(
+                    lhs: $lhs,
+                    out: $out,
+                    run: run,
+                    run_doc: [
+                        #[doc = concat!("`dst = clamp(lhs · wᵀ + bias)` in ", stringify!($out), ": `dst` is `m x n`, rows `n`")]
+                        /// apart.
+                    ],
+                    matmul_doc: [
+                        /// Packs the dense `m x k` LHS and runs: the one-call form
+                        /// (use [`pack_lhs_into`](Self::pack_lhs_into) and
+                        /// [`run`](Self::run) to reuse the packed-LHS allocation).
+                    ],
+                );
             }
         };
         (@new_lhs $s:ident, $m:ident, $k:ident) => {
