@@ -140,11 +140,12 @@ pub(crate) fn live_vector_bytes(_: &KernelInfo) -> usize {
 /// `info: KernelInfo`): `infos()` for the registry and the `Kernel` type
 /// with `Debug`, `all`, `by_name`, `select` and `info`. `select` takes the
 /// output rows `m`, or with `select_rows: M` only the features (families
-/// whose kernels do not depend on `m`).
+/// whose kernels do not depend on `m`). With `field: VIS` the `Kernel`'s
+/// entry field has that visibility (for tests outside the family's module).
 #[cfg(target_arch = "aarch64")]
 macro_rules! kernel_type {
-    ($entry:ty) => {
-        $crate::families::engine::kernel_type!(@common $entry);
+    ($entry:ty $(, field: $vis:vis)?) => {
+        $crate::families::engine::kernel_type!(@common [$($vis)?] $entry);
 
         impl Kernel {
             /// The best kernel that can run with `f` for `m` output rows.
@@ -155,7 +156,7 @@ macro_rules! kernel_type {
         }
     };
     ($entry:ty, select_rows: $m:expr) => {
-        $crate::families::engine::kernel_type!(@common $entry);
+        $crate::families::engine::kernel_type!(@common [] $entry);
 
         impl Kernel {
             /// The best kernel that can run with `f` (there is one).
@@ -165,7 +166,7 @@ macro_rules! kernel_type {
             }
         }
     };
-    (@common $entry:ty) => {
+    (@common [$($vis:tt)*] $entry:ty) => {
         pub(crate) fn infos() -> Vec<&'static $crate::registry::info::KernelInfo> {
             // A loop, not `map().collect()`: one `Vec` push for every
             // family instead of an iterator chain instantiated per family.
@@ -178,7 +179,7 @@ macro_rules! kernel_type {
 
         /// One kernel of the family, with its packing.
         #[derive(Clone, Copy)]
-        pub struct Kernel(&'static $entry);
+        pub struct Kernel($($vis)* &'static $entry);
 
         impl core::fmt::Debug for Kernel {
             fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {

@@ -351,42 +351,9 @@ mod imp {
                 })
             }
 
-            pub(crate) fn infos() -> Vec<&'static $crate::registry::info::KernelInfo> {
-                entries().iter().map(|e| &e.info).collect()
-            }
-
-            /// One kernel of the family, with its packing.
-            #[derive(Clone, Copy)]
-            pub struct Kernel(pub(crate) &'static $crate::families::u8p_u8p::Entry);
-
-            impl core::fmt::Debug for Kernel {
-                fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    f.debug_tuple("Kernel").field(&self.0.info.name).finish()
-                }
-            }
+            $crate::families::engine::kernel_type!($crate::families::u8p_u8p::Entry, field: pub(crate));
 
             impl Kernel {
-                /// Every kernel of the family in this build.
-                pub fn all() -> impl Iterator<Item = Kernel> {
-                    entries().iter().map(Kernel)
-                }
-
-                /// The kernel with this upstream name.
-                pub fn by_name(name: &str) -> Option<Kernel> {
-                    entries().iter().find(|e| e.info.name == name).map(Kernel)
-                }
-
-                /// The best kernel that can run with `f` for `m` output rows.
-                pub fn select(m: usize, f: &$crate::cpu::Features) -> Option<Kernel> {
-                    let best = $crate::registry::info::select_from(entries().iter().map(|e| &e.info), m, f)?;
-                    Self::by_name(best.name)
-                }
-
-                /// Registry information.
-                pub fn info(&self) -> &'static $crate::registry::info::KernelInfo {
-                    &self.0.info
-                }
-
                 /// The packed-RHS layout this kernel reads for `n x k` weights.
                 pub fn rhs_layout(&self, n: usize, k: usize) -> Result<$crate::packed::PackedLayout> {
                     self.0.rhs_layout(n, k)
