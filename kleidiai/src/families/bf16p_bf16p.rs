@@ -67,7 +67,7 @@ mod imp {
     use crate::formats::{FloatElement, FloatWeights};
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::info::{KernelInfo, TileKind, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::{KernelInfo, TileKind};
     use core::ffi::c_void;
     use half::bf16;
     use kleidiai_sys as sys;
@@ -287,16 +287,7 @@ mod imp {
     impl Bf16Kernel {
         pub(crate) fn new(u: &'static sys::Ukernel, family: &'static str, fns: Fns, packers: Packers) -> Bf16Kernel {
             Bf16Kernel {
-                info: KernelInfo {
-                    name: u.name,
-                    family,
-                    features: u.features,
-                    vector_length: VectorLength::Any,
-                    tile: tile_kind_for(u.name),
-                    lhs_packer: Some(packers.lhs.name),
-                    rhs_packers: packers.rhs.format_packers,
-                    rank: rank_for(u.name, u.features),
-                },
+                info: engine::kernel_info(u, family, Some(packers.lhs.name), packers.rhs.format_packers),
                 fns,
                 packers,
             }

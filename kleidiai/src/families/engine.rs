@@ -130,6 +130,29 @@ pub(crate) fn live_vector_bytes(info: &KernelInfo) -> usize {
     }
 }
 
+/// The registry information of upstream kernel `u` as a kernel of
+/// `family`: its features, any vector length, the tile kind and rank its
+/// name and features give, and the packers it reads from.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn kernel_info(
+    u: &'static kleidiai_sys::Ukernel,
+    family: &'static str,
+    lhs_packer: Option<&'static str>,
+    rhs_packers: &'static [&'static str],
+) -> KernelInfo {
+    use crate::registry::info::{VectorLength, rank_for, tile_kind_for};
+    KernelInfo {
+        name: u.name,
+        family,
+        features: u.features,
+        vector_length: VectorLength::Any,
+        tile: tile_kind_for(u.name),
+        lhs_packer,
+        rhs_packers,
+        rank: rank_for(u.name, u.features),
+    }
+}
+
 /// No kernels run off aarch64.
 #[cfg(not(target_arch = "aarch64"))]
 pub(crate) fn live_vector_bytes(_: &KernelInfo) -> usize {

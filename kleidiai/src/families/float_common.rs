@@ -145,7 +145,7 @@ mod glue {
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::info::{KernelInfo, TileKind, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::{KernelInfo, TileKind};
     use core::ffi::c_void;
     use kleidiai_sys as sys;
 
@@ -489,16 +489,7 @@ mod glue {
             lhs: Option<&'static LhsFormat>,
         ) -> FloatKernel {
             FloatKernel {
-                info: KernelInfo {
-                    name: u.name,
-                    family,
-                    features: u.features,
-                    vector_length: VectorLength::Any,
-                    tile: tile_kind_for(u.name),
-                    lhs_packer: lhs.map(|l| l.packer_name),
-                    rhs_packers: rhs.packer_names,
-                    rank: rank_for(u.name, u.features),
-                },
+                info: engine::kernel_info(u, family, lhs.map(|l| l.packer_name), rhs.packer_names),
                 imp,
                 rhs,
                 lhs,

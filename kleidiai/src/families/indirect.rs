@@ -117,7 +117,7 @@ mod imp {
     use crate::formats::Indirection;
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::KernelInfo;
     use core::ffi::c_void;
     use kleidiai_sys as sys;
     use std::borrow::Cow;
@@ -374,16 +374,7 @@ mod imp {
             rhs: &'static RhsFormat,
             lhs: Option<&'static LhsPacker>,
         ) -> Entry {
-            let info = KernelInfo {
-                name: u.name,
-                family,
-                features: u.features,
-                vector_length: VectorLength::Any,
-                tile: tile_kind_for(u.name),
-                lhs_packer: lhs.map(|l| l.name),
-                rhs_packers: core::slice::from_ref(&rhs.packer),
-                rank: rank_for(u.name, u.features),
-            };
+            let info = engine::kernel_info(u, family, lhs.map(|l| l.name), core::slice::from_ref(&rhs.packer));
             Entry { info, fns, rhs, lhs }
         }
 

@@ -141,7 +141,7 @@ mod imp {
     use crate::formats::{Int4Encoding, Order};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::KernelInfo;
     use core::ffi::c_void;
     use kleidiai_sys as sys;
 
@@ -280,20 +280,16 @@ mod imp {
     /// An entry for a kernel (`u`) of `family`.
     pub(crate) fn entry(family: &'static str, u: &'static sys::Ukernel, call: Call, lhs: Lhs, rhs: Rhs) -> Entry {
         Entry {
-            info: KernelInfo {
-                name: u.name,
+            info: engine::kernel_info(
+                u,
                 family,
-                features: u.features,
-                vector_length: VectorLength::Any,
-                tile: tile_kind_for(u.name),
-                lhs_packer: match lhs {
+                match lhs {
                     Lhs::Unpacked => None,
                     Lhs::X8p2vlx4 => Some("kai_lhs_pack_x8p2vlx4_x8_sme"),
                     Lhs::X8p4vsx4 => Some("kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme"),
                 },
-                rhs_packers: rhs.packers(),
-                rank: rank_for(u.name, u.features),
-            },
+                rhs.packers(),
+            ),
             call,
             lhs,
             rhs,

@@ -66,7 +66,7 @@ mod imp {
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::KernelInfo;
     use core::ffi::c_void;
     use half::bf16;
     use kleidiai_sys as sys;
@@ -102,16 +102,8 @@ mod imp {
         lhs_packer: &'static str,
     ) -> (KernelInfo, &'static str) {
         let sme2 = u.features.contains(&CpuFeature::Sme2);
-        let info = KernelInfo {
-            name: u.name,
-            family,
-            features: u.features,
-            vector_length: VectorLength::Any,
-            tile: tile_kind_for(u.name),
-            lhs_packer: Some(lhs_packer),
-            rhs_packers: if sme2 { RHS_PS1S0 } else { neon_rhs_packers(u.name) },
-            rank: rank_for(u.name, u.features),
-        };
+        let info =
+            engine::kernel_info(u, family, Some(lhs_packer), if sme2 { RHS_PS1S0 } else { neon_rhs_packers(u.name) });
         (info, if sme2 { FORMAT_QSI4C32PS1S0 } else { FORMAT_QSI4C32P })
     }
 

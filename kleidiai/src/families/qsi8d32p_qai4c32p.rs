@@ -205,7 +205,7 @@ mod imp {
     use crate::formats::NibbleOrder;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::KernelInfo;
     use core::ffi::c_void;
     use core::marker::PhantomData;
     use kleidiai_sys as sys;
@@ -447,14 +447,13 @@ mod imp {
                 };
                 Entry {
                     info: KernelInfo {
-                        name: u.name,
-                        family: V::FAMILY,
                         features,
-                        vector_length: VectorLength::Any,
-                        tile: tile_kind_for(u.name),
-                        lhs_packer: Some(V::LHS.name()),
-                        rhs_packers: if sme2 { RHS_NRX4 } else { RHS_PLAIN },
-                        rank: rank_for(u.name, u.features),
+                        ..engine::kernel_info(
+                            u,
+                            V::FAMILY,
+                            Some(V::LHS.name()),
+                            if sme2 { RHS_NRX4 } else { RHS_PLAIN },
+                        )
                     },
                     fns,
                     format: if sme2 { FORMAT_QAI4C32PS1S0NRX4 } else { FORMAT_QAI4C32P },

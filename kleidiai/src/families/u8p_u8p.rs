@@ -87,7 +87,7 @@ mod imp {
     use crate::formats::Order;
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
-    use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
+    use crate::registry::info::KernelInfo;
     use kleidiai_sys as sys;
     use std::borrow::Cow;
 
@@ -107,19 +107,7 @@ mod imp {
     /// Entries for a family's `API_KERNELS`.
     pub(crate) fn build_entries(family: &'static str, api: &[(&'static sys::Ukernel, UkerCtor)]) -> Vec<Entry> {
         api.iter()
-            .map(|&(u, ctor)| Entry {
-                info: KernelInfo {
-                    name: u.name,
-                    family,
-                    features: u.features,
-                    vector_length: VectorLength::Any,
-                    tile: tile_kind_for(u.name),
-                    lhs_packer: Some(LHS_PACKER),
-                    rhs_packers: RHS_PACKERS,
-                    rank: rank_for(u.name, u.features),
-                },
-                ctor,
-            })
+            .map(|&(u, ctor)| Entry { info: engine::kernel_info(u, family, Some(LHS_PACKER), RHS_PACKERS), ctor })
             .collect()
     }
 
