@@ -912,6 +912,7 @@ pub(crate) use qai4_tests;
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod tests {
     use super::*;
+    use crate::families::qai8dxp_common::tests::unpack_matches;
     use crate::formats::{Int4Encoding, NibbleOrder};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;
@@ -1001,13 +1002,8 @@ pub(crate) mod tests {
                     }
                 }
                 let wd = w.dequantize().unwrap();
-                let mut row = vec![0f32; k];
-                for r in [0, n / 2, n - 1] {
-                    unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
-                    if row[..] != wd[r * k..(r + 1) * k] {
-                        return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} differs from the weights")));
-                    }
-                }
+                let unpack = |r, row: &mut [f32]| unpack_rhs_row(&packed, r, row);
+                unpack_matches(cases, (n, k), &wd, " differs from the weights", unpack)?;
                 cases += 1;
             }
             Ok((cases, worst))

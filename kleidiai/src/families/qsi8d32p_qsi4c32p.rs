@@ -895,11 +895,12 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod tests {
     use super::*;
+    use crate::families::qai8dxp_common::tests::{across_threads, unpack_matches};
     use crate::formats::Q4_0;
     use crate::packed::{Clamp, PackedLhs};
     use crate::par::Parallelism;
     use crate::testing::qsi4c32::TestWeights;
-    use crate::testing::{self, Rng, THREADS, bit_identical, compare, tail_shapes};
+    use crate::testing::{self, Rng, bit_identical, tail_shapes};
 
     /// The checks both families' `bad_input_is_an_error` start with, on
     /// `q` (2 x 32 ggml `Q4_0` bytes, 36): short LHS, short output, `m = 0`
@@ -945,34 +946,21 @@ pub(crate) mod tests {
                     let clamp = if ci % 5 == 4 { Clamp { min: -0.5, max: 0.5 } } else { Clamp::NONE };
                     let (want, mags) = expect(kernel, m, &lhs, w, clamp).map_err(|e| (cases, e.to_string()))?;
                     let packed = kernel.pack_rhs(&w).map_err(|e| (cases, e.to_string()))?;
-                    let mut first: Option<Vec<f32>> = None;
-                    for threads in THREADS {
-                        let par = Parallelism::Rayon(threads);
+                    let tol = |i: usize, y: f32| 1e-5 * (y.abs() + mags[i]) + 1e-6;
+                    let what = format!(" bl={bl}");
+                    let case_worst = across_threads(cases, (m, n, k), &what, &want, tol, bit_identical, |par| {
                         let mut dst = vec![f32::NAN; m * n];
                         let mut scratch = PackedLhs::empty();
                         kernel
                             .pack_lhs_into(m, k, bl, &lhs, k, par, &mut scratch)
                             .map_err(|e| (cases, e.to_string()))?;
                         kernel.run(&scratch, &packed, &mut dst, clamp, par).map_err(|e| (cases, e.to_string()))?;
-                        let err = compare(&dst, &want, |i, y| 1e-5 * (y.abs() + mags[i]) + 1e-6)
-                            .map_err(|e| (cases, format!("m={m} n={n} k={k} bl={bl} threads={threads}: {e}")))?;
-                        worst = worst.max(err);
-                        match &first {
-                            None => first = Some(dst),
-                            Some(f) if !bit_identical(f, &dst) => {
-                                return Err((cases, format!("m={m} n={n} k={k}: {threads} threads differ from 1")));
-                            }
-                            _ => {}
-                        }
-                    }
+                        Ok(dst)
+                    })?;
+                    worst = worst.max(case_worst);
                     let wd = w.dequantize_as(SCALE_TYPE).unwrap();
-                    let mut row = vec![0f32; k];
-                    for r in [0, n / 2, n - 1] {
-                        unpack_rhs_row(&packed, r, &mut row).map_err(|e| (cases, e.to_string()))?;
-                        if row[..] != wd[r * k..(r + 1) * k] {
-                            return Err((cases, format!("unpack_rhs_row({r}) n={n} k={k} bl={bl} differs")));
-                        }
-                    }
+                    let unpack = |r, row: &mut [f32]| unpack_rhs_row(&packed, r, row);
+                    unpack_matches(cases, (n, k), &wd, &format!("{what} differs"), unpack)?;
                     cases += 1;
                 }
             }
