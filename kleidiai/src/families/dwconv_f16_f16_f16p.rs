@@ -86,68 +86,18 @@ mod tests {
     use crate::par::Parallelism;
     use crate::testing::{self, Rng, THREADS, bit_identical, compare};
 
-    fn h(v: Vec<f32>) -> Vec<f16> {
-        v.into_iter().map(f16::from_f32).collect()
-    }
-
-    fn f(v: &[f16]) -> Vec<f32> {
-        v.iter().map(|x| x.to_f32()).collect()
-    }
-
     #[test]
     fn conformance() {
-        testing::conformance(FAMILY, |info| {
-            let kernel = Kernel::by_name(info.name).unwrap();
-            let e = |c: usize| move |x: crate::Error| (c, x.to_string());
-            let vl = kernel.rhs_layout(1).map_err(e(0))?.r;
-            let mut rng = Rng::new(0xd16);
-            let (mut cases, mut worst) = (0, 0f64);
-            for (ci, s) in shapes(vl).into_iter().enumerate() {
-                let c = s.channels;
-                let src = h(rng.vec_f32(s.src_len().unwrap()));
-                let taps = h(rng.vec_f32(9 * c));
-                let bias_v = h(rng.vec_f32(c));
-                let bias = if ci % 3 == 2 { None } else { Some(&bias_v[..]) };
-                let w = DepthwiseWeights { channels: c, data: &taps, bias };
-                let clamp = if ci % 4 == 3 { Clamp { min: -0.75, max: 0.5 } } else { Clamp::NONE };
-                let mut want = vec![f16::ZERO; s.dst_len().unwrap()];
-                reference(&s, &src, &w, clamp, &mut want).map_err(e(cases))?;
-                let want = f(&want);
-                let b: Vec<f32> = (0..c).map(|j| bias.map_or(0.0, |b| b[j].to_f32())).collect();
-                let mags = magnitudes(&s, &f(&src), &f(&taps), &b);
-                let packed = kernel.pack_rhs(&w).map_err(e(cases))?;
-                let mut first: Option<Vec<f32>> = None;
-                for threads in THREADS {
-                    let mut dst = vec![f16::NAN; want.len()];
-                    kernel.run(&s, &src, &packed, &mut dst, clamp, Parallelism::Rayon(threads)).map_err(e(cases))?;
-                    let dst = f(&dst);
-                    let err = compare(&dst, &want, |i, y| {
-                        (10.0 * f64::powi(2.0, -11) * mags[i]) as f32
-                            + y.abs() * f32::powi(2.0, -10)
-                            + f32::powi(2.0, -20)
-                    })
-                    .map_err(|x| (cases, format!("{s:?} threads={threads}: {x}")))?;
-                    worst = worst.max(err);
-                    match &first {
-                        None => first = Some(dst),
-                        Some(fst) if !bit_identical(fst, &dst) => {
-                            return Err((cases, format!("{s:?}: {threads} threads differ from 1")));
-                        }
-                        _ => {}
-                    }
-                }
-                let mut row = [0f32; 9];
-                for ch in [0, c / 2, c - 1] {
-                    unpack_rhs_row(&packed, ch, &mut row).map_err(e(cases))?;
-                    let expect: Vec<f32> = (0..9).map(|t| taps[t * c + ch].to_f32()).collect();
-                    if row[..] != expect[..] {
-                        return Err((cases, format!("unpack_rhs_row({ch}) of {c} channels differs")));
-                    }
-                }
-                cases += 1;
-            }
-            Ok((cases, worst))
-        });
+        conformance! {
+            seed: 0xd16,
+            zero: f16::ZERO,
+            nan: f16::NAN,
+            from_f32: f16::from_f32,
+            to_f32: f16::to_f32,
+            tolerance: |m, y| {
+                (10.0 * f64::powi(2.0, -11) * m) as f32 + y.abs() * f32::powi(2.0, -10) + f32::powi(2.0, -20)
+            },
+        }
     }
 
     #[test]

@@ -83,52 +83,14 @@ mod tests {
 
     #[test]
     fn conformance() {
-        testing::conformance(FAMILY, |info| {
-            let kernel = Kernel::by_name(info.name).unwrap();
-            let e = |c: usize| move |x: crate::Error| (c, x.to_string());
-            let vl = kernel.rhs_layout(1).map_err(e(0))?.r;
-            let mut rng = Rng::new(0xd3);
-            let (mut cases, mut worst) = (0, 0f64);
-            for (ci, s) in shapes(vl).into_iter().enumerate() {
-                let c = s.channels;
-                let src = rng.vec_f32(s.src_len().unwrap());
-                let taps = rng.vec_f32(9 * c);
-                let bias_v = rng.vec_f32(c);
-                let bias = if ci % 3 == 2 { None } else { Some(&bias_v[..]) };
-                let w = DepthwiseWeights { channels: c, data: &taps, bias };
-                let clamp = if ci % 4 == 3 { Clamp { min: -0.75, max: 0.5 } } else { Clamp::NONE };
-                let mut want = vec![0f32; s.dst_len().unwrap()];
-                reference(&s, &src, &w, clamp, &mut want).map_err(e(cases))?;
-                let b: Vec<f32> = (0..c).map(|j| bias.map_or(0.0, |b| b[j])).collect();
-                let mags = magnitudes(&s, &src, &taps, &b);
-                let packed = kernel.pack_rhs(&w).map_err(e(cases))?;
-                let mut first: Option<Vec<f32>> = None;
-                for threads in THREADS {
-                    let mut dst = vec![f32::NAN; want.len()];
-                    kernel.run(&s, &src, &packed, &mut dst, clamp, Parallelism::Rayon(threads)).map_err(e(cases))?;
-                    let err = compare(&dst, &want, |i, _| (11.0 * f64::powi(2.0, -24) * mags[i] + 1e-30) as f32)
-                        .map_err(|x| (cases, format!("{s:?} threads={threads}: {x}")))?;
-                    worst = worst.max(err);
-                    match &first {
-                        None => first = Some(dst),
-                        Some(f) if !bit_identical(f, &dst) => {
-                            return Err((cases, format!("{s:?}: {threads} threads differ from 1")));
-                        }
-                        _ => {}
-                    }
-                }
-                let mut row = [0f32; 9];
-                for ch in [0, c / 2, c - 1] {
-                    unpack_rhs_row(&packed, ch, &mut row).map_err(e(cases))?;
-                    let expect: Vec<f32> = (0..9).map(|t| taps[t * c + ch]).collect();
-                    if row[..] != expect[..] {
-                        return Err((cases, format!("unpack_rhs_row({ch}) of {c} channels differs")));
-                    }
-                }
-                cases += 1;
-            }
-            Ok((cases, worst))
-        });
+        conformance! {
+            seed: 0xd3,
+            zero: 0f32,
+            nan: f32::NAN,
+            from_f32: core::convert::identity,
+            to_f32: core::convert::identity,
+            tolerance: |m, _| (11.0 * f64::powi(2.0, -24) * m + 1e-30) as f32,
+        }
     }
 
     #[test]
