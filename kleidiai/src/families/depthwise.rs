@@ -53,6 +53,59 @@ pub(crate) fn dwconv3x3_core<T: FloatElement>(
     Ok(())
 }
 
+/// A depthwise family module: its `FAMILY`, its `reference` (documented by
+/// the doc comment given) over `dwconv3x3_core`, and on aarch64 its
+/// `dwconv_family!` items (given the rest of the arguments).
+macro_rules! dwconv_module {
+    (
+        $(#[$doc:meta])*
+        family: $family:ident,
+        kernel: $kernel:ident,
+        elem: $t:ty,
+        $($rest:tt)*
+    ) => {
+        use $crate::error::Result;
+        use $crate::formats::{DepthwiseShape, DepthwiseWeights};
+        use $crate::packed::Clamp;
+
+        /// Upstream family directory.
+        pub const FAMILY: &str = stringify!($family);
+
+        $(#[$doc])*
+        pub fn reference(
+            shape: &DepthwiseShape,
+            src: &[$t],
+            w: &DepthwiseWeights<'_, $t>,
+            clamp: Clamp,
+            dst: &mut [$t],
+        ) -> Result<()> {
+            $crate::families::depthwise::dwconv3x3_core(shape, src, w, clamp, dst)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        pub use imp::*;
+
+        #[cfg(target_arch = "aarch64")]
+        mod imp {
+            use super::*;
+            use $crate::buffer::SendPtr;
+            use $crate::cpu::Features;
+            use $crate::error;
+            use $crate::families::depthwise::dwconv_family;
+            use $crate::families::engine::{self, Tiles};
+            use $crate::par::Parallelism;
+            use kleidiai_sys::interfaces::$family::{Interface, KERNELS};
+
+            dwconv_family! {
+                kernel: $kernel,
+                elem: $t,
+                $($rest)*
+            }
+        }
+    };
+}
+pub(crate) use dwconv_module;
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) use imp::*;
 

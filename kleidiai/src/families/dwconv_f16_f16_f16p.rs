@@ -19,64 +19,34 @@
 //! f16) is itself within half an f16 ulp of the exact value:
 //! `|err| <= 10 · 2⁻¹¹ · M + 2⁻¹⁰ · |want| + 2⁻²⁰`.
 
-use crate::error::Result;
-use crate::formats::{DepthwiseShape, DepthwiseWeights};
-use crate::packed::Clamp;
 use half::f16;
 
-/// Upstream family directory.
-pub const FAMILY: &str = "dwconv_f16_f16_f16p";
-
-/// The portable reference (test oracle and fallback): f64 accumulation,
-/// clamp, one rounding to f16; `src` is `in_h x in_w x channels`, `dst`
-/// `out_h x out_w x channels`, both dense NHWC.
-///
-/// ```
-/// use half::f16;
-/// use kleidiai::families::dwconv_f16_f16_f16p::reference;
-/// use kleidiai::formats::{DepthwiseShape, DepthwiseWeights};
-/// use kleidiai::Clamp;
-/// let s = DepthwiseShape { in_h: 1, in_w: 1, channels: 1, pad_top: 1, pad_bottom: 1, pad_left: 1, pad_right: 1 };
-/// let mut taps = [f16::ZERO; 9];
-/// taps[4] = f16::from_f32(2.0); // the centre tap
-/// let w = DepthwiseWeights { channels: 1, data: &taps, bias: None };
-/// let mut y = [f16::ZERO];
-/// reference(&s, &[f16::from_f32(3.0)], &w, Clamp::NONE, &mut y).unwrap();
-/// assert_eq!(y[0].to_f32(), 6.0);
-/// ```
-pub fn reference(
-    shape: &DepthwiseShape,
-    src: &[f16],
-    w: &DepthwiseWeights<'_, f16>,
-    clamp: Clamp,
-    dst: &mut [f16],
-) -> Result<()> {
-    super::depthwise::dwconv3x3_core(shape, src, w, clamp, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::buffer::SendPtr;
-    use crate::cpu::Features;
-    use crate::error;
-    use crate::families::depthwise::dwconv_family;
-    use crate::families::engine::{self, Tiles};
-    use crate::par::Parallelism;
-    use kleidiai_sys::interfaces::dwconv_f16_f16_f16p::{Interface, KERNELS};
-
-    dwconv_family! {
-        kernel: depth_first_f16,
-        elem: f16,
-        zero: f16::ZERO,
-        read: |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32(),
-        format: "x16p1vlx1b-dwconv3x3",
-        packer: kai_run_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme,
-        packer_size: kai_rhs_get_dst_size_dwconv_pack_x16p1vlx1b_x16_x16_sme,
-    }
+super::depthwise::dwconv_module! {
+    /// The portable reference (test oracle and fallback): f64 accumulation,
+    /// clamp, one rounding to f16; `src` is `in_h x in_w x channels`, `dst`
+    /// `out_h x out_w x channels`, both dense NHWC.
+    ///
+    /// ```
+    /// use half::f16;
+    /// use kleidiai::families::dwconv_f16_f16_f16p::reference;
+    /// use kleidiai::formats::{DepthwiseShape, DepthwiseWeights};
+    /// use kleidiai::Clamp;
+    /// let s = DepthwiseShape { in_h: 1, in_w: 1, channels: 1, pad_top: 1, pad_bottom: 1, pad_left: 1, pad_right: 1 };
+    /// let mut taps = [f16::ZERO; 9];
+    /// taps[4] = f16::from_f32(2.0); // the centre tap
+    /// let w = DepthwiseWeights { channels: 1, data: &taps, bias: None };
+    /// let mut y = [f16::ZERO];
+    /// reference(&s, &[f16::from_f32(3.0)], &w, Clamp::NONE, &mut y).unwrap();
+    /// assert_eq!(y[0].to_f32(), 6.0);
+    /// ```
+    family: dwconv_f16_f16_f16p,
+    kernel: depth_first_f16,
+    elem: f16,
+    zero: f16::ZERO,
+    read: |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32(),
+    format: "x16p1vlx1b-dwconv3x3",
+    packer: kai_run_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme,
+    packer_size: kai_rhs_get_dst_size_dwconv_pack_x16p1vlx1b_x16_x16_sme,
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]

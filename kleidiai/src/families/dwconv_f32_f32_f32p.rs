@@ -18,60 +18,30 @@
 //! `M = |bias| + Σ |src·w|`, against an f64 reference rounded once:
 //! `|err| <= 11 · 2⁻²⁴ · M`.
 
-use crate::error::{self, Result};
-use crate::formats::{DepthwiseShape, DepthwiseWeights};
-use crate::packed::Clamp;
-
-/// Upstream family directory.
-pub const FAMILY: &str = "dwconv_f32_f32_f32p";
-
-/// The portable reference (test oracle and fallback); `src` is `in_h x
-/// in_w x channels`, `dst` `out_h x out_w x channels`, both dense NHWC.
-///
-/// ```
-/// use kleidiai::families::dwconv_f32_f32_f32p::reference;
-/// use kleidiai::formats::{DepthwiseShape, DepthwiseWeights};
-/// use kleidiai::Clamp;
-/// // One channel, 3x3 input of ones, no padding: one output = sum of the taps + bias.
-/// let s = DepthwiseShape { in_h: 3, in_w: 3, channels: 1, pad_top: 0, pad_bottom: 0, pad_left: 0, pad_right: 0 };
-/// let taps: Vec<f32> = (1..=9).map(|v| v as f32).collect();
-/// let w = DepthwiseWeights { channels: 1, data: &taps, bias: Some(&[0.5]) };
-/// let mut y = [0f32];
-/// reference(&s, &[1.0; 9], &w, Clamp::NONE, &mut y).unwrap();
-/// assert_eq!(y[0], 45.5);
-/// ```
-pub fn reference(
-    shape: &DepthwiseShape,
-    src: &[f32],
-    w: &DepthwiseWeights<'_, f32>,
-    clamp: Clamp,
-    dst: &mut [f32],
-) -> Result<()> {
-    super::depthwise::dwconv3x3_core(shape, src, w, clamp, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::buffer::SendPtr;
-    use crate::cpu::Features;
-    use crate::families::depthwise::dwconv_family;
-    use crate::families::engine::{self, Tiles};
-    use crate::par::Parallelism;
-    use kleidiai_sys::interfaces::dwconv_f32_f32_f32p::{Interface, KERNELS};
-
-    dwconv_family! {
-        kernel: planar_f32,
-        elem: f32,
-        zero: 0f32,
-        read: |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap()),
-        format: "x32p1vlx1b-dwconv3x3",
-        packer: kai_run_rhs_dwconv_pack_x32p1vlx1b_x32_x32_sme,
-        packer_size: kai_rhs_get_dst_size_dwconv_pack_x32p1vlx1b_x32_x32_sme,
-    }
+super::depthwise::dwconv_module! {
+    /// The portable reference (test oracle and fallback); `src` is `in_h x
+    /// in_w x channels`, `dst` `out_h x out_w x channels`, both dense NHWC.
+    ///
+    /// ```
+    /// use kleidiai::families::dwconv_f32_f32_f32p::reference;
+    /// use kleidiai::formats::{DepthwiseShape, DepthwiseWeights};
+    /// use kleidiai::Clamp;
+    /// // One channel, 3x3 input of ones, no padding: one output = sum of the taps + bias.
+    /// let s = DepthwiseShape { in_h: 3, in_w: 3, channels: 1, pad_top: 0, pad_bottom: 0, pad_left: 0, pad_right: 0 };
+    /// let taps: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+    /// let w = DepthwiseWeights { channels: 1, data: &taps, bias: Some(&[0.5]) };
+    /// let mut y = [0f32];
+    /// reference(&s, &[1.0; 9], &w, Clamp::NONE, &mut y).unwrap();
+    /// assert_eq!(y[0], 45.5);
+    /// ```
+    family: dwconv_f32_f32_f32p,
+    kernel: planar_f32,
+    elem: f32,
+    zero: 0f32,
+    read: |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap()),
+    format: "x32p1vlx1b-dwconv3x3",
+    packer: kai_run_rhs_dwconv_pack_x32p1vlx1b_x32_x32_sme,
+    packer_size: kai_rhs_get_dst_size_dwconv_pack_x32p1vlx1b_x32_x32_sme,
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]
