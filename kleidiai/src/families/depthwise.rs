@@ -53,6 +53,59 @@ pub(crate) fn dwconv3x3_core<T: FloatElement>(
     Ok(())
 }
 
+/// A depthwise family module: its `FAMILY`, its `reference` (documented by
+/// the doc comment given) over `dwconv3x3_core`, and on aarch64 its
+/// `dwconv_family!` items (given the rest of the arguments).
+macro_rules! dwconv_module {
+    (
+        $(#[$doc:meta])*
+        family: $family:ident,
+        kernel: $kernel:ident,
+        elem: $t:ty,
+        $($rest:tt)*
+    ) => {
+        use $crate::error::Result;
+        use $crate::formats::{DepthwiseShape, DepthwiseWeights};
+        use $crate::packed::Clamp;
+
+        /// Upstream family directory.
+        pub const FAMILY: &str = stringify!($family);
+
+        $(#[$doc])*
+        pub fn reference(
+            shape: &DepthwiseShape,
+            src: &[$t],
+            w: &DepthwiseWeights<'_, $t>,
+            clamp: Clamp,
+            dst: &mut [$t],
+        ) -> Result<()> {
+            $crate::families::depthwise::dwconv3x3_core(shape, src, w, clamp, dst)
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        pub use imp::*;
+
+        #[cfg(target_arch = "aarch64")]
+        mod imp {
+            use super::*;
+            use $crate::buffer::SendPtr;
+            use $crate::cpu::Features;
+            use $crate::error;
+            use $crate::families::depthwise::dwconv_family;
+            use $crate::families::engine::{self, Tiles};
+            use $crate::par::Parallelism;
+            use kleidiai_sys::interfaces::$family::{Interface, KERNELS};
+
+            dwconv_family! {
+                kernel: $kernel,
+                elem: $t,
+                $($rest)*
+            }
+        }
+    };
+}
+pub(crate) use dwconv_module;
+
 #[cfg(target_arch = "aarch64")]
 pub(crate) use imp::*;
 
@@ -132,11 +185,7 @@ mod imp {
                     clamp: Clamp,
                     par: Parallelism,
                 ) -> Result<()> {
-                    clamp.check()?;
-                    shape.validate()?;
-                    rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
-                    error::at_least(src.len(), shape.src_len()?, "src")?;
-                    error::at_least(dst.len(), shape.dst_len()?, "dst")?;
+                    self.check_run(shape, src, rhs, dst, clamp)?;
                     let m_step = self.m_step()?;
                     let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
                     let (in_row, col, out_row) = (s.in_w * c * 4, c * 4, ow * c * 4);
@@ -222,11 +271,7 @@ mod imp {
                     clamp: Clamp,
                     par: Parallelism,
                 ) -> Result<()> {
-                    clamp.check()?;
-                    shape.validate()?;
-                    rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
-                    error::at_least(src.len(), shape.src_len()?, "src")?;
-                    error::at_least(dst.len(), shape.dst_len()?, "dst")?;
+                    self.check_run(shape, src, rhs, dst, clamp)?;
                     let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
                     let run = self.0.iface.run_dwconv.expect("run");
                     let t = Tiles { m_step: M_STEP, n_step: 1, mr: M_STEP, nr: 1, kr: 1, sr: 1 };
@@ -286,6 +331,20 @@ mod imp {
             use crate::packed::{PackedLayout, PackedRhs};
             use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
             use std::sync::OnceLock;
+
+            impl Kernel {
+                /// The checks every `run` starts with, in this order: the
+                /// clamp, the shape, the packed layout, then the lengths of
+                /// `src` and `dst`.
+                #[inline]
+                fn check_run(&self, shape: &DepthwiseShape, src: &[$t], rhs: &PackedRhs, dst: &[$t], clamp: Clamp) -> Result<()> {
+                    clamp.check()?;
+                    shape.validate()?;
+                    rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
+                    error::at_least(src.len(), shape.src_len()?, "src")?;
+                    error::at_least(dst.len(), shape.dst_len()?, "dst")
+                }
+            }
 
             pub(super) const RHS_FORMAT: &str = $format;
             const RHS_PACKERS: &[&str] = &[stringify!($packer)];
@@ -432,6 +491,79 @@ pub(crate) mod test_support {
             s(13, 3, 5, (7, 3, 2, 0)),
         ]
     }
+
+    /// The conformance test of a depthwise family (run in its `tests`
+    /// module, which has its `Kernel`, `reference` and `unpack_rhs_row`):
+    /// random shapes from [`shapes`], with and without bias and clamp, on
+    /// every thread count, against `reference` within `tolerance(M, want)`
+    /// (`M` from [`magnitudes`]), every thread count bit-identical to the
+    /// first, and `unpack_rhs_row` giving the taps back. Values are drawn
+    /// as f32 and converted with `from_f32`; outputs compared as f32.
+    macro_rules! conformance {
+        (
+            seed: $seed:expr,
+            zero: $zero:expr,
+            nan: $nan:expr,
+            from_f32: $from_f32:expr,
+            to_f32: $to_f32:expr,
+            tolerance: $tol:expr $(,)?
+        ) => {
+            testing::conformance(FAMILY, |info| {
+                let conv = |v: Vec<f32>| v.into_iter().map($from_f32).collect::<Vec<_>>();
+                let f = |v: &[_]| v.iter().map(|x| $to_f32(*x)).collect::<Vec<f32>>();
+                let tol: fn(f64, f32) -> f32 = $tol;
+                let kernel = Kernel::by_name(info.name).unwrap();
+                let e = |c: usize| move |x: crate::Error| (c, x.to_string());
+                let vl = kernel.rhs_layout(1).map_err(e(0))?.r;
+                let mut rng = Rng::new($seed);
+                let (mut cases, mut worst) = (0, 0f64);
+                for (ci, s) in shapes(vl).into_iter().enumerate() {
+                    let c = s.channels;
+                    let src = conv(rng.vec_f32(s.src_len().unwrap()));
+                    let taps = conv(rng.vec_f32(9 * c));
+                    let bias_v = conv(rng.vec_f32(c));
+                    let bias = if ci % 3 == 2 { None } else { Some(&bias_v[..]) };
+                    let w = DepthwiseWeights { channels: c, data: &taps, bias };
+                    let clamp = if ci % 4 == 3 { Clamp { min: -0.75, max: 0.5 } } else { Clamp::NONE };
+                    let mut want = vec![$zero; s.dst_len().unwrap()];
+                    reference(&s, &src, &w, clamp, &mut want).map_err(e(cases))?;
+                    let want = f(&want);
+                    let b: Vec<f32> = (0..c).map(|j| bias.map_or(0.0, |b| $to_f32(b[j]))).collect();
+                    let mags = magnitudes(&s, &f(&src), &f(&taps), &b);
+                    let packed = kernel.pack_rhs(&w).map_err(e(cases))?;
+                    let mut first: Option<Vec<f32>> = None;
+                    for threads in THREADS {
+                        let mut dst = vec![$nan; want.len()];
+                        kernel
+                            .run(&s, &src, &packed, &mut dst, clamp, Parallelism::Rayon(threads))
+                            .map_err(e(cases))?;
+                        let dst = f(&dst);
+                        let err = compare(&dst, &want, |i, y| tol(mags[i], y))
+                            .map_err(|x| (cases, format!("{s:?} threads={threads}: {x}")))?;
+                        worst = worst.max(err);
+                        match &first {
+                            None => first = Some(dst),
+                            Some(fst) if !bit_identical(fst, &dst) => {
+                                return Err((cases, format!("{s:?}: {threads} threads differ from 1")));
+                            }
+                            _ => {}
+                        }
+                    }
+                    let mut row = [0f32; 9];
+                    for ch in [0, c / 2, c - 1] {
+                        unpack_rhs_row(&packed, ch, &mut row).map_err(e(cases))?;
+                        let expect: Vec<f32> = (0..9).map(|t| $to_f32(taps[t * c + ch])).collect();
+                        if row[..] != expect[..] {
+                            return Err((cases, format!("unpack_rhs_row({ch}) of {c} channels differs")));
+                        }
+                    }
+                    cases += 1;
+                }
+                Ok((cases, worst))
+            })
+        };
+    }
+    pub(crate) use conformance;
 
     /// Per output `|bias| + Σ |src·w|` (as f64).
     pub(crate) fn magnitudes(s: &DepthwiseShape, src: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {

@@ -19,64 +19,34 @@
 //! f16) is itself within half an f16 ulp of the exact value:
 //! `|err| <= 10 · 2⁻¹¹ · M + 2⁻¹⁰ · |want| + 2⁻²⁰`.
 
-use crate::error::Result;
-use crate::formats::{DepthwiseShape, DepthwiseWeights};
-use crate::packed::Clamp;
 use half::f16;
 
-/// Upstream family directory.
-pub const FAMILY: &str = "dwconv_f16_f16_f16p";
-
-/// The portable reference (test oracle and fallback): f64 accumulation,
-/// clamp, one rounding to f16; `src` is `in_h x in_w x channels`, `dst`
-/// `out_h x out_w x channels`, both dense NHWC.
-///
-/// ```
-/// use half::f16;
-/// use kleidiai::families::dwconv_f16_f16_f16p::reference;
-/// use kleidiai::formats::{DepthwiseShape, DepthwiseWeights};
-/// use kleidiai::Clamp;
-/// let s = DepthwiseShape { in_h: 1, in_w: 1, channels: 1, pad_top: 1, pad_bottom: 1, pad_left: 1, pad_right: 1 };
-/// let mut taps = [f16::ZERO; 9];
-/// taps[4] = f16::from_f32(2.0); // the centre tap
-/// let w = DepthwiseWeights { channels: 1, data: &taps, bias: None };
-/// let mut y = [f16::ZERO];
-/// reference(&s, &[f16::from_f32(3.0)], &w, Clamp::NONE, &mut y).unwrap();
-/// assert_eq!(y[0].to_f32(), 6.0);
-/// ```
-pub fn reference(
-    shape: &DepthwiseShape,
-    src: &[f16],
-    w: &DepthwiseWeights<'_, f16>,
-    clamp: Clamp,
-    dst: &mut [f16],
-) -> Result<()> {
-    super::depthwise::dwconv3x3_core(shape, src, w, clamp, dst)
-}
-
-#[cfg(target_arch = "aarch64")]
-pub use imp::*;
-
-#[cfg(target_arch = "aarch64")]
-mod imp {
-    use super::*;
-    use crate::buffer::SendPtr;
-    use crate::cpu::Features;
-    use crate::error;
-    use crate::families::depthwise::dwconv_family;
-    use crate::families::engine::{self, Tiles};
-    use crate::par::Parallelism;
-    use kleidiai_sys::interfaces::dwconv_f16_f16_f16p::{Interface, KERNELS};
-
-    dwconv_family! {
-        kernel: depth_first_f16,
-        elem: f16,
-        zero: f16::ZERO,
-        read: |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32(),
-        format: "x16p1vlx1b-dwconv3x3",
-        packer: kai_run_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme,
-        packer_size: kai_rhs_get_dst_size_dwconv_pack_x16p1vlx1b_x16_x16_sme,
-    }
+super::depthwise::dwconv_module! {
+    /// The portable reference (test oracle and fallback): f64 accumulation,
+    /// clamp, one rounding to f16; `src` is `in_h x in_w x channels`, `dst`
+    /// `out_h x out_w x channels`, both dense NHWC.
+    ///
+    /// ```
+    /// use half::f16;
+    /// use kleidiai::families::dwconv_f16_f16_f16p::reference;
+    /// use kleidiai::formats::{DepthwiseShape, DepthwiseWeights};
+    /// use kleidiai::Clamp;
+    /// let s = DepthwiseShape { in_h: 1, in_w: 1, channels: 1, pad_top: 1, pad_bottom: 1, pad_left: 1, pad_right: 1 };
+    /// let mut taps = [f16::ZERO; 9];
+    /// taps[4] = f16::from_f32(2.0); // the centre tap
+    /// let w = DepthwiseWeights { channels: 1, data: &taps, bias: None };
+    /// let mut y = [f16::ZERO];
+    /// reference(&s, &[f16::from_f32(3.0)], &w, Clamp::NONE, &mut y).unwrap();
+    /// assert_eq!(y[0].to_f32(), 6.0);
+    /// ```
+    family: dwconv_f16_f16_f16p,
+    kernel: depth_first_f16,
+    elem: f16,
+    zero: f16::ZERO,
+    read: |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32(),
+    format: "x16p1vlx1b-dwconv3x3",
+    packer: kai_run_rhs_dwconv_pack_x16p1vlx1b_x16_x16_sme,
+    packer_size: kai_rhs_get_dst_size_dwconv_pack_x16p1vlx1b_x16_x16_sme,
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]
@@ -86,68 +56,18 @@ mod tests {
     use crate::par::Parallelism;
     use crate::testing::{self, Rng, THREADS, bit_identical, compare};
 
-    fn h(v: Vec<f32>) -> Vec<f16> {
-        v.into_iter().map(f16::from_f32).collect()
-    }
-
-    fn f(v: &[f16]) -> Vec<f32> {
-        v.iter().map(|x| x.to_f32()).collect()
-    }
-
     #[test]
     fn conformance() {
-        testing::conformance(FAMILY, |info| {
-            let kernel = Kernel::by_name(info.name).unwrap();
-            let e = |c: usize| move |x: crate::Error| (c, x.to_string());
-            let vl = kernel.rhs_layout(1).map_err(e(0))?.r;
-            let mut rng = Rng::new(0xd16);
-            let (mut cases, mut worst) = (0, 0f64);
-            for (ci, s) in shapes(vl).into_iter().enumerate() {
-                let c = s.channels;
-                let src = h(rng.vec_f32(s.src_len().unwrap()));
-                let taps = h(rng.vec_f32(9 * c));
-                let bias_v = h(rng.vec_f32(c));
-                let bias = if ci % 3 == 2 { None } else { Some(&bias_v[..]) };
-                let w = DepthwiseWeights { channels: c, data: &taps, bias };
-                let clamp = if ci % 4 == 3 { Clamp { min: -0.75, max: 0.5 } } else { Clamp::NONE };
-                let mut want = vec![f16::ZERO; s.dst_len().unwrap()];
-                reference(&s, &src, &w, clamp, &mut want).map_err(e(cases))?;
-                let want = f(&want);
-                let b: Vec<f32> = (0..c).map(|j| bias.map_or(0.0, |b| b[j].to_f32())).collect();
-                let mags = magnitudes(&s, &f(&src), &f(&taps), &b);
-                let packed = kernel.pack_rhs(&w).map_err(e(cases))?;
-                let mut first: Option<Vec<f32>> = None;
-                for threads in THREADS {
-                    let mut dst = vec![f16::NAN; want.len()];
-                    kernel.run(&s, &src, &packed, &mut dst, clamp, Parallelism::Rayon(threads)).map_err(e(cases))?;
-                    let dst = f(&dst);
-                    let err = compare(&dst, &want, |i, y| {
-                        (10.0 * f64::powi(2.0, -11) * mags[i]) as f32
-                            + y.abs() * f32::powi(2.0, -10)
-                            + f32::powi(2.0, -20)
-                    })
-                    .map_err(|x| (cases, format!("{s:?} threads={threads}: {x}")))?;
-                    worst = worst.max(err);
-                    match &first {
-                        None => first = Some(dst),
-                        Some(fst) if !bit_identical(fst, &dst) => {
-                            return Err((cases, format!("{s:?}: {threads} threads differ from 1")));
-                        }
-                        _ => {}
-                    }
-                }
-                let mut row = [0f32; 9];
-                for ch in [0, c / 2, c - 1] {
-                    unpack_rhs_row(&packed, ch, &mut row).map_err(e(cases))?;
-                    let expect: Vec<f32> = (0..9).map(|t| taps[t * c + ch].to_f32()).collect();
-                    if row[..] != expect[..] {
-                        return Err((cases, format!("unpack_rhs_row({ch}) of {c} channels differs")));
-                    }
-                }
-                cases += 1;
-            }
-            Ok((cases, worst))
-        });
+        conformance! {
+            seed: 0xd16,
+            zero: f16::ZERO,
+            nan: f16::NAN,
+            from_f32: f16::from_f32,
+            to_f32: f16::to_f32,
+            tolerance: |m, y| {
+                (10.0 * f64::powi(2.0, -11) * m) as f32 + y.abs() * f32::powi(2.0, -10) + f32::powi(2.0, -20)
+            },
+        }
     }
 
     #[test]

@@ -216,169 +216,201 @@ mod glue {
         pub packer_names: &'static [&'static str],
     }
 
-    /// A named-function packer: run, size query, n step.
-    macro_rules! fn_packer {
-        ($run:path, $size:path, $step:path) => {
-            RhsPacker::Fn { run: $run, size: $size, n_step: $step }
+    /// `"kai_run_rhs_pack_..."` without its `run_` (`"kai_rhs_pack_..."`),
+    /// as `N` bytes (`N = run.len() - 4`); evaluated at compile time.
+    const fn packer_name_bytes<const N: usize>(run: &str) -> [u8; N] {
+        let run = run.as_bytes();
+        assert!(run.len() == N + 4 && run[0] == b'k' && run[4] == b'r' && run[5] == b'u' && run[6] == b'n');
+        let mut out = [0u8; N];
+        let mut i = 0;
+        while i < N {
+            out[i] = if i < 4 { run[i] } else { run[i + 4] };
+            i += 1;
+        }
+        out
+    }
+
+    /// One RHS packer (`fn(run, size, n_step)` for the named functions,
+    /// `api(table)` for a `kai_matmul_pack_rhs_uker_api` table) and its
+    /// upstream name: the `kai_run_` function's name without `run_`, or
+    /// the table's name.
+    macro_rules! rhs_packer {
+        (fn($run:ident, $size:ident, $step:ident)) => {
+            RhsPacker::Fn { run: sys::$run, size: sys::$size, n_step: sys::$step }
+        };
+        (api($api:ident)) => {
+            RhsPacker::Api(sys::$api)
+        };
+        (name fn($run:ident, $size:ident, $step:ident)) => {{
+            const RUN: &str = stringify!($run);
+            const BYTES: [u8; RUN.len() - 4] = packer_name_bytes(RUN);
+            const NAME: &str = match core::str::from_utf8(&BYTES) {
+                Ok(name) => name,
+                Err(_) => panic!("packer name is not UTF-8"),
+            };
+            NAME
+        }};
+        (name api($api:ident)) => {
+            stringify!($api)
+        };
+    }
+
+    /// A [`RhsFormat`] whose upstream packers (and their names) are each
+    /// written once; `nxk` may be left out (K x N packer only).
+    macro_rules! rhs_format {
+        ($name:literal, $elem_bytes:literal, $kr:literal, nxk: $nxk:ident $nxk_args:tt, kxn: $kxn:ident $kxn_args:tt $(,)?) => {
+            RhsFormat {
+                name: $name,
+                elem_bytes: $elem_bytes,
+                kr: $kr,
+                nxk: Some(rhs_packer!($nxk $nxk_args)),
+                kxn: Some(rhs_packer!($kxn $kxn_args)),
+                packer_names: &[rhs_packer!(name $nxk $nxk_args), rhs_packer!(name $kxn $kxn_args)],
+            }
+        };
+        ($name:literal, $elem_bytes:literal, $kr:literal, kxn: $kxn:ident $kxn_args:tt $(,)?) => {
+            RhsFormat {
+                name: $name,
+                elem_bytes: $elem_bytes,
+                kr: $kr,
+                nxk: None,
+                kxn: Some(rhs_packer!($kxn $kxn_args)),
+                packer_names: &[rhs_packer!(name $kxn $kxn_args)],
+            }
         };
     }
 
     /// f32, nr 16, kr 1 (NEON `6x16` kernels).
-    pub(crate) static X32P16X1B: RhsFormat = RhsFormat {
-        name: "x32p16x1b",
-        elem_bytes: 4,
-        kr: 1,
-        nxk: Some(fn_packer!(
-            sys::kai_run_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon,
-            sys::kai_get_rhs_packed_size_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon,
-            sys::kai_get_n_step_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon
-        )),
-        kxn: Some(fn_packer!(
-            sys::kai_run_rhs_pack_kxn_x32p16x1b_x32_x32_neon,
-            sys::kai_get_rhs_packed_size_rhs_pack_kxn_x32p16x1b_x32_x32_neon,
-            sys::kai_get_n_step_rhs_pack_kxn_x32p16x1b_x32_x32_neon
-        )),
-        packer_names: &["kai_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon", "kai_rhs_pack_kxn_x32p16x1b_x32_x32_neon"],
+    pub(crate) static X32P16X1B: RhsFormat = rhs_format! {
+        "x32p16x1b",
+        4,
+        1,
+        nxk: fn(
+            kai_run_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon,
+            kai_get_rhs_packed_size_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon,
+            kai_get_n_step_rhs_pack_nxk_x32p16x1bx32_x32_x32_neon
+        ),
+        kxn: fn(
+            kai_run_rhs_pack_kxn_x32p16x1b_x32_x32_neon,
+            kai_get_rhs_packed_size_rhs_pack_kxn_x32p16x1b_x32_x32_neon,
+            kai_get_n_step_rhs_pack_kxn_x32p16x1b_x32_x32_neon
+        ),
     };
 
     /// f32, nr 8, kr 1 (NEON `6x8x4` kernel; K x N packer only).
-    pub(crate) static F32P8X1BIASF32: RhsFormat = RhsFormat {
-        name: "f32p8x1biasf32",
-        elem_bytes: 4,
-        kr: 1,
-        nxk: None,
-        kxn: Some(fn_packer!(
-            sys::kai_run_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon,
-            sys::kai_get_rhs_packed_size_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon,
-            sys::kai_get_n_step_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon
-        )),
-        packer_names: &["kai_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon"],
+    pub(crate) static F32P8X1BIASF32: RhsFormat = rhs_format! {
+        "f32p8x1biasf32",
+        4,
+        1,
+        kxn: fn(
+            kai_run_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon,
+            kai_get_rhs_packed_size_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon,
+            kai_get_n_step_rhs_pack_kxn_f32p8x1biasf32_f32_f32_neon
+        ),
     };
 
     /// f32, nr 4 SVE vectors, kr 1 (SVE `6x4vl` kernel; K x N packer only).
-    pub(crate) static X32P4VLX1B: RhsFormat = RhsFormat {
-        name: "x32p4vlx1b",
-        elem_bytes: 4,
-        kr: 1,
-        nxk: None,
-        kxn: Some(fn_packer!(
-            sys::kai_run_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve,
-            sys::kai_get_rhs_packed_size_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve,
-            sys::kai_get_n_step_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve
-        )),
-        packer_names: &["kai_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve"],
+    pub(crate) static X32P4VLX1B: RhsFormat = rhs_format! {
+        "x32p4vlx1b",
+        4,
+        1,
+        kxn: fn(
+            kai_run_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve,
+            kai_get_rhs_packed_size_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve,
+            kai_get_n_step_rhs_pack_kxn_x32p4vlx1b_x32_x32_sve
+        ),
     };
 
-    /// f32, nr 2 SME vectors, kr 1 (SME GEMV `2vlx1b` kernels and the
     /// `f32p2vlx1` MOPA kernels).
-    pub(crate) static F32P2VLX1BIASF32: RhsFormat = RhsFormat {
-        name: "f32p2vlx1biasf32",
-        elem_bytes: 4,
-        kr: 1,
-        nxk: Some(fn_packer!(
-            sys::kai_run_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme,
-            sys::kai_get_rhs_packed_size_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme,
-            sys::kai_get_n_step_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme
-        )),
-        kxn: Some(fn_packer!(
-            sys::kai_run_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme,
-            sys::kai_get_rhs_packed_size_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme,
-            sys::kai_get_n_step_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme
-        )),
-        packer_names: &[
-            "kai_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme",
-            "kai_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme",
-        ],
+    pub(crate) static F32P2VLX1BIASF32: RhsFormat = rhs_format! {
+        "f32p2vlx1biasf32",
+        4,
+        1,
+        nxk: fn(
+            kai_run_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme,
+            kai_get_rhs_packed_size_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme,
+            kai_get_n_step_rhs_pack_nxk_f32p2vlx1biasf32_f32_f32_sme
+        ),
+        kxn: fn(
+            kai_run_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme,
+            kai_get_rhs_packed_size_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme,
+            kai_get_n_step_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme
+        ),
     };
 
     /// f32, nr 16 SME vectors, kr 1 (SME2 GEMV `16vlx1b`; K x N packer only).
-    pub(crate) static F32P16VLX1B: RhsFormat = RhsFormat {
-        name: "f32p16vlx1b",
-        elem_bytes: 4,
-        kr: 1,
-        nxk: None,
-        kxn: Some(fn_packer!(
-            sys::kai_run_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme,
-            sys::kai_get_rhs_packed_size_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme,
-            sys::kai_get_n_step_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme
-        )),
-        packer_names: &["kai_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme"],
+    pub(crate) static F32P16VLX1B: RhsFormat = rhs_format! {
+        "f32p16vlx1b",
+        4,
+        1,
+        kxn: fn(
+            kai_run_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme,
+            kai_get_rhs_packed_size_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme,
+            kai_get_n_step_rhs_pack_kxn_f32p16vlx1b_f32_f32_sme
+        ),
     };
 
-    /// f32, nr 4 vscale (one SME vector), kr 1 (the `kai_matmul_uker_api`
     /// SME2 kernels `1x32vs` GEMV and `8vsx8vs` MOPA).
-    pub(crate) static X32P4VSX1BX32: RhsFormat = RhsFormat {
-        name: "x32p4vsx1bx32",
-        elem_bytes: 4,
-        kr: 1,
-        nxk: Some(RhsPacker::Api(sys::kai_matmul_pack_rhs_nxk_x32p4vsx1bx32_x32_x32_sme)),
-        kxn: Some(RhsPacker::Api(sys::kai_matmul_pack_rhs_kxn_x32p4vsx1bx32_x32_x32_sme)),
-        packer_names: &[
-            "kai_matmul_pack_rhs_nxk_x32p4vsx1bx32_x32_x32_sme",
-            "kai_matmul_pack_rhs_kxn_x32p4vsx1bx32_x32_x32_sme",
-        ],
+    pub(crate) static X32P4VSX1BX32: RhsFormat = rhs_format! {
+        "x32p4vsx1bx32",
+        4,
+        1,
+        nxk: api(kai_matmul_pack_rhs_nxk_x32p4vsx1bx32_x32_x32_sme),
+        kxn: api(kai_matmul_pack_rhs_kxn_x32p4vsx1bx32_x32_x32_sme),
     };
 
     /// f16, nr 32, kr 1 (NEON FP16 `6x32` kernels).
-    pub(crate) static X16P32X1B: RhsFormat = RhsFormat {
-        name: "x16p32x1b",
-        elem_bytes: 2,
-        kr: 1,
-        nxk: Some(fn_packer!(
-            sys::kai_run_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon,
-            sys::kai_get_rhs_packed_size_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon,
-            sys::kai_get_n_step_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon
-        )),
-        kxn: Some(fn_packer!(
-            sys::kai_run_rhs_pack_kxn_x16p32x1b_x16_x16_neon,
-            sys::kai_get_rhs_packed_size_rhs_pack_kxn_x16p32x1b_x16_x16_neon,
-            sys::kai_get_n_step_rhs_pack_kxn_x16p32x1b_x16_x16_neon
-        )),
-        packer_names: &["kai_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon", "kai_rhs_pack_kxn_x16p32x1b_x16_x16_neon"],
+    pub(crate) static X16P32X1B: RhsFormat = rhs_format! {
+        "x16p32x1b",
+        2,
+        1,
+        nxk: fn(
+            kai_run_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon,
+            kai_get_rhs_packed_size_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon,
+            kai_get_n_step_rhs_pack_nxk_x16p32x1bx16_x16_x16_neon
+        ),
+        kxn: fn(
+            kai_run_rhs_pack_kxn_x16p32x1b_x16_x16_neon,
+            kai_get_rhs_packed_size_rhs_pack_kxn_x16p32x1b_x16_x16_neon,
+            kai_get_n_step_rhs_pack_kxn_x16p32x1b_x16_x16_neon
+        ),
     };
 
     /// f16, nr 16, kr 1 (NEON FP16 `6x16x8` kernel; K x N packer only).
-    pub(crate) static F16P16X1BIASF16: RhsFormat = RhsFormat {
-        name: "f16p16x1biasf16",
-        elem_bytes: 2,
-        kr: 1,
-        nxk: None,
-        kxn: Some(fn_packer!(
-            sys::kai_run_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon,
-            sys::kai_get_rhs_packed_size_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon,
-            sys::kai_get_n_step_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon
-        )),
-        packer_names: &["kai_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon"],
+    pub(crate) static F16P16X1BIASF16: RhsFormat = rhs_format! {
+        "f16p16x1biasf16",
+        2,
+        1,
+        kxn: fn(
+            kai_run_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon,
+            kai_get_rhs_packed_size_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon,
+            kai_get_n_step_rhs_pack_kxn_f16p16x1biasf16_f16_f16_neon
+        ),
     };
 
-    /// f16, nr 2 SME vectors of f32 (one of f16), kr 2 (SME GEMV `2vlx2b`
     /// kernels and the `f16p2vlx2` MOPA kernels).
-    pub(crate) static X16P2VLX2B: RhsFormat = RhsFormat {
-        name: "x16p2vlx2b",
-        elem_bytes: 2,
-        kr: 2,
-        nxk: Some(fn_packer!(
-            sys::kai_run_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme,
-            sys::kai_get_rhs_packed_size_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme,
-            sys::kai_get_n_step_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme
-        )),
-        kxn: Some(fn_packer!(
-            sys::kai_run_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme,
-            sys::kai_get_rhs_packed_size_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme,
-            sys::kai_get_n_step_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme
-        )),
-        packer_names: &["kai_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme", "kai_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme"],
+    pub(crate) static X16P2VLX2B: RhsFormat = rhs_format! {
+        "x16p2vlx2b",
+        2,
+        2,
+        nxk: fn(
+            kai_run_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme,
+            kai_get_rhs_packed_size_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme,
+            kai_get_n_step_rhs_pack_nxk_x16p2vlx2b_x16_x16_sme
+        ),
+        kxn: fn(
+            kai_run_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme,
+            kai_get_rhs_packed_size_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme,
+            kai_get_n_step_rhs_pack_kxn_x16p2vlx2b_x16_x16_sme
+        ),
     };
 
-    /// f16, nr 16 vscale (SVE), kr 2 (the SVE2.1 `6x16vs` kernel; K x N
     /// packer only).
-    pub(crate) static X16P16VSX2BX16: RhsFormat = RhsFormat {
-        name: "x16p16vsx2bx16",
-        elem_bytes: 2,
-        kr: 2,
-        nxk: None,
-        kxn: Some(RhsPacker::Api(sys::kai_rhs_pack_kxn_x16p16vsx2bx16_x16_x16_sve)),
-        packer_names: &["kai_rhs_pack_kxn_x16p16vsx2bx16_x16_x16_sve"],
+    pub(crate) static X16P16VSX2BX16: RhsFormat = rhs_format! {
+        "x16p16vsx2bx16",
+        2,
+        2,
+        kxn: api(kai_rhs_pack_kxn_x16p16vsx2bx16_x16_x16_sve),
     };
 
     /// One upstream LHS packing routine.

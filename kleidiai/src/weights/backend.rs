@@ -220,9 +220,17 @@ mod families {
         };
     }
 
-    /// A family whose kernels read a packed LHS: pack into `scratch`, run.
-    macro_rules! packed_lhs {
-        ($module:ident, $act:ident, $layout:tt, $lhs:tt $(, $fast:ident)? $(; $reuse:ident)?, |$s:ident, $w:ident| $pack:block) => {
+    /// The `Backend` impl of a family: `common!`, the optional `fast` and
+    /// `reuse` methods, `pack` (`$pack` with `$s`, `$w` the kernel and the
+    /// weights) and `run`, which takes the activations of kind `$act` (else
+    /// an error) and goes on with `$run` (the names given, the activations
+    /// unwrapped).
+    macro_rules! backend {
+        (
+            $module:ident, $act:ident, $layout:tt $(, $fast:ident)? $(; $reuse:ident)?,
+            |$s:ident, $w:ident| $pack:block,
+            run(&$self:ident, $m:ident, $x:ident, $rhs:ident, $y:ident, $clamp:ident, $par:ident, $work:ident) $run:block
+        ) => {
             impl Backend for fam::$module::Kernel {
                 common!($module, $layout);
                 $(fast_fn!($fast);)?
@@ -233,57 +241,44 @@ mod families {
                 }
                 #[allow(clippy::too_many_arguments)]
                 fn run(
-                    &self,
-                    m: usize,
+                    &$self,
+                    $m: usize,
                     x: Activation<'_>,
-                    rhs: &PackedRhs,
+                    $rhs: &PackedRhs,
                     y: ActivationMut<'_>,
-                    clamp: Clamp,
-                    par: Parallelism,
-                    work: &mut Work,
+                    $clamp: Clamp,
+                    $par: Parallelism,
+                    $work: &mut Work,
                 ) -> Result<()> {
-                    let (Activation::$act(x), ActivationMut::$act(y)) = (x, y) else {
-                        return Err(wrong_kind(self.info(), "these activation types"));
+                    let (Activation::$act($x), ActivationMut::$act($y)) = (x, y) else {
+                        return Err(wrong_kind($self.info(), "these activation types"));
                     };
-                    let (k, bl) = (rhs.layout().k, rhs.layout().bl);
-                    let _ = bl;
-                    let scratch = &mut work.lhs;
-                    pack_lhs_call!($lhs, self, m, k, bl, x, par, scratch)?;
-                    fam::$module::Kernel::run(self, scratch, rhs, y, clamp, par)
+                    $run
                 }
             }
+        };
+    }
+
+    /// A family whose kernels read a packed LHS: pack into `scratch`, run.
+    macro_rules! packed_lhs {
+        ($module:ident, $act:ident, $layout:tt, $lhs:tt $(, $fast:ident)? $(; $reuse:ident)?, |$s:ident, $w:ident| $pack:block) => {
+            backend!($module, $act, $layout $(, $fast)? $(; $reuse)?, |$s, $w| $pack, run(&self, m, x, rhs, y, clamp, par, work) {
+                let (k, bl) = (rhs.layout().k, rhs.layout().bl);
+                let _ = bl;
+                let scratch = &mut work.lhs;
+                pack_lhs_call!($lhs, self, m, k, bl, x, par, scratch)?;
+                fam::$module::Kernel::run(self, scratch, rhs, y, clamp, par)
+            });
         };
     }
 
     /// A family whose kernels read the LHS directly.
     macro_rules! direct_lhs {
         ($module:ident, $act:ident $(, $fast:ident)? $(; $reuse:ident)?, |$s:ident, $w:ident| $pack:block) => {
-            impl Backend for fam::$module::Kernel {
-                common!($module, nobl);
-                $(fast_fn!($fast);)?
-                $(reuse_fn!($reuse);)?
-                fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
-                    let ($s, $w) = (self, w);
-                    $pack
-                }
-                #[allow(clippy::too_many_arguments)]
-                fn run(
-                    &self,
-                    m: usize,
-                    x: Activation<'_>,
-                    rhs: &PackedRhs,
-                    y: ActivationMut<'_>,
-                    clamp: Clamp,
-                    par: Parallelism,
-                    _work: &mut Work,
-                ) -> Result<()> {
-                    let (Activation::$act(x), ActivationMut::$act(y)) = (x, y) else {
-                        return Err(wrong_kind(self.info(), "these activation types"));
-                    };
-                    let k = rhs.layout().k;
-                    fam::$module::Kernel::run(self, m, x, k, rhs, y, clamp, par)
-                }
-            }
+            backend!($module, $act, nobl $(, $fast)? $(; $reuse)?, |$s, $w| $pack, run(&self, m, x, rhs, y, clamp, par, _work) {
+                let k = rhs.layout().k;
+                fam::$module::Kernel::run(self, m, x, k, rhs, y, clamp, par)
+            });
         };
     }
 
