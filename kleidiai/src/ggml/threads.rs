@@ -215,17 +215,18 @@ impl<'a> SharedBytes<'a> {
 /// KleidiAI buffer.
 #[derive(Debug)]
 pub struct ThreadedWeights {
-    /// Unique in the process (keys the per-thread plan cache).
-    id: u64,
+    /// Its [`call_class`]: keys the per-thread plan and replay caches.
+    class: u64,
     typ: GgmlType,
     k: usize,
     n: usize,
     weights: PackedWeights,
     slots: Vec<PartSlot>,
     sme_cap: usize,
-    /// The last `work_size` answer, `m << 32 | bytes` (0: none yet): ggml
-    /// asks it for every node of every graph it plans.
-    last_work: core::sync::atomic::AtomicU64,
+    /// The last `work_size` answer for weights of its class, `m << 32 |
+    /// bytes` (0: none yet): ggml asks it for every node of every graph it
+    /// plans, and the answer depends on the class and `m` alone.
+    last_work: &'static core::sync::atomic::AtomicU64,
     /// `disabled mask + 1` when every kernel of every slot was found
     /// supported under that mask (0: not yet): then a first call checks
     /// only its thread's vector length. Tiers only ever get disabled, so
@@ -253,13 +254,15 @@ struct RawCall {
     multiplier: usize,
 }
 
-/// Everything a mul_mat call's checks depend on: two calls with equal keys
-/// pass the same checks (the CPU features are the detected ones, which do
-/// not change, less the disabled ones).
+/// Everything a mul_mat call's checks depend on but its addresses: two
+/// calls with equal keys whose addresses pass [`check_addresses`] pass the same
+/// checks (the CPU features are the detected ones, which do not change,
+/// less the disabled ones; weights of one [`call_class`] have kernels that
+/// check alike).
 /// As one array of words, compared in one go (the steady state compares
-/// it on every call): weights id, disabled features, src1 (type, ne, nb,
-/// address, bytes), dst (ne, nb, address, bytes), work (address, bytes),
-/// team (ith, nth, chunk multiplier).
+/// it on every call): weights class, disabled features, src1 (type, ne,
+/// nb, address mod 64, bytes), dst (ne, nb, address mod 64, bytes), work
+/// (address mod 64, bytes), team (ith, nth, chunk multiplier).
 #[derive(Clone, Copy)]
 struct CallKey([u64; 29]);
 
@@ -271,13 +274,14 @@ impl PartialEq for CallKey {
 }
 
 impl CallKey {
-    fn id(&self) -> u64 {
+    fn class(&self) -> u64 {
         self.0[0]
     }
 }
 
-/// A thread's last successful mul_mat call on one weight tensor, kept to
-/// run again without its checks (see `ThreadedWeights::replay`).
+/// A thread's last successful mul_mat call on weights of one class, kept
+/// to run again on any weights of that class without its checks but those
+/// of the addresses (see `ThreadedWeights::replay`).
 #[derive(Clone, Copy)]
 struct Replay {
     key: CallKey,
@@ -352,6 +356,94 @@ fn f32_rows_refused(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static str
 /// Whether two byte ranges (address, length) do not overlap (empty ones never do).
 fn disjoint(a: (usize, usize), b: (usize, usize)) -> bool {
     a.1 == 0 || b.1 == 0 || a.0.saturating_add(a.1) <= b.0 || b.0.saturating_add(b.1) <= a.0
+}
+
+/// The checks of a mul_mat call that read its addresses beyond their
+/// alignment: no NULL pointer to bytes read or written, and src1, dst and
+/// work disjoint. Every call runs them, a replayed one too (its key holds
+/// the addresses' alignment only).
+#[inline]
+fn check_addresses(call: &RawCall) -> Result<()> {
+    let (_, _, _, p1, l1) = call.src1;
+    let (_, _, pd, ld) = call.dst;
+    let (pw, lw) = call.work;
+    let (x, y, w) = ((p1 as usize, l1), (pd as usize, ld), (pw as usize, lw));
+    // Every call: the answer without building an error.
+    if (x.0 != 0 || x.1 == 0)
+        && y.0 != 0
+        && (w.0 != 0 || w.1 == 0)
+        && disjoint(x, y)
+        && disjoint(x, w)
+        && disjoint(y, w)
+    {
+        return Ok(());
+    }
+    addresses_refused(call)
+}
+
+/// [`check_addresses`]' conditions one by one, for the error (`Ok` if
+/// none fails).
+#[cold]
+#[inline(never)]
+fn addresses_refused(call: &RawCall) -> Result<()> {
+    let (_, _, _, p1, l1) = call.src1;
+    let (_, _, pd, ld) = call.dst;
+    let (pw, lw) = call.work;
+    if p1.is_null() && l1 > 0 {
+        return Err(Error::Null { what: "src1 data" });
+    }
+    if pd.is_null() {
+        return Err(Error::Null { what: "dst data" });
+    }
+    if pw.is_null() && lw > 0 {
+        return Err(Error::Null { what: "work data" });
+    }
+    let (x, y, w) = ((p1 as usize, l1), (pd as usize, ld), (pw as usize, lw));
+    if !disjoint(x, y) || !disjoint(x, w) || !disjoint(y, w) {
+        return Err(Error::InvalidArgument("src1, dst and work overlap".into()));
+    }
+    Ok(())
+}
+
+/// The class of weights of type `typ` with SME cap `sme_cap` resolved to
+/// `slots`: a small number, equal for weights whose calls check and run
+/// alike (the type, the cap and every slot's kernels equal by
+/// [`PartKernel::same_calls`]: the same kernels for the same shape),
+/// different otherwise. It keys the per-thread plan and replay caches, so
+/// a call on one weight tensor runs on the checks a call of the same
+/// shapes and buffers passed on another tensor of its class (a model's
+/// layers have a handful of classes: ggml's prompt makes one call per
+/// tensor). The classes seen stay listed for the life of the process, one
+/// entry of a few hundred bytes per distinct shape and kernel choice, with
+/// the class's last work size answer (see `ThreadedWeights::work_size`).
+fn call_class(typ: GgmlType, sme_cap: usize, slots: &[PartSlot]) -> (u64, &'static core::sync::atomic::AtomicU64) {
+    type Class = (GgmlType, usize, Vec<(PartKernel, Option<PartKernel>)>, &'static core::sync::atomic::AtomicU64);
+    static CLASSES: std::sync::Mutex<Vec<Class>> = std::sync::Mutex::new(Vec::new());
+    let same = |a: &PartKernel, b: &PartKernel| a.same_calls(b);
+    let alike = |(t, cap, ks, _): &Class| {
+        *t == typ
+            && *cap == sme_cap
+            && ks.len() == slots.len()
+            && ks.iter().zip(slots).all(|((g, v), s)| {
+                same(g, s.gemm())
+                    && match (v, s.gemv()) {
+                        (Some(a), Some(b)) => same(a, b),
+                        (a, b) => a.is_none() && b.is_none(),
+                    }
+            })
+    };
+    // A panic elsewhere while holding the lock leaves a valid list.
+    let mut list = CLASSES.lock().unwrap_or_else(|e| e.into_inner());
+    let at = match list.iter().position(alike) {
+        Some(at) => at,
+        None => {
+            // Listed for the life of the process, like the class.
+            let work = Box::leak(Box::new(core::sync::atomic::AtomicU64::new(0)));
+            list.push((typ, sme_cap, slots.iter().map(|s| (*s.gemm(), s.gemv().copied())).collect(), work));
+            list.len() - 1
+        }
+    };
+    (at as u64 + 1, list[at].3)
 }
 
 /// Little-endian f32 bytes viewed in place, when 4-byte aligned.
@@ -522,17 +614,16 @@ impl ThreadedWeights {
             });
         }
         let sme_cap = if slots[0].gemm().info().is_sme() { sme.cap() } else { 0 };
-        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (class, last_work) = call_class(src0.typ, sme_cap, &slots);
         let w = ThreadedWeights {
-            id,
+            class,
             typ: src0.typ,
             k: weights.k(),
             n: weights.n(),
             weights,
             slots,
             sme_cap,
-            last_work: core::sync::atomic::AtomicU64::new(0),
+            last_work,
             verified: core::sync::atomic::AtomicU64::new(0),
         };
         // Ahead of the first call (ggml makes one per weights and prompt).
@@ -565,15 +656,15 @@ impl ThreadedWeights {
         }
         // One thread splits nothing: its multiplier is moot (and work_size asks with 1).
         let multiplier = if nth <= 1 { 1 } else { multiplier };
-        let key = (self.id, m, nth, multiplier);
+        let key = (self.class, m, nth, multiplier);
         PLANS.with(|p| {
             let mut p = p.borrow_mut();
-            let e = &mut p[(self.id % 64) as usize];
+            let e = &mut p[(self.class % 64) as usize];
             match e {
                 Some((id, em, en, emul, run)) if (*id, *em, *en, *emul) == key => *run,
                 _ => {
                     let run = self.plan(m, nth, multiplier);
-                    *e = Some((self.id, m, nth, multiplier, run));
+                    *e = Some((self.class, m, nth, multiplier, run));
                     run
                 }
             }
@@ -682,8 +773,12 @@ impl ThreadedWeights {
     /// ABI): `src1` is (ggml type id, ne, nb, data, bytes), `dst` (ne, nb,
     /// data, bytes), `work` (data, bytes). Everything `mul_mat` checks is
     /// checked here, on the raw parts (NULL pointers, overlaps included),
-    /// except on a call equal to this thread's last successful one on these
-    /// weights, which runs again without repeating its checks.
+    /// except on a call like this thread's last successful one on weights
+    /// of the same class (the same type, shape and kernels: a model's
+    /// layers share a handful), with the same shapes, strides, lengths,
+    /// address alignments and team: that call runs on the checks the kept
+    /// one passed, after checking only its addresses (NULL, overlaps) and
+    /// this thread's vector length.
     ///
     /// # Safety
     /// As for the slices `mul_mat` would be given: `src1` readable for its
@@ -703,8 +798,8 @@ impl ThreadedWeights {
         unsafe { self.run_call(&RawCall { src1, dst, work, multiplier }, team) }
     }
 
-    /// The one mul_mat path: this thread's kept call again when `call`
-    /// equals it, else the checks ([`prepare`](Self::prepare)), the run, and
+    /// The one mul_mat path: this thread's kept call again when `call`'s
+    /// key equals its key and `call`'s addresses pass, else the checks ([`prepare`](Self::prepare)), the run, and
     /// the call kept for next time.
     ///
     /// # Safety
@@ -712,11 +807,11 @@ impl ThreadedWeights {
     unsafe fn run_call<T: ThreadTeam>(&self, call: &RawCall, team: &T) -> Result<()> {
         let (ith, nth) = (team.ith(), team.nth());
         let key = self.key(call, ith, nth);
-        // The thread's entry for these weights, used in place (a Replay is
+        // The thread's entry for this class of weights, used in place (a Replay is
         // some 50 words: not copied in or out).
         REPLAYS.with(|t| {
             let mut t = t.borrow_mut();
-            let e = &mut t[(key.id() % 64) as usize];
+            let e = &mut t[(key.class() % 64) as usize];
             if let Some(r) = e.as_ref().filter(|r| r.key == key) {
                 if let Some(done) = self.replay(r, call, team) {
                     return done;
@@ -755,10 +850,14 @@ impl ThreadedWeights {
         let (ned, nbd, pd, ld) = call.dst;
         let w = |v: usize| v as u64;
         let i = |v: i64| v as u64;
-        // An empty work buffer has no address worth comparing (NULL or dangling).
-        let work_at = if call.work.1 == 0 { 0 } else { call.work.0 as usize };
+        // Addresses by their alignment only (what the checks read of them
+        // besides NULL and overlaps, which a replay checks on every call):
+        // every alignment a check asks for divides 64. An empty work buffer
+        // has no address worth comparing (NULL or dangling).
+        let at = |p: usize| p % 64;
+        let work_at = if call.work.1 == 0 { 0 } else { at(call.work.0 as usize) };
         CallKey([
-            self.id,
+            self.class,
             u64::from(crate::cpu::disabled_mask()),
             u64::from(t1),
             i(ne1[0]),
@@ -769,7 +868,7 @@ impl ThreadedWeights {
             w(nb1[1]),
             w(nb1[2]),
             w(nb1[3]),
-            w(p1 as usize),
+            w(at(p1 as usize)),
             w(l1),
             i(ned[0]),
             i(ned[1]),
@@ -779,7 +878,7 @@ impl ThreadedWeights {
             w(nbd[1]),
             w(nbd[2]),
             w(nbd[3]),
-            w(pd as usize),
+            w(at(pd as usize)),
             w(ld),
             w(work_at),
             w(call.work.1),
@@ -793,15 +892,16 @@ impl ThreadedWeights {
     /// Replays the thread's kept call when `key` equals its key (in place:
     /// a kept call is not copied out of the thread's table).
     fn replay_if_kept<T: ThreadTeam>(&self, key: &CallKey, call: &RawCall, team: &T) -> Option<Result<()>> {
-        REPLAYS.with(|r| match &r.borrow()[(key.id() % 64) as usize] {
+        REPLAYS.with(|r| match &r.borrow()[(key.class() % 64) as usize] {
             Some(e) if e.key == *key => self.replay(e, call, team),
             _ => None,
         })
     }
 
     /// The replay half of [`mul_mat_raw`](Self::mul_mat_raw): runs the
-    /// call when it equals this thread's last successful one on these
-    /// weights, None otherwise (nothing checked, nothing run).
+    /// call when its key equals that of this thread's last successful one
+    /// on weights of this class and its addresses pass, None otherwise
+    /// (nothing run).
     ///
     /// # Safety
     /// [`mul_mat_raw`](Self::mul_mat_raw)'s.
@@ -869,19 +969,7 @@ impl ThreadedWeights {
             if typ != GgmlType::F32 {
                 return Err(Error::ElementType { what: "src1", expected: "F32", got: typ.name() });
             }
-            if p1.is_null() && l1 > 0 {
-                return Err(Error::Null { what: "src1 data" });
-            }
-            if pd.is_null() {
-                return Err(Error::Null { what: "dst data" });
-            }
-            if pw.is_null() && lw > 0 {
-                return Err(Error::Null { what: "work data" });
-            }
-            let (x, y, w) = ((p1 as usize, l1), (pd as usize, ld), (pw as usize, lw));
-            if !disjoint(x, y) || !disjoint(x, w) || !disjoint(y, w) {
-                return Err(Error::InvalidArgument("src1, dst and work overlap".into()));
-            }
+            check_addresses(call)?;
             let a = f32_rows(ne1, nb1, l1, "src1")?;
             let o = f32_rows(ned, nbd, ld, "dst")?;
             let (k, n, m) = (self.k, self.n, a[1]);
@@ -961,17 +1049,25 @@ impl ThreadedWeights {
     }
 
     /// Runs a kept call again (`r.key` equals this call's), or None when
-    /// this thread's vector length changed (then the full path runs and
-    /// reports it). Nothing is checked again: equal arguments pass the same
-    /// checks, and the features are part of the key.
+    /// this call's addresses fail [`check_addresses`] or this thread's
+    /// vector length changed (then the full path runs and reports it).
+    /// Nothing else is checked again: arguments with equal keys pass the
+    /// same checks, on weights of the same class (whose kernels were found
+    /// supported as the kept call's were: the features are part of the key).
     fn replay<T: ThreadTeam>(&self, r: &Replay, call: &RawCall, team: &T) -> Option<Result<()>> {
+        if check_addresses(call).is_err() {
+            return None; // the full path reports it
+        }
         let kern = self.slots[r.run.parts[r.part].slot].kernel(r.m);
         let ok = kern.still_on_this_thread().ok()?;
         #[cfg(test)]
         tests::REPLAYED.with(|c| c.set(c.get() + 1));
-        // SAFETY: `call` equals the kept call (the key: pointers, lengths,
-        // shapes, strides, team, features), which passed `prepare`; the
-        // bytes are valid for this call (the caller's guarantees, as then).
+        // SAFETY: `call`'s key equals the kept call's (weights class:
+        // kernels and shape; lengths, shapes, strides, address alignments,
+        // team, features), which passed `prepare`, and its addresses passed
+        // check_addresses above: every check of `prepare` gives it the kept
+        // call's answers, which `execute` relies on; the bytes are valid for
+        // this call (the caller's guarantees).
         unsafe { self.execute(r, &ok, call, team) };
         Some(Ok(()))
     }
@@ -980,8 +1076,10 @@ impl ThreadedWeights {
     /// pack its LHS rows, barrier, compute the column chunks it claims.
     ///
     /// # Safety
-    /// `prepare` returned `r` for a call equal to `call` (the same key),
-    /// `ok` is for `r`'s kernel on this thread, and `call`'s bytes are valid
+    /// `prepare` returned `r` for a call with `call`'s key (on these weights
+    /// or others of their class), `call`'s addresses pass
+    /// [`check_addresses`], `ok` is for `r`'s kernel of these weights on
+    /// this thread, and `call`'s bytes are valid
     /// as [`mul_mat_raw`](Self::mul_mat_raw) requires.
     unsafe fn execute<T: ThreadTeam>(&self, r: &Replay, ok: &OnThread<'_>, call: &RawCall, team: &T) {
         let (ith, nth) = (team.ith(), team.nth());

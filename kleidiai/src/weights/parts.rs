@@ -156,6 +156,20 @@ pub struct PartSlot {
     gemv: Option<PartKernel>,
 }
 
+impl PartKernel {
+    /// Whether `other` makes the same calls as this kernel: the same
+    /// upstream kernel (hence the same functions), blocking, LHS packer,
+    /// vector length, shape and packed length. Equal arguments pass the same
+    /// checks on either.
+    pub(crate) fn same_calls(&self, other: &PartKernel) -> bool {
+        self.info.name == other.info.name
+            && self.t == other.t
+            && self.packer == other.packer
+            && (self.lhs_bl, self.vector_bytes, self.n, self.k, self.bl, self.rhs_len)
+                == (other.lhs_bl, other.vector_bytes, other.n, other.k, other.bl, other.rhs_len)
+    }
+}
+
 impl PartSlot {
     /// The packed weights the kernels read (the `rhs` operand of
     /// [`PartKernel::run_cols`]).

@@ -266,6 +266,97 @@ fn an_identical_call_replays_with_the_same_bits() {
     }
 }
 
+/// Weights of one class (type, shape and kernels) share a thread's kept
+/// call: ggml's prompt makes one call per tensor, and a tensor's first call
+/// with the shapes and buffers another tensor of its class passed with
+/// replays those checks, with the bits of its own checked path. The
+/// addresses are checked on every call (overlapping buffers that match the
+/// key are still refused), and weights of another class check again.
+#[test]
+fn weights_of_one_class_share_the_kept_call() {
+    let mut rng = Rng::new(91);
+    let replays = || REPLAYED.with(|c| c.get());
+    for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
+        let k = 64;
+        let mut make = |n: usize| {
+            let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
+            let (src0, ne) = weights_tensor(typ, n, k, &wb);
+            let size = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto).ok()?;
+            Some(ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap())
+        };
+        let (Some(a), Some(b), Some(c)) = (make(72), make(72), make(80)) else {
+            println!("class replay {typ:?}: no kernel of ggml's table on this CPU (nothing to replay)");
+            continue;
+        };
+        assert_eq!(a.class, b.class, "{typ:?}: same shape and kernels, one class");
+        assert_ne!(a.class, c.class, "{typ:?}: another n, another class");
+        let n = 72;
+        for m in [1, 3] {
+            let x: Vec<u8> = rng.vec_f32(k * m).iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut src = crate::AlignedBuf::zeroed(x.len());
+            src.as_mut_slice().copy_from_slice(&x);
+            let mut dst = crate::AlignedBuf::zeroed(4 * m * n);
+            let mut work = crate::AlignedBuf::zeroed(a.work_size(m).unwrap().max(1));
+            assert_eq!(a.work_size(m).unwrap(), b.work_size(m).unwrap());
+            let src_nb = [4, 4 * k, 4 * k * m, 4 * k * m];
+            let (dne, dnb) = ([n as i64, m as i64, 1, 1], [4, 4 * n, 4 * n * m, 4 * n * m]);
+            let raw = |w: &ThreadedWeights, s: (*const u8, usize), d: (*mut u8, usize), wk: (*mut u8, usize)| {
+                let src1 = (GgmlType::F32 as u32, [k as i64, m as i64, 1, 1], src_nb, s.0, s.1);
+                // SAFETY: the pointers are this test's buffers of those
+                // lengths (or NULL), used by this thread alone; src1 is not
+                // written (an overlapping call is refused before anything runs).
+                unsafe { w.mul_mat_raw(src1, (dne, dnb, d.0, d.1), wk, &SingleThread::default(), 4) }
+            };
+            let (s, d, wk) = (
+                (src.as_slice().as_ptr(), x.len()),
+                (dst.as_mut_slice().as_mut_ptr(), 4 * m * n),
+                (work.as_mut_slice().as_mut_ptr(), a.work_size(m).unwrap()),
+            );
+            raw(&a, s, d, wk).unwrap();
+            let out_a = dst.as_slice().to_vec();
+            // b's first call: a's checks, replayed.
+            let before = replays();
+            raw(&b, s, d, wk).unwrap();
+            assert_eq!(replays(), before + 1, "{typ:?} m={m}: b replays a's call");
+            let out_b = dst.as_slice().to_vec();
+            assert_ne!(out_a, out_b, "{typ:?} m={m}: other weights, other outputs");
+            // b's checked path (another work length, another key): the same bits.
+            let mut d2 = vec![0u8; 4 * m * n];
+            let mut w2 = vec![0u8; a.work_size(m).unwrap() + 64];
+            let before = replays();
+            raw(&b, (x.as_ptr(), x.len()), (d2.as_mut_ptr(), d2.len()), (w2.as_mut_ptr(), w2.len())).unwrap();
+            assert_eq!(replays(), before, "{typ:?} m={m}: another work length checks");
+            assert_eq!(d2, out_b, "{typ:?} m={m}: replay and checked path differ");
+            // Back to the first buffers (kept again), then src1 at dst's
+            // address: the same key (lengths, alignment), overlapping, refused.
+            raw(&a, s, d, wk).unwrap();
+            dst.as_mut_slice().fill(7);
+            let before = replays();
+            assert!(s.1 <= d.1, "src1's bytes fit in dst's");
+            let r = raw(&b, (d.0.cast_const(), s.1), d, wk);
+            assert!(matches!(r, Err(Error::InvalidArgument(ref e)) if e.contains("overlap")), "{typ:?} m={m}: {r:?}");
+            assert_eq!(replays(), before, "{typ:?} m={m}: an overlap does not replay");
+            assert!(dst.as_slice().iter().all(|v| *v == 7), "{typ:?} m={m}: nothing written");
+            // A NULL dst with the kept key's lengths: refused, not replayed.
+            raw(&a, s, d, wk).unwrap();
+            let r = raw(&b, s, (core::ptr::null_mut(), d.1), wk);
+            assert!(matches!(r, Err(Error::Null { what: "dst data" })), "{typ:?} m={m}: {r:?}");
+            // Weights of another class: their own checks.
+            let mut dc = vec![0u8; 4 * m * 80];
+            let mut wc = vec![0u8; c.work_size(m).unwrap()];
+            let (cne, cnb) = ([80i64, m as i64, 1, 1], [4, 4 * 80, 4 * 80 * m, 4 * 80 * m]);
+            let before = replays();
+            // SAFETY: as above.
+            unsafe {
+                let src1 = (GgmlType::F32 as u32, [k as i64, m as i64, 1, 1], src_nb, x.as_ptr(), x.len());
+                let wk = (wc.as_mut_ptr(), wc.len());
+                c.mul_mat_raw(src1, (cne, cnb, dc.as_mut_ptr(), dc.len()), wk, &SingleThread::default(), 4).unwrap();
+            }
+            assert_eq!(replays(), before, "{typ:?} m={m}: another class checks");
+        }
+    }
+}
+
 #[test]
 fn threads_give_the_bits_of_the_kernel_ggml_chooses() {
     let mut rng = Rng::new(31);

@@ -273,19 +273,66 @@ pub(super) unsafe fn run(
     let (k, bl, n) = (kr.k, kr.bl, cols.len());
     let (lo, hi) = (f32::MIN, f32::MAX);
     let l = lhs.cast::<c_void>();
+    // Column 0 is at offset 0 of every upstream layout (each offset getter
+    // scales the column index; `rhs_offset_of_column_0_is_0` checks every
+    // kernel): the query is skipped there (one thread's whole run).
+    let c = cols.start;
     // SAFETY: the caller's guarantees; the offsets are the kernel's own.
     unsafe {
         match kr.f {
             Fns::Bl(run, off) => {
-                let r = rhs.add(off(cols.start, k, bl)).cast();
+                let r = rhs.add(if c == 0 { 0 } else { off(c, k, bl) }).cast();
                 run(m, n, k, bl, l, r, dst, dst_stride, 4, lo, hi)
             }
-            Fns::Q(run, off) => run(m, n, k, l, rhs.add(off(cols.start, k)).cast(), dst, dst_stride, 4, lo, hi),
-            Fns::F(run, off) => run(m, n, k, l, rhs.add(off(cols.start, k)).cast(), dst.cast(), dst_stride, 4, lo, hi),
+            Fns::Q(run, off) => {
+                let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
+                run(m, n, k, l, r, dst, dst_stride, 4, lo, hi)
+            }
+            Fns::F(run, off) => {
+                let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
+                run(m, n, k, l, r, dst.cast(), dst_stride, 4, lo, hi)
+            }
             Fns::D(run, off) => {
-                let r = rhs.add(off(cols.start, k)).cast();
+                let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
                 run(m, n, k, l, lhs_stride, r, dst.cast(), dst_stride, 4, lo, hi)
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `run` skips the RHS offset query at column 0: every kernel with a
+    /// per-thread form that runs here answers 0 there.
+    #[test]
+    fn rhs_offset_of_column_0_is_0() {
+        let f = crate::cpu::Features::current();
+        let mut checked = Vec::new();
+        for info in crate::families::all_kernel_infos() {
+            if LhsPacker::from_info(info).is_none() || info.supported(&f).is_err() {
+                continue;
+            }
+            // SAFETY: the kernel runs with the CPU's features (checked above).
+            // `run` only ever gets kernels that resolve.
+            let Ok((fns, _)) = (unsafe { resolve(info) }) else { continue };
+            for k in [256, 4096] {
+                // SAFETY: as above; offset getters only compute.
+                let off = unsafe {
+                    match fns {
+                        Fns::Bl(_, off) => off(0, k, 32),
+                        Fns::Q(_, off) | Fns::F(_, off) | Fns::D(_, off) => off(0, k),
+                    }
+                };
+                assert_eq!(off, 0, "{} k={k}", info.name);
+            }
+            checked.push(info.name);
+        }
+        if checked.is_empty() {
+            println!("rhs offset of column 0: no kernel with a per-thread form runs on this CPU");
+        } else {
+            println!("rhs offset of column 0: {} kernels checked", checked.len());
         }
     }
 }
