@@ -299,8 +299,9 @@ fn weights_of_one_class_share_the_kept_call() {
             let mut work = crate::AlignedBuf::zeroed(a.work_size(m).unwrap().max(1));
             assert_eq!(a.work_size(m).unwrap(), b.work_size(m).unwrap());
             let src_nb = [4, 4 * k, 4 * k * m, 4 * k * m];
-            let (dne, dnb) = ([n as i64, m as i64, 1, 1], [4, 4 * n, 4 * n * m, 4 * n * m]);
             let raw = |w: &ThreadedWeights, s: (*const u8, usize), d: (*mut u8, usize), wk: (*mut u8, usize)| {
+                let n = w.dims().1;
+                let (dne, dnb) = ([n as i64, m as i64, 1, 1], [4, 4 * n, 4 * n * m, 4 * n * m]);
                 let src1 = (GgmlType::F32 as u32, [k as i64, m as i64, 1, 1], src_nb, s.0, s.1);
                 // SAFETY: the pointers are this test's buffers of those
                 // lengths (or NULL), used by this thread alone; src1 is not
@@ -344,14 +345,8 @@ fn weights_of_one_class_share_the_kept_call() {
             // Weights of another class: their own checks.
             let mut dc = vec![0u8; 4 * m * 80];
             let mut wc = vec![0u8; c.work_size(m).unwrap()];
-            let (cne, cnb) = ([80i64, m as i64, 1, 1], [4, 4 * 80, 4 * 80 * m, 4 * 80 * m]);
             let before = replays();
-            // SAFETY: as above.
-            unsafe {
-                let src1 = (GgmlType::F32 as u32, [k as i64, m as i64, 1, 1], src_nb, x.as_ptr(), x.len());
-                let wk = (wc.as_mut_ptr(), wc.len());
-                c.mul_mat_raw(src1, (cne, cnb, dc.as_mut_ptr(), dc.len()), wk, &SingleThread::default(), 4).unwrap();
-            }
+            raw(&c, (x.as_ptr(), x.len()), (dc.as_mut_ptr(), dc.len()), (wc.as_mut_ptr(), wc.len())).unwrap();
             assert_eq!(replays(), before, "{typ:?} m={m}: another class checks");
         }
     }
