@@ -255,8 +255,8 @@ struct RawCall {
 }
 
 /// Everything a mul_mat call's checks depend on but its addresses: two
-/// calls with equal keys whose addresses pass [`check_addresses`] pass the same
-/// checks (the CPU features are the detected ones, which do not change,
+/// calls with equal keys whose addresses pass [`check_addresses`] pass the
+/// same checks (the CPU features are the detected ones, which do not change,
 /// less the disabled ones; weights of one [`call_class`] have kernels that
 /// check alike).
 /// As one array of words, compared in one go (the steady state compares
@@ -799,16 +799,17 @@ impl ThreadedWeights {
     }
 
     /// The one mul_mat path: this thread's kept call again when `call`'s
-    /// key equals its key and `call`'s addresses pass, else the checks ([`prepare`](Self::prepare)), the run, and
-    /// the call kept for next time.
+    /// key equals its key and `call`'s addresses pass, else the checks
+    /// ([`prepare`](Self::prepare)), the run, and the call kept for next
+    /// time.
     ///
     /// # Safety
     /// [`mul_mat_raw`](Self::mul_mat_raw)'s.
     unsafe fn run_call<T: ThreadTeam>(&self, call: &RawCall, team: &T) -> Result<()> {
         let (ith, nth) = (team.ith(), team.nth());
         let key = self.key(call, ith, nth);
-        // The thread's entry for this class of weights, used in place (a Replay is
-        // some 50 words: not copied in or out).
+        // The thread's entry for this class of weights, used in place (a
+        // Replay is some 50 words: not copied in or out).
         REPLAYS.with(|t| {
             let mut t = t.borrow_mut();
             let e = &mut t[(key.class() % 64) as usize];
