@@ -223,10 +223,10 @@ pub struct ThreadedWeights {
     weights: PackedWeights,
     slots: Vec<PartSlot>,
     sme_cap: usize,
-    /// The last `work_size` answer for weights of its class, `m << 32 |
-    /// bytes` (0: none yet): ggml asks it for every node of every graph it
-    /// plans, and the answer depends on the class and `m` alone.
-    last_work: &'static core::sync::atomic::AtomicU64,
+    /// The last `work_size` answer, `m << 32 | bytes` (0: none yet): ggml
+    /// asks it for every node of every graph it plans, and the answer
+    /// depends on the class and `m` alone, so a listed class shares one.
+    last_work: WorkCell,
     /// `disabled mask + 1` when every kernel of every slot was found
     /// supported under that mask (0: not yet): then a first call checks
     /// only its thread's vector length. Tiers only ever get disabled, so
@@ -405,45 +405,96 @@ fn addresses_refused(call: &RawCall) -> Result<()> {
     Ok(())
 }
 
+/// Classes listed for sharing (more get an id of their own, shared with
+/// no other weights).
+const MAX_CLASSES: usize = 64;
+
+/// A listed class: the type, the SME cap and each slot's kernels.
+#[derive(Clone, Copy)]
+struct Class {
+    typ: GgmlType,
+    sme_cap: usize,
+    slots: usize,
+    kernels: [Option<(PartKernel, Option<PartKernel>)>; crate::weights::file::MAX_SLOTS],
+}
+
+/// Where weights keep their last work-size answer: their class's (listed
+/// classes) or their own.
+#[derive(Debug)]
+enum WorkCell {
+    Class(&'static core::sync::atomic::AtomicU64),
+    Own(core::sync::atomic::AtomicU64),
+}
+
+impl WorkCell {
+    fn cell(&self) -> &core::sync::atomic::AtomicU64 {
+        match self {
+            WorkCell::Class(c) => c,
+            WorkCell::Own(c) => c,
+        }
+    }
+}
+
 /// The class of weights of type `typ` with SME cap `sme_cap` resolved to
 /// `slots`: a small number, equal for weights whose calls check and run
 /// alike (the type, the cap and every slot's kernels equal by
 /// [`PartKernel::same_calls`]: the same kernels for the same shape),
-/// different otherwise. It keys the per-thread plan and replay caches, so
-/// a call on one weight tensor runs on the checks a call of the same
-/// shapes and buffers passed on another tensor of its class (a model's
-/// layers have a handful of classes: ggml's prompt makes one call per
-/// tensor). The classes seen stay listed for the life of the process, one
-/// entry of a few hundred bytes per distinct shape and kernel choice, with
-/// the class's last work size answer (see `ThreadedWeights::work_size`).
-fn call_class(typ: GgmlType, sme_cap: usize, slots: &[PartSlot]) -> (u64, &'static core::sync::atomic::AtomicU64) {
-    type Class = (GgmlType, usize, Vec<(PartKernel, Option<PartKernel>)>, &'static core::sync::atomic::AtomicU64);
-    static CLASSES: std::sync::Mutex<Vec<Class>> = std::sync::Mutex::new(Vec::new());
+/// different otherwise, with the class's work-size cell. It keys the
+/// per-thread plan and replay caches, so a call on one weight tensor runs
+/// on the checks a call of the same shapes and buffers passed on another
+/// tensor of its class (a model's layers have a handful of classes: ggml's
+/// prompt makes one call per tensor). The first [`MAX_CLASSES`] classes
+/// seen are listed for the life of the process in static memory (no heap
+/// allocation: a small block kept among a model's load-time buffers can
+/// stop the allocator from returning them); weights of any class after
+/// them get an id of their own (no sharing, as before classes) and no cell.
+fn call_class(
+    typ: GgmlType,
+    sme_cap: usize,
+    slots: &[PartSlot],
+) -> (u64, Option<&'static core::sync::atomic::AtomicU64>) {
+    use core::sync::atomic::{AtomicU64, Ordering};
+    static CLASSES: std::sync::Mutex<[Option<Class>; MAX_CLASSES]> = std::sync::Mutex::new([None; MAX_CLASSES]);
+    static WORK: [AtomicU64; MAX_CLASSES] = [const { AtomicU64::new(0) }; MAX_CLASSES];
+    static UNLISTED: AtomicU64 = AtomicU64::new(MAX_CLASSES as u64 + 1);
+    let unlisted = || (UNLISTED.fetch_add(1, Ordering::Relaxed), None);
+    if slots.len() > crate::weights::file::MAX_SLOTS {
+        return unlisted();
+    }
+    let mut kernels = [None; crate::weights::file::MAX_SLOTS];
+    for (k, s) in kernels.iter_mut().zip(slots) {
+        *k = Some((*s.gemm(), s.gemv().copied()));
+    }
     let same = |a: &PartKernel, b: &PartKernel| a.same_calls(b);
-    let alike = |(t, cap, ks, _): &Class| {
-        *t == typ
-            && *cap == sme_cap
-            && ks.len() == slots.len()
-            && ks.iter().zip(slots).all(|((g, v), s)| {
-                same(g, s.gemm())
-                    && match (v, s.gemv()) {
-                        (Some(a), Some(b)) => same(a, b),
-                        (a, b) => a.is_none() && b.is_none(),
-                    }
+    let alike = |c: &Class| {
+        c.typ == typ
+            && c.sme_cap == sme_cap
+            && c.slots == slots.len()
+            && c.kernels.iter().zip(&kernels).all(|(a, b)| match (a, b) {
+                (Some((g, v)), Some((h, w))) => {
+                    same(g, h)
+                        && match (v, w) {
+                            (Some(a), Some(b)) => same(a, b),
+                            (a, b) => a.is_none() && b.is_none(),
+                        }
+                }
+                (a, b) => a.is_none() && b.is_none(),
             })
     };
     // A panic elsewhere while holding the lock leaves a valid list.
     let mut list = CLASSES.lock().unwrap_or_else(|e| e.into_inner());
-    let at = match list.iter().position(alike) {
+    // Entries fill in order: only the listed ones are read (and so
+    // touched: the list's untouched pages are never made resident).
+    let listed = list.iter().take_while(|c| c.is_some()).count();
+    let at = match list[..listed].iter().position(|c| c.as_ref().is_some_and(alike)) {
         Some(at) => at,
-        None => {
-            // Listed for the life of the process, like the class.
-            let work = Box::leak(Box::new(core::sync::atomic::AtomicU64::new(0)));
-            list.push((typ, sme_cap, slots.iter().map(|s| (*s.gemm(), s.gemv().copied())).collect(), work));
-            list.len() - 1
+        None if listed < MAX_CLASSES => {
+            list[listed] = Some(Class { typ, sme_cap, slots: slots.len(), kernels });
+            listed
         }
+        None => return unlisted(),
     };
-    (at as u64 + 1, list[at].3)
+    (at as u64 + 1, Some(&WORK[at]))
 }
 
 /// Little-endian f32 bytes viewed in place, when 4-byte aligned.
@@ -614,7 +665,8 @@ impl ThreadedWeights {
             });
         }
         let sme_cap = if slots[0].gemm().info().is_sme() { sme.cap() } else { 0 };
-        let (class, last_work) = call_class(src0.typ, sme_cap, &slots);
+        let (class, shared) = call_class(src0.typ, sme_cap, &slots);
+        let last_work = shared.map_or_else(|| WorkCell::Own(core::sync::atomic::AtomicU64::new(0)), WorkCell::Class);
         let w = ThreadedWeights {
             class,
             typ: src0.typ,
@@ -724,7 +776,7 @@ impl ThreadedWeights {
     pub fn work_size(&self, m: usize) -> Result<usize> {
         use core::sync::atomic::Ordering::Relaxed;
         crate::error::nonzero(m, "m")?;
-        let last = self.last_work.load(Relaxed);
+        let last = self.last_work.cell().load(Relaxed);
         if (last >> 32) as usize == m {
             return Ok((last & 0xffff_ffff) as usize);
         }
@@ -732,7 +784,7 @@ impl ThreadedWeights {
         // mul_mat that follows on this thread finds the plan there.
         let work = self.cached_plan(m, 1, 1).work;
         if let (Ok(m), Ok(w)) = (u32::try_from(m), u32::try_from(work)) {
-            self.last_work.store(u64::from(m) << 32 | u64::from(w), Relaxed);
+            self.last_work.cell().store(u64::from(m) << 32 | u64::from(w), Relaxed);
         }
         Ok(work)
     }

@@ -288,7 +288,9 @@ fn weights_of_one_class_share_the_kept_call() {
             println!("class replay {typ:?}: no kernel of ggml's table on this CPU (nothing to replay)");
             continue;
         };
+        assert!(a.class <= MAX_CLASSES as u64, "{typ:?}: the class list is full ({MAX_CLASSES}) in this test process");
         assert_eq!(a.class, b.class, "{typ:?}: same shape and kernels, one class");
+        assert!(matches!(b.last_work, WorkCell::Class(_)), "{typ:?}: a listed class shares its work-size cell");
         assert_ne!(a.class, c.class, "{typ:?}: another n, another class");
         let n = 72;
         for m in [1, 3] {
