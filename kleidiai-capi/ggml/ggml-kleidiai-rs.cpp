@@ -129,22 +129,6 @@ int chunk_add(void * tp, int v) {
     return ggml_threadpool_chunk_add((ggml_threadpool *) tp, v);
 }
 
-// ggml_nbytes inline for F32 tensors (element size 4, blocks of 1: the same
-// formula), which mul_mat's src1 and dst are every call; ggml_nbytes else.
-inline size_t nbytes(const ggml_tensor * t) {
-    if (t->type != GGML_TYPE_F32) {
-        return ggml_nbytes(t);
-    }
-    size_t n = 4;
-    for (int i = 0; i < GGML_MAX_DIMS; i++) {
-        if (t->ne[i] <= 0) {
-            return 0;  // as ggml_nbytes
-        }
-        n += (size_t) (t->ne[i] - 1) * t->nb[i];
-    }
-    return n;
-}
-
 // One weight tensor of the buffer: its kleidiai-rs handle, or none when the
 // weights were kept as they are (ggml's own code then computes with them).
 class weight_traits : public ggml::cpu::tensor_traits {
@@ -178,12 +162,12 @@ class weight_traits : public ggml::cpu::tensor_traits {
                     count_kernel(last);
                 }
             }
-            const kairs_desc d1 = desc_of(src1), dd = desc_of(op);
+            // The tensors' own arrays, valid for the bytes they span (ggml_nbytes).
             const kairs_ggml_team team = { params->ith, params->nth, ggml_is_numa() ? 1 : g_chunk_multiplier,
                                            barrier,     chunk_set,   chunk_add,
                                            params->threadpool };
-            if (kairs_ggml_mul_mat(w, &d1, src1->data, nbytes(src1), &dd, op->data, nbytes(op),
-                                   params->wdata, params->wsize, &team) != KAIRS_OK) {
+            if (kairs_ggml_mul_mat_nb(w, src1->type, src1->ne, src1->nb, src1->data, op->type, op->ne, op->nb,
+                                      op->data, params->wdata, params->wsize, &team) != KAIRS_OK) {
                 // Weights this buffer accepted: an error is a bug (ggml asserts likewise).
                 GGML_ABORT("kleidiai-rs: %s: %s", op->name, kairs_last_error());
             }
@@ -368,8 +352,10 @@ class extra_buffer_type : public ggml::cpu::extra_buffer_type {
     }
 
     ggml::cpu::tensor_traits * get_tensor_traits(const ggml_tensor * op) override {
-        if ((op->op == GGML_OP_MUL_MAT || op->op == GGML_OP_GET_ROWS) && op->src[0]->buffer &&
-            op->src[0]->buffer->buft == buft) {
+        if (op->op != GGML_OP_MUL_MAT && op->op != GGML_OP_GET_ROWS) {
+            return nullptr;  // most nodes of a graph: one test
+        }
+        if (op->src[0]->buffer && op->src[0]->buffer->buft == buft) {
             return (ggml::cpu::tensor_traits *) op->src[0]->extra;
         }
         // ggml's path: F16 weights anywhere, more than one activation row,

@@ -355,6 +355,29 @@ int kairs_ggml_mul_mat(const struct kairs_ggml_weights *w,
                        size_t work_size,
                        const struct kairs_ggml_team *team);
 
+// [`kairs_ggml_mul_mat`] with src1 and dst given by ggml's own arrays
+// (a tensor's `type`, `ne`, `nb` and `data`, read where the tensor keeps
+// them: no descriptor is built) and valid for the bytes their `ne`/`nb`
+// span (`ggml_nbytes`), which the caller vouches for instead of passing
+// sizes. The same checks and errors, on those spans; the shim's call.
+//
+// # Safety
+// As [`kairs_ggml_mul_mat`], with `src1_ne`/`dst_ne` pointing to 4 sizes,
+// `src1_nb`/`dst_nb` to 4 strides, and src1 and dst valid for the bytes
+// those span.
+int kairs_ggml_mul_mat_nb(const struct kairs_ggml_weights *w,
+                          int32_t src1_type,
+                          const int64_t *src1_ne,
+                          const size_t *src1_nb,
+                          const void *src1_data,
+                          int32_t dst_type,
+                          const int64_t *dst_ne,
+                          const size_t *dst_nb,
+                          void *dst_data,
+                          void *work,
+                          size_t work_size,
+                          const struct kairs_ggml_team *team);
+
 // Thread `ith` of `nth`'s share of ggml get_rows (rows split as ggml splits
 // them): dst row i, at `i * dst_row_stride` bytes, = weight row `rows[i]` as
 // f32, from the first packed layout.

@@ -7,9 +7,9 @@
 //! Kernel choice, SME thread cap, hybrid SME + NEON runs, LHS row split and
 //! column chunks follow ggml's own KleidiAI path.
 
-use crate::{KairsDesc, bytes, desc, ggml_type, guard, invalid, positive};
+use crate::{KairsDesc, bytes, desc, ggml_type, guard, guard_boxed, invalid, positive};
 use kleidiai::Error;
-use kleidiai::ggml::{F16PerCall, GgmlType, SharedBytes, SmeSetting, Tensor, ThreadTeam, ThreadedWeights};
+use kleidiai::ggml::{F16PerCall, GgmlType, RawOperands, SharedBytes, SmeSetting, Tensor, ThreadTeam, ThreadedWeights};
 use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::{Mutex, OnceLock};
@@ -39,38 +39,43 @@ pub struct KairsGgmlTeam {
     pub ctx: *mut c_void,
 }
 
-/// A checked [`KairsGgmlTeam`].
+/// A checked [`KairsGgmlTeam`]: its callbacks are all there (read where
+/// the caller keeps them, at each use) and `0 <= ith < nth` (copied once
+/// checked: a thread index that changes under a call cannot pass).
 struct Team<'a> {
     t: &'a KairsGgmlTeam,
     ith: usize,
     nth: usize,
-    barrier: unsafe extern "C" fn(*mut c_void),
-    set: unsafe extern "C" fn(*mut c_void, c_int),
-    add: unsafe extern "C" fn(*mut c_void, c_int) -> c_int,
 }
 
 impl<'a> Team<'a> {
+    #[inline]
     fn new(t: &'a KairsGgmlTeam) -> Result<Team<'a>, Error> {
         // Every call of every thread comes here: the usual answer first.
-        if let (Some(barrier), Some(set), Some(add)) = (t.barrier, t.chunk_set, t.chunk_add) {
-            if 0 <= t.ith && t.ith < t.nth {
-                let (ith, nth) = (t.ith as usize, t.nth as usize);
-                return Ok(Team { t, ith, nth, barrier, set, add });
-            }
+        let (ith, nth) = (t.ith, t.nth);
+        if t.barrier.is_some() && t.chunk_set.is_some() && t.chunk_add.is_some() && 0 <= ith && ith < nth {
+            return Ok(Team { t, ith: ith as usize, nth: nth as usize });
         }
-        Team::refused(t)
+        Err(Team::refused(t))
     }
 
     /// [`new`](Self::new)'s checks one by one, for the error.
     #[cold]
     #[inline(never)]
-    fn refused(t: &'a KairsGgmlTeam) -> Result<Team<'a>, Error> {
-        let (Some(barrier), Some(set), Some(add)) = (t.barrier, t.chunk_set, t.chunk_add) else {
-            return Err(Error::Null { what: "team callback (barrier, chunk_set or chunk_add)" });
+    fn refused(t: &KairsGgmlTeam) -> Error {
+        if t.barrier.is_none() || t.chunk_set.is_none() || t.chunk_add.is_none() {
+            return Error::Null { what: "team callback (barrier, chunk_set or chunk_add)" };
+        }
+        let nth = match positive(t.nth.into(), "team nth") {
+            Ok(nth) => nth,
+            Err(e) => return e,
         };
-        let nth = positive(t.nth.into(), "team nth")?;
-        let ith = index(t.ith, nth, "team ith")?;
-        Ok(Team { t, ith, nth, barrier, set, add })
+        // (Read again: a value that changed since the check is named as read now.)
+        index(t.ith, nth, "team ith").err().unwrap_or(Error::OutOfRange {
+            what: "team ith",
+            index: t.ith.into(),
+            len: nth,
+        })
     }
 }
 
@@ -86,16 +91,21 @@ unsafe impl ThreadTeam for Team<'_> {
         self.nth
     }
     fn barrier(&self) {
-        // SAFETY: the caller's function and context (contract above).
-        unsafe { (self.barrier)(self.t.ctx) }
+        if let Some(f) = self.t.barrier {
+            // SAFETY: the caller's function and context (contract above).
+            unsafe { f(self.t.ctx) }
+        }
     }
     fn chunk_set(&self, value: usize) {
-        // SAFETY: as above; values are chunk indices or columns (< 2^31, checked by the shapes).
-        unsafe { (self.set)(self.t.ctx, c_int::try_from(value).unwrap_or(c_int::MAX)) }
+        if let Some(f) = self.t.chunk_set {
+            // SAFETY: as above; values are chunk indices or columns (< 2^31, checked by the shapes).
+            unsafe { f(self.t.ctx, c_int::try_from(value).unwrap_or(c_int::MAX)) }
+        }
     }
     fn chunk_add(&self, delta: usize) -> usize {
+        let Some(f) = self.t.chunk_add else { return usize::MAX };
         // SAFETY: as above.
-        let v = unsafe { (self.add)(self.t.ctx, c_int::try_from(delta).unwrap_or(c_int::MAX)) };
+        let v = unsafe { f(self.t.ctx, c_int::try_from(delta).unwrap_or(c_int::MAX)) };
         usize::try_from(v).unwrap_or(usize::MAX)
     }
 }
@@ -351,25 +361,99 @@ pub unsafe extern "C" fn kairs_ggml_mul_mat(
     work_size: usize,
     team: *const KairsGgmlTeam,
 ) -> c_int {
-    guard(|| {
+    guard_boxed(|| {
         // SAFETY: the caller's guarantees; NULL is an error.
-        let (w, s1, d) = unsafe { (handle(w)?, desc(src1, "src1")?, desc(dst, "dst")?) };
-        // SAFETY: as above.
-        let team = Team::new(unsafe { team.as_ref() }.ok_or_else(|| Error::Null { what: "team" })?)?;
-        let mult = usize::try_from(team.t.chunk_multiplier).unwrap_or(1).max(1);
-        if d.type_ != GgmlType::F32 as i32 {
-            dst_f32(d.type_)?;
-        }
-        // A negative type id is no ggml type: ggml_type's error names it.
-        let t1 = u32::try_from(s1.type_).or_else(|_| ggml_type(s1.type_).map(|t| t as u32))?;
-        let (x, y, z) = (src1_data.cast::<u8>(), dst_data.cast::<u8>(), work.cast::<u8>());
-        // SAFETY: this function's contract (src1 readable and not written,
-        // dst and work used only by the node's threads during the call) is
-        // mul_mat_raw's, which checks NULL pointers, overlaps and sizes.
-        unsafe {
-            w.mul_mat_raw((t1, s1.ne, s1.nb, x, src1_size), (d.ne, d.nb, y, dst_size), (z, work_size), &team, mult)
-        }
+        let (w, s1, d) = unsafe { (handle(w), desc(src1, "src1"), desc(dst, "dst")) };
+        // (Errors come boxed: a success is one word.)
+        let (w, s1, d) = (w.map_err(Box::new)?, s1.map_err(Box::new)?, d.map_err(Box::new)?);
+        let src1 = (s1.type_, &s1.ne, &s1.nb, src1_data, src1_size);
+        let dst = (d.type_, &d.ne, &d.nb, dst_data, dst_size);
+        // SAFETY: this function's contract is mul_mat_call's.
+        unsafe { mul_mat_call(w, src1, dst, (work, work_size), team) }
     })
+}
+
+/// [`kairs_ggml_mul_mat`] with src1 and dst given by ggml's own arrays
+/// (a tensor's `type`, `ne`, `nb` and `data`, read where the tensor keeps
+/// them: no descriptor is built) and valid for the bytes their `ne`/`nb`
+/// span (`ggml_nbytes`), which the caller vouches for instead of passing
+/// sizes. The same checks and errors, on those spans; the shim's call.
+///
+/// # Safety
+/// As [`kairs_ggml_mul_mat`], with `src1_ne`/`dst_ne` pointing to 4 sizes,
+/// `src1_nb`/`dst_nb` to 4 strides, and src1 and dst valid for the bytes
+/// those span.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // mirrors the C signature
+pub unsafe extern "C" fn kairs_ggml_mul_mat_nb(
+    w: *const KairsGgmlWeights,
+    src1_type: i32,
+    src1_ne: *const i64,
+    src1_nb: *const usize,
+    src1_data: *const c_void,
+    dst_type: i32,
+    dst_ne: *const i64,
+    dst_nb: *const usize,
+    dst_data: *mut c_void,
+    work: *mut c_void,
+    work_size: usize,
+    team: *const KairsGgmlTeam,
+) -> c_int {
+    guard_boxed(|| {
+        // SAFETY: the caller's guarantees (4 values each); NULL is an error.
+        let (w, ne1, nb1, ned, nbd) = unsafe {
+            (
+                handle(w).map_err(Box::new)?,
+                src1_ne.cast::<[i64; 4]>().as_ref().ok_or_else(|| Box::new(Error::Null { what: "src1 ne" }))?,
+                src1_nb.cast::<[usize; 4]>().as_ref().ok_or_else(|| Box::new(Error::Null { what: "src1 nb" }))?,
+                dst_ne.cast::<[i64; 4]>().as_ref().ok_or_else(|| Box::new(Error::Null { what: "dst ne" }))?,
+                dst_nb.cast::<[usize; 4]>().as_ref().ok_or_else(|| Box::new(Error::Null { what: "dst nb" }))?,
+            )
+        };
+        let src1 = (src1_type, ne1, nb1, src1_data, RawOperands::SPAN);
+        let dst = (dst_type, ned, nbd, dst_data, RawOperands::SPAN);
+        // SAFETY: this function's contract is mul_mat_call's, the sizes
+        // being the spans (RawOperands::SPAN).
+        unsafe { mul_mat_call(w, src1, dst, (work, work_size), team) }
+    })
+}
+
+/// An operand of [`mul_mat_call`]: ggml type id, ne, nb, data, bytes.
+type Operand<'a, P> = (i32, &'a [i64; 4], &'a [usize; 4], P, usize);
+
+/// The two mul_mat entry points' call: the team and types checked, then
+/// [`ThreadedWeights::mul_mat_operands`].
+///
+/// # Safety
+/// [`kairs_ggml_mul_mat`]'s contract, for these operands (`team` NULL or
+/// valid).
+#[inline(always)]
+unsafe fn mul_mat_call(
+    w: &ThreadedWeights,
+    src1: Operand<'_, *const c_void>,
+    dst: Operand<'_, *mut c_void>,
+    work: (*mut c_void, usize),
+    team: *const KairsGgmlTeam,
+) -> Result<(), Box<Error>> {
+    // SAFETY: the caller's guarantee; NULL is an error.
+    let team = unsafe { team.as_ref() }.ok_or_else(|| Box::new(Error::Null { what: "team" }))?;
+    let team = Team::new(team).map_err(Box::new)?;
+    let mult = usize::try_from(team.t.chunk_multiplier).unwrap_or(1).max(1);
+    if dst.0 != GgmlType::F32 as i32 {
+        dst_f32(dst.0).map_err(Box::new)?;
+    }
+    // A negative type id is no ggml type: ggml_type's error names it.
+    let t1 = u32::try_from(src1.0).or_else(|_| ggml_type(src1.0).map(|t| t as u32)).map_err(Box::new)?;
+    let call = RawOperands {
+        src1: (t1, src1.1, src1.2, src1.3.cast(), src1.4),
+        dst: (dst.1, dst.2, dst.3.cast(), dst.4),
+        work: (work.0.cast(), work.1),
+        multiplier: mult,
+    };
+    // SAFETY: the caller's contract (src1 readable and not written, dst and
+    // work used only by the node's threads during the call) is
+    // mul_mat_operands', which checks NULL pointers, overlaps and sizes.
+    unsafe { w.mul_mat_operands(&call, &team) }.map_err(Box::new)
 }
 
 /// Thread `ith` of `nth`'s share of ggml get_rows (rows split as ggml splits
@@ -539,8 +623,8 @@ pub unsafe extern "C" fn kairs_ggml_f16_mul_mat(
 mod tests {
     use super::*;
     use crate::{
-        KAIRS_ERR_ALIGNMENT, KAIRS_ERR_BUFFER, KAIRS_ERR_INVALID, KAIRS_ERR_RANGE, KAIRS_ERR_TYPE, KAIRS_OK,
-        KAIRS_TYPE_F32, KAIRS_TYPE_Q4_0, KAIRS_TYPE_Q8_0,
+        KAIRS_ERR_ALIGNMENT, KAIRS_ERR_BUFFER, KAIRS_ERR_INVALID, KAIRS_ERR_RANGE, KAIRS_ERR_SHAPE, KAIRS_ERR_TYPE,
+        KAIRS_OK, KAIRS_TYPE_F32, KAIRS_TYPE_Q4_0, KAIRS_TYPE_Q8_0,
     };
     use kleidiai::AlignedBuf;
     use kleidiai::ggml::{SingleThread, q4_0_as_bytes, q8_0_as_bytes, quantize_q4_0, quantize_q8_0};
@@ -581,6 +665,32 @@ mod tests {
         KairsDesc { type_, ne, nb }
     }
 
+    /// `n x k` weights `vals` in ggml type `type_`, repacked by
+    /// `kairs_ggml_repack` into the returned buffer (which the handle views:
+    /// close it first); None when no kernel takes them on this CPU.
+    fn repacked(type_: i32, vals: &[f32], n: usize, k: usize) -> Option<(AlignedBuf, *mut KairsGgmlWeights)> {
+        let data: Vec<u8> = match typ_of(type_).unwrap() {
+            GgmlType::Q4_0 => q4_0_as_bytes(&quantize_q4_0(vals, k).unwrap()).to_vec(),
+            GgmlType::Q8_0 => q8_0_as_bytes(&quantize_q8_0(vals, k).unwrap()).to_vec(),
+            _ => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        let d = desc_of(type_, [k as i64, n as i64, 1, 1]);
+        let mut size = 0usize;
+        // SAFETY: 4 sizes, a writable size.
+        if unsafe { kairs_ggml_packed_size(type_, d.ne.as_ptr(), -1, &mut size) } != KAIRS_OK {
+            return None;
+        }
+        let mut buf = AlignedBuf::zeroed(size);
+        let mut w: *mut KairsGgmlWeights = std::ptr::null_mut();
+        // SAFETY: the weights readable, buf valid for the handle's life
+        // (returned with it, closed first by the caller).
+        let rc = unsafe {
+            kairs_ggml_repack(&d, data.as_ptr().cast(), data.len(), -1, buf.as_mut_ptr().cast(), size, &mut w)
+        };
+        assert_eq!(rc, KAIRS_OK, "{}", last_error());
+        Some((buf, w))
+    }
+
     /// `kairs_ggml_mul_mat` on one thread: the dst values.
     fn mul_mat(w: *const KairsGgmlWeights, x: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
         let (d1, dd) =
@@ -619,21 +729,10 @@ mod tests {
         let (n, k, m) = (64usize, 64usize, 2usize);
         let vals: Vec<f32> = (0..n * k).map(|i| ((i * 31 % 97) as f32 - 48.0) / 24.0).collect();
         let x: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 23) as f32 - 11.0) / 5.0).collect();
-        let data: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let d = desc_of(KAIRS_TYPE_F32, [k as i64, n as i64, 1, 1]);
-        let mut size = 0usize;
-        // SAFETY: 4 sizes, a writable size.
-        if unsafe { kairs_ggml_packed_size(KAIRS_TYPE_F32, d.ne.as_ptr(), -1, &mut size) } != KAIRS_OK {
+        let Some((_buf, w)) = repacked(KAIRS_TYPE_F32, &vals, n, k) else {
             eprintln!("mul_mat_refuses_bad_operands_and_teams: no F32 kernel on this CPU, nothing to refuse");
             return;
-        }
-        let mut buf = AlignedBuf::zeroed(size);
-        let mut w: *mut KairsGgmlWeights = std::ptr::null_mut();
-        // SAFETY: the weights readable, buf valid until the handle closes below.
-        let rc = unsafe {
-            kairs_ggml_repack(&d, data.as_ptr().cast(), data.len(), -1, buf.as_mut_ptr().cast(), size, &mut w)
         };
-        assert_eq!(rc, KAIRS_OK, "{}", last_error());
         let want = mul_mat(w, &x, m, k, n);
         let mut work_size = 0;
         // SAFETY: an open handle, a writable size.
@@ -719,8 +818,85 @@ mod tests {
             got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
             want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
         );
-        // SAFETY: the handle from repack, closed once, before `buf` goes.
+        // SAFETY: the handle from repack, closed once, before `_buf` goes.
         unsafe { kairs_ggml_close(w) };
+    }
+
+    /// `kairs_ggml_mul_mat_nb` (ggml's own arrays, sizes as spans): the
+    /// bits of `kairs_ggml_mul_mat`, and each bad operand its error code,
+    /// nothing written.
+    #[test]
+    fn mul_mat_nb_gives_the_bits_of_mul_mat_and_refuses_bad_operands() {
+        let (n, k, m) = (72usize, 64usize, 3usize);
+        let vals: Vec<f32> = (0..n * k).map(|i| ((i * 29 % 89) as f32 - 44.0) / 22.0).collect();
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 11 % 31) as f32 - 15.0) / 6.0).collect();
+        let mut ran = 0;
+        for type_ in [KAIRS_TYPE_Q4_0, KAIRS_TYPE_Q8_0, KAIRS_TYPE_F32] {
+            let Some((_buf, w)) = repacked(type_, &vals, n, k) else {
+                println!("mul_mat_nb: no kernel for type {type_} on this CPU (nothing to compare)");
+                continue;
+            };
+            ran += 1;
+            let want = mul_mat(w, &x, m, k, n);
+            let (d1, dd) = (
+                desc_of(KAIRS_TYPE_F32, [k as i64, m as i64, 1, 1]),
+                desc_of(KAIRS_TYPE_F32, [n as i64, m as i64, 1, 1]),
+            );
+            let mut work_size = 0;
+            // SAFETY: an open handle, a writable size.
+            assert_eq!(unsafe { kairs_ggml_work_size(w, m as i64, &mut work_size) }, KAIRS_OK);
+            let mut work = vec![0u8; work_size.max(1)];
+            let mut y = vec![7f32; m * n + k * m];
+            let mut counter: c_int = 0;
+            let team = one_thread(&mut counter);
+            let (yp, wp) = (y.as_mut_ptr(), work.as_mut_ptr());
+            let call =
+                |ne1: *const i64, dst_type: i32, dnb: *const usize, src: *const f32, team: *const KairsGgmlTeam| {
+                    // SAFETY: every non-NULL pointer is valid for the bytes its
+                    // shape spans (src1 may lie in dst on purpose: refused before
+                    // any access), one thread.
+                    unsafe {
+                        kairs_ggml_mul_mat_nb(
+                            w,
+                            KAIRS_TYPE_F32,
+                            ne1,
+                            d1.nb.as_ptr(),
+                            src.cast(),
+                            dst_type,
+                            dd.ne.as_ptr(),
+                            dnb,
+                            yp.cast(),
+                            wp.cast(),
+                            work_size,
+                            team,
+                        )
+                    }
+                };
+            let (ne1, dnb, xs) = (d1.ne.as_ptr(), dd.nb.as_ptr(), x.as_ptr());
+            let four_d = [k as i64, m as i64, 1, 2];
+            for (what, rc, code) in [
+                ("NULL src1 ne", call(std::ptr::null(), KAIRS_TYPE_F32, dnb, xs, &team), KAIRS_ERR_INVALID),
+                ("NULL dst nb", call(ne1, KAIRS_TYPE_F32, std::ptr::null(), xs, &team), KAIRS_ERR_INVALID),
+                ("NULL team", call(ne1, KAIRS_TYPE_F32, dnb, xs, std::ptr::null()), KAIRS_ERR_INVALID),
+                ("dst Q4_0", call(ne1, KAIRS_TYPE_Q4_0, dnb, xs, &team), KAIRS_ERR_TYPE),
+                ("src1 in dst", call(ne1, KAIRS_TYPE_F32, dnb, yp.cast_const(), &team), KAIRS_ERR_INVALID),
+                ("4-D src1", call(four_d.as_ptr(), KAIRS_TYPE_F32, dnb, xs, &team), KAIRS_ERR_SHAPE),
+            ] {
+                assert_eq!(rc, code, "{what}: {}", last_error());
+                assert!(!last_error().is_empty(), "{what}: a message");
+                assert!(y.iter().all(|v| *v == 7.0), "{what}: nothing written");
+            }
+            assert_eq!(call(ne1, KAIRS_TYPE_F32, dnb, xs, &team), KAIRS_OK, "{}", last_error());
+            let got: Vec<u32> = y[..m * n].iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "type {type_}: the bits of mul_mat");
+            // SAFETY: the handle from repack, closed once, before `_buf` goes.
+            unsafe { kairs_ggml_close(w) };
+        }
+        if ran == 0 {
+            println!(
+                "mul_mat_nb_gives_the_bits_of_mul_mat_and_refuses_bad_operands: no type runs here, nothing compared"
+            );
+        }
     }
 
     #[test]

@@ -131,12 +131,17 @@ thread_local! {
     static HAS_ERROR: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
 
-fn set_error(msg: &str) {
-    // Clearing an already clear message touches nothing else (every
-    // successful call does it).
-    if msg.is_empty() && !HAS_ERROR.with(|h| h.get()) {
-        return;
+/// Clears the last error (every successful call): an already clear one is
+/// one read of the flag, in the caller.
+#[inline(always)]
+fn clear_error() {
+    if HAS_ERROR.with(|h| h.get()) {
+        set_error("");
     }
+}
+
+#[inline(never)]
+fn set_error(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|e| *e.borrow_mut() = c);
     HAS_ERROR.with(|h| h.set(!msg.is_empty()));
@@ -173,15 +178,28 @@ fn code(e: &Error) -> c_int {
 }
 
 /// Runs `f`, records its error or clears the last error, catches panics.
+#[inline(always)] // in each entry point: no closure of arguments built and passed
 fn guard(f: impl FnOnce() -> Result<(), Error>) -> c_int {
+    guard_with(f)
+}
+
+/// [`guard`] for errors that come boxed (a hot path's answer stays one word).
+#[inline(always)]
+fn guard_boxed(f: impl FnOnce() -> Result<(), Box<Error>>) -> c_int {
+    guard_with(f)
+}
+
+#[inline(always)]
+fn guard_with<E: core::borrow::Borrow<Error>>(f: impl FnOnce() -> Result<(), E>) -> c_int {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(())) => {
-            set_error("");
+            clear_error();
             KAIRS_OK
         }
         Ok(Err(e)) => {
+            let e = e.borrow();
             set_error(&e.to_string());
-            code(&e)
+            code(e)
         }
         Err(_) => {
             set_error("internal error (a panic in kleidiai-rs was caught; please report it)");
@@ -247,11 +265,17 @@ unsafe fn out_size<'a>(p: *mut usize) -> Result<&'a mut usize, Error> {
 /// `v` as a count that must be positive.
 #[inline]
 fn positive(v: i64, what: &'static str) -> Result<usize, Error> {
-    usize::try_from(v).ok().filter(|v| *v > 0).ok_or_else(|| Error::BadValue {
-        what,
-        value: v.to_string(),
-        why: "must be positive".into(),
-    })
+    match usize::try_from(v) {
+        Ok(u) if u > 0 => Ok(u),
+        _ => Err(not_positive(v, what)),
+    }
+}
+
+/// [`positive`]'s error (out of line: every call of ggml's passes).
+#[cold]
+#[inline(never)]
+fn not_positive(v: i64, what: &'static str) -> Error {
+    Error::BadValue { what, value: v.to_string(), why: "must be positive".into() }
 }
 
 /// Caller memory viewed for the length of one call (the [`GgmlWeights`]

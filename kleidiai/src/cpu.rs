@@ -278,6 +278,7 @@ static DISABLED: AtomicU32 = AtomicU32::new(0);
 
 /// The features switched off now ([`disable`]), as a mask: with the detected
 /// set, which never changes, it determines [`Features::current`].
+#[inline]
 pub(crate) fn disabled_mask() -> u32 {
     DISABLED.load(Ordering::Relaxed)
 }
@@ -499,6 +500,7 @@ mod detect {
 /// The SME streaming vector length in bytes (`RDSVL`; never `CNTB`, which is
 /// an SVE instruction and faults on SME-only cores such as Apple M4).
 #[cfg(target_arch = "aarch64")]
+#[inline]
 pub(crate) fn rdsvl_bytes() -> usize {
     let x: u64;
     // SAFETY: called only after detection found SME, so RDSVL exists; it
@@ -513,6 +515,7 @@ pub(crate) fn rdsvl_bytes() -> usize {
 /// The SVE vector length in bytes of the calling thread (`RDVL`). Only for
 /// callers that know SVE is present (a supported SVE kernel).
 #[cfg(target_arch = "aarch64")]
+#[inline]
 pub(crate) fn rdvl_bytes() -> usize {
     let x: u64;
     // SAFETY: callers run this only when SVE is present (the kernel asking

@@ -22,6 +22,7 @@ pub(crate) enum Storage {
 }
 
 impl Storage {
+    #[inline(always)]
     fn as_slice(&self) -> &[u8] {
         match self {
             Storage::Owned(b) => b.as_slice(),
@@ -153,6 +154,7 @@ macro_rules! packed_operand {
             }
 
             /// The packed bytes (64-byte aligned).
+            #[inline]
             pub fn as_bytes(&self) -> &[u8] {
                 self.data.as_slice()
             }

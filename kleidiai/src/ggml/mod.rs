@@ -29,4 +29,4 @@ mod tests;
 pub use crate::weights::parts::OutputBlock;
 pub use f16_per_call::F16PerCall;
 pub use tensor::{GgmlType, Tensor, TensorMut};
-pub use threads::{SharedBytes, SingleThread, SmeSetting, ThreadTeam, ThreadedWeights};
+pub use threads::{RawOperands, SharedBytes, SingleThread, SmeSetting, ThreadTeam, ThreadedWeights};

@@ -245,14 +245,32 @@ struct Part {
     region: usize,
 }
 
-/// A mul_mat call's operands as raw parts: src1 (ggml type id, ne, nb,
-/// data, bytes), dst (ne, nb, data, bytes), work (data, bytes).
-struct RawCall {
-    src1: (u32, [i64; 4], [usize; 4], *const u8, usize),
-    dst: ([i64; 4], [usize; 4], *mut u8, usize),
-    work: (*mut u8, usize),
-    multiplier: usize,
+/// A mul_mat call's operands as raw parts, the shapes borrowed where the
+/// caller keeps them (ggml's tensors, the C ABI's descriptors: read in
+/// place, never copied): see [`ThreadedWeights::mul_mat_operands`].
+/// The bytes of src1 and dst may be given as [`RawOperands::SPAN`]: the
+/// caller vouches for the bytes their `ne`/`nb` span (`ggml_nbytes`), and
+/// nothing is computed for them on a replayed call.
+#[derive(Clone, Copy, Debug)]
+pub struct RawOperands<'a> {
+    /// src1: ggml type id, ne, nb, data, bytes (or [`SPAN`](Self::SPAN)).
+    pub src1: (u32, &'a [i64; 4], &'a [usize; 4], *const u8, usize),
+    /// dst (F32): ne, nb, data, bytes (or [`SPAN`](Self::SPAN)).
+    pub dst: (&'a [i64; 4], &'a [usize; 4], *mut u8, usize),
+    /// The work buffer: data, bytes.
+    pub work: (*mut u8, usize),
+    /// ggml's chunks-per-thread factor (4; 1 on NUMA).
+    pub multiplier: usize,
 }
+
+impl RawOperands<'_> {
+    /// As the bytes of src1 or dst: the bytes the tensor's `ne`/`nb` span
+    /// (ggml's `ggml_nbytes`), which the caller vouches for. The checks then
+    /// use that span, exactly as if it had been given.
+    pub const SPAN: usize = usize::MAX;
+}
+
+type RawCall<'a> = RawOperands<'a>;
 
 /// Everything a mul_mat call's checks depend on but its addresses: two
 /// calls with equal keys whose addresses pass [`check_addresses`] pass the
@@ -264,9 +282,10 @@ struct RawCall {
 /// nb, address mod 64, bytes), dst (ne, nb, address mod 64, bytes), work
 /// (address mod 64, bytes), team (ith, nth, chunk multiplier).
 #[derive(Clone, Copy)]
-struct CallKey([u64; 29]);
+struct CallKey([u64; 28]);
 
 impl PartialEq for CallKey {
+    #[inline(always)]
     fn eq(&self, other: &CallKey) -> bool {
         // Branch-free and inline (no call to the C library's bcmp).
         self.0.iter().zip(&other.0).fold(0, |d, (a, b)| d | (a ^ b)) == 0
@@ -293,6 +312,9 @@ struct Replay {
     /// The LHS rows this thread packs, and where they go in the work buffer.
     rows: (usize, usize),
     pack_at: usize,
+    /// The bytes of src1 and dst the checks used (the call's, or the span
+    /// of a [`RawOperands::SPAN`]; equal keys give equal ones).
+    lens: (usize, usize),
 }
 
 thread_local! {
@@ -314,21 +336,38 @@ struct Run {
 /// Checks an F32 tensor `[ne0, ne1, ne2, 1]` with contiguous rows lies in
 /// `len` bytes, rows and batches not overlapping; returns `[ne0, ne1, ne2]`.
 pub(super) fn f32_rows(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static str) -> Result<[usize; 3]> {
-    // Every mul_mat checks two tensors: the usual answer first, in plain
-    // arithmetic (ne positive, so the casts are exact), the error's detail
-    // only when it fails.
+    // Every mul_mat checks two tensors: the usual answer first, the
+    // error's detail only when it fails.
+    match f32_layout(ne, nb) {
+        Some((d, end)) if end <= len => Ok(d),
+        _ => f32_rows_refused(ne, nb, len, what),
+    }
+}
+
+/// The sizes `[ne0, ne1, ne2]` and the bytes spanned of an F32 tensor with
+/// the layout [`f32_rows`] takes, or None (in plain arithmetic: ne
+/// positive, so the casts are exact).
+fn f32_layout(ne: [i64; 4], nb: [usize; 4]) -> Option<([usize; 3], usize)> {
     if ne[0] > 0 && ne[1] > 0 && ne[2] > 0 && ne[3] == 1 && nb[0] == 4 {
         let d = [ne[0] as u64 as usize, ne[1] as u64 as usize, ne[2] as u64 as usize];
-        let row = d[0].checked_mul(4);
-        let batch = row.and_then(|r| (d[1] - 1).checked_mul(nb[1])?.checked_add(r));
-        let end = batch.and_then(|b| (d[2] - 1).checked_mul(nb[2])?.checked_add(b));
-        if let (Some(row), Some(batch), Some(end)) = (row, batch, end) {
-            if (d[1] == 1 || nb[1] >= row) && (d[2] == 1 || nb[2] >= batch) && end <= len {
-                return Ok(d);
-            }
+        let row = d[0].checked_mul(4)?;
+        let batch = (d[1] - 1).checked_mul(nb[1])?.checked_add(row)?;
+        let end = (d[2] - 1).checked_mul(nb[2])?.checked_add(batch)?;
+        if (d[1] == 1 || nb[1] >= row) && (d[2] == 1 || nb[2] >= batch) {
+            return Some((d, end));
         }
     }
-    f32_rows_refused(ne, nb, len, what)
+    None
+}
+
+/// `len`, or for [`RawOperands::SPAN`] the bytes an F32 tensor of `ne`/`nb`
+/// spans (0 when it has no layout [`f32_rows`] takes: its checks then name
+/// the shape).
+fn bytes_of(len: usize, ne: &[i64; 4], nb: &[usize; 4]) -> usize {
+    if len != RawOperands::SPAN {
+        return len;
+    }
+    f32_layout(*ne, *nb).map_or(0, |(_, end)| end)
 }
 
 /// [`f32_rows`]'s checks one by one, for the error naming the first that fails.
@@ -364,21 +403,20 @@ fn disjoint(a: (usize, usize), b: (usize, usize)) -> bool {
 /// the addresses' alignment only).
 #[inline]
 fn check_addresses(call: &RawCall) -> Result<()> {
-    let (_, _, _, p1, l1) = call.src1;
-    let (_, _, pd, ld) = call.dst;
-    let (pw, lw) = call.work;
-    let (x, y, w) = ((p1 as usize, l1), (pd as usize, ld), (pw as usize, lw));
     // Every call: the answer without building an error.
-    if (x.0 != 0 || x.1 == 0)
-        && y.0 != 0
-        && (w.0 != 0 || w.1 == 0)
-        && disjoint(x, y)
-        && disjoint(x, w)
-        && disjoint(y, w)
-    {
+    if addresses_pass(call, (call.src1.4, call.dst.3)) {
         return Ok(());
     }
     addresses_refused(call)
+}
+
+/// Whether [`check_addresses`] passes with src1 and dst of `lens` bytes
+/// (the replay's question: no error built).
+#[inline(always)]
+fn addresses_pass(call: &RawCall, lens: (usize, usize)) -> bool {
+    let (p1, pd, (pw, lw)) = (call.src1.3, call.dst.2, call.work);
+    let (x, y, w) = ((p1 as usize, lens.0), (pd as usize, lens.1), (pw as usize, lw));
+    (x.0 != 0 || x.1 == 0) && y.0 != 0 && (w.0 != 0 || w.1 == 0) && disjoint(x, y) && disjoint(x, w) && disjoint(y, w)
 }
 
 /// [`check_addresses`]' conditions one by one, for the error (`Ok` if
@@ -427,6 +465,7 @@ enum WorkCell {
 }
 
 impl WorkCell {
+    #[inline]
     fn cell(&self) -> &core::sync::atomic::AtomicU64 {
         match self {
             WorkCell::Class(c) => c,
@@ -773,13 +812,22 @@ impl ThreadedWeights {
     /// ggml's work size for `m` rows: a 64-byte aligned packed LHS per
     /// layout held (F32 kernels reading the LHS directly need none); the
     /// same for every thread count.
+    #[inline]
     pub fn work_size(&self, m: usize) -> Result<usize> {
-        use core::sync::atomic::Ordering::Relaxed;
-        crate::error::nonzero(m, "m")?;
-        let last = self.last_work.cell().load(Relaxed);
-        if (last >> 32) as usize == m {
+        let last = self.last_work.cell().load(core::sync::atomic::Ordering::Relaxed);
+        if m != 0 && (last >> 32) as usize == m {
             return Ok((last & 0xffff_ffff) as usize);
         }
+        // (The only error, m = 0, comes boxed: the answer stays small.)
+        self.work_size_planned(m).map_err(|e| *e)
+    }
+
+    /// [`work_size`](Self::work_size) from the plan (out of line: ggml
+    /// asks again and again for the same `m`, answered by the kept answer).
+    #[inline(never)]
+    fn work_size_planned(&self, m: usize) -> core::result::Result<usize, Box<Error>> {
+        use core::sync::atomic::Ordering::Relaxed;
+        crate::error::nonzero(m, "m").map_err(Box::new)?;
         // Through this thread's plan cache: with one thread, ggml's
         // mul_mat that follows on this thread finds the plan there.
         let work = self.cached_plan(m, 1, 1).work;
@@ -809,8 +857,8 @@ impl ThreadedWeights {
         multiplier: usize,
     ) -> Result<()> {
         let call = RawCall {
-            src1: (src1.typ as u32, src1.ne, src1.nb, src1.data.as_ptr(), src1.data.len()),
-            dst: (dst_ne, dst_nb, dst.ptr.as_ptr(), dst.len),
+            src1: (src1.typ as u32, &src1.ne, &src1.nb, src1.data.as_ptr(), src1.data.len()),
+            dst: (&dst_ne, &dst_nb, dst.ptr.as_ptr(), dst.len),
             work: (work.ptr.as_ptr(), work.len),
             multiplier,
         };
@@ -838,6 +886,7 @@ impl ThreadedWeights {
     /// reads and writes of their bytes and used only by the team's threads
     /// during the call, every thread of the team calling.
     #[allow(clippy::type_complexity)]
+    #[inline]
     pub unsafe fn mul_mat_raw<T: ThreadTeam>(
         &self,
         src1: (u32, [i64; 4], [usize; 4], *const u8, usize),
@@ -846,8 +895,24 @@ impl ThreadedWeights {
         team: &T,
         multiplier: usize,
     ) -> Result<()> {
+        let (t1, ne1, nb1, p1, l1) = src1;
+        let (ned, nbd, pd, ld) = dst;
+        let call = RawCall { src1: (t1, &ne1, &nb1, p1, l1), dst: (&ned, &nbd, pd, ld), work, multiplier };
         // SAFETY: the caller's guarantees are run_call's.
-        unsafe { self.run_call(&RawCall { src1, dst, work, multiplier }, team) }
+        unsafe { self.run_call(&call, team) }
+    }
+
+    /// [`mul_mat_raw`](Self::mul_mat_raw) with the shapes read where the
+    /// caller keeps them (the C ABI's path: a call on the steady state
+    /// reads each word of its descriptors once, into the comparison with
+    /// the kept call's).
+    ///
+    /// # Safety
+    /// [`mul_mat_raw`](Self::mul_mat_raw)'s, for `call`'s pointers.
+    #[inline]
+    pub unsafe fn mul_mat_operands<T: ThreadTeam>(&self, call: &RawOperands<'_>, team: &T) -> Result<()> {
+        // SAFETY: the caller's guarantees are run_call's.
+        unsafe { self.run_call(call, team) }
     }
 
     /// The one mul_mat path: this thread's kept call again when `call`'s
@@ -857,29 +922,55 @@ impl ThreadedWeights {
     ///
     /// # Safety
     /// [`mul_mat_raw`](Self::mul_mat_raw)'s.
+    #[inline(always)]
     unsafe fn run_call<T: ThreadTeam>(&self, call: &RawCall, team: &T) -> Result<()> {
         let (ith, nth) = (team.ith(), team.nth());
+        // The steady state, in this frame: the thread's entry for this
+        // class of weights, read in place (a Replay is some 50 words), its
+        // key compared with this call's as the words are read (built after
+        // the entry is borrowed, so nothing is read before and kept);
+        // `replay` relies on run_call's contract (the bytes are valid).
+        let replays = REPLAYS.with(|t| t as *const core::cell::RefCell<[Option<Replay>; 64]>);
+        // SAFETY: a const-initialised thread-local without destructor
+        // lives as long as this thread, and the reference stays in this call.
+        let replayed = match &unsafe { &*replays }.borrow()[(self.class % 64) as usize] {
+            Some(r) if r.key == self.key(call, ith, nth) => self.replay(r, call, team),
+            _ => false,
+        };
+        if replayed {
+            return Ok(());
+        }
         let key = self.key(call, ith, nth);
-        // The thread's entry for this class of weights, used in place (a
-        // Replay is some 50 words: not copied in or out).
+        // SAFETY: run_call's contract is run_checked's.
+        // (The error comes boxed: the steady state's answer stays one word.)
+        match unsafe { self.run_checked(key, *call, team) } {
+            None => Ok(()),
+            Some(e) => Err(*e),
+        }
+    }
+
+    /// [`run_call`](Self::run_call) when no kept call replays: the checks
+    /// ([`prepare`](Self::prepare)), the run, and the call kept for next
+    /// time (out of line: a handful of calls per graph come here).
+    ///
+    /// # Safety
+    /// [`mul_mat_raw`](Self::mul_mat_raw)'s.
+    #[inline(never)]
+    unsafe fn run_checked<T: ThreadTeam>(&self, key: CallKey, call: RawCall, team: &T) -> Option<Box<Error>> {
+        let (ith, nth) = (team.ith(), team.nth());
         REPLAYS.with(|t| {
             let mut t = t.borrow_mut();
             let e = &mut t[(key.class() % 64) as usize];
-            if let Some(r) = e.as_ref().filter(|r| r.key == key) {
-                if let Some(done) = self.replay(r, call, team) {
-                    return done;
-                }
-            }
-            match self.prepare(key, call, ith, nth, e) {
+            match self.prepare(key, &call, ith, nth, e) {
                 Ok(ok) => {
                     if let Some(r) = e.as_ref() {
                         // SAFETY: `prepare` passed every check for this
                         // call and kept `r` for it (see `execute`), `ok`
                         // vouches for its kernel on this thread, and the
                         // bytes are valid (the caller's guarantees).
-                        unsafe { self.execute(r, &ok, call, team) };
+                        unsafe { self.execute(r, &ok, &call, team) };
                     }
-                    Ok(())
+                    None
                 }
                 Err((err, batches)) => {
                     // Every thread takes part in every barrier, even after an error.
@@ -892,12 +983,13 @@ impl ThreadedWeights {
                             team.barrier();
                         }
                     }
-                    Err(err)
+                    Some(Box::new(err))
                 }
             }
         })
     }
 
+    #[inline(always)]
     fn key(&self, call: &RawCall, ith: usize, nth: usize) -> CallKey {
         let (t1, ne1, nb1, p1, l1) = call.src1;
         let (ned, nbd, pd, ld) = call.dst;
@@ -935,7 +1027,6 @@ impl ThreadedWeights {
             w(ld),
             w(work_at),
             w(call.work.1),
-            0,
             w(ith),
             w(nth),
             w(call.multiplier),
@@ -945,10 +1036,12 @@ impl ThreadedWeights {
     /// Replays the thread's kept call when `key` equals its key (in place:
     /// a kept call is not copied out of the thread's table).
     fn replay_if_kept<T: ThreadTeam>(&self, key: &CallKey, call: &RawCall, team: &T) -> Option<Result<()>> {
-        REPLAYS.with(|r| match &r.borrow()[(key.class() % 64) as usize] {
-            Some(e) if e.key == *key => self.replay(e, call, team),
-            _ => None,
-        })
+        REPLAYS
+            .with(|r| match &r.borrow()[(key.class() % 64) as usize] {
+                Some(e) if e.key == *key => self.replay(e, call, team),
+                _ => false,
+            })
+            .then_some(Ok(()))
     }
 
     /// The replay half of [`mul_mat_raw`](Self::mul_mat_raw): runs the
@@ -968,7 +1061,9 @@ impl ThreadedWeights {
         team: &T,
         multiplier: usize,
     ) -> Option<Result<()>> {
-        let call = RawCall { src1, dst, work, multiplier };
+        let (t1, ne1, nb1, p1, l1) = src1;
+        let (ned, nbd, pd, ld) = dst;
+        let call = RawCall { src1: (t1, &ne1, &nb1, p1, l1), dst: (&ned, &nbd, pd, ld), work, multiplier };
         let key = self.key(&call, team.ith(), team.nth());
         self.replay_if_kept(&key, &call, team)
     }
@@ -1014,6 +1109,9 @@ impl ThreadedWeights {
         let (t1, ne1, nb1, p1, l1) = call.src1;
         let (ned, nbd, pd, ld) = call.dst;
         let (pw, lw) = call.work;
+        // Spans given as RawOperands::SPAN checked as the bytes they are.
+        let (l1, ld) = (bytes_of(l1, ne1, nb1), bytes_of(ld, ned, nbd));
+        let call = &RawCall { src1: (t1, ne1, nb1, p1, l1), dst: (ned, nbd, pd, ld), ..*call };
         let shapes = || -> Result<(usize, usize, Run)> {
             if ith >= nth {
                 return Err(Error::out_of_range("thread", ith, nth));
@@ -1023,8 +1121,8 @@ impl ThreadedWeights {
                 return Err(Error::ElementType { what: "src1", expected: "F32", got: typ.name() });
             }
             check_addresses(call)?;
-            let a = f32_rows(ne1, nb1, l1, "src1")?;
-            let o = f32_rows(ned, nbd, ld, "dst")?;
+            let a = f32_rows(*ne1, *nb1, l1, "src1")?;
+            let o = f32_rows(*ned, *nbd, ld, "dst")?;
             let (k, n, m) = (self.k, self.n, a[1]);
             if a[0] != k || o != [n, m, a[2]] {
                 return Err(Error::ShapeMismatch {
@@ -1097,22 +1195,26 @@ impl ThreadedWeights {
                 pack_at = off;
             }
         }
-        *kept = Some(Replay { key, m, batches, run, part: index, rows: (rows.start, rows.end), pack_at });
+        *kept =
+            Some(Replay { key, m, batches, run, part: index, rows: (rows.start, rows.end), pack_at, lens: (l1, ld) });
         Ok(ok)
     }
 
-    /// Runs a kept call again (`r.key` equals this call's), or None when
-    /// this call's addresses fail [`check_addresses`] or this thread's
-    /// vector length changed (then the full path runs and reports it).
+    /// Runs a kept call again (`r.key` equals this call's): true, or false
+    /// when this call's addresses fail [`check_addresses`] or this thread's
+    /// vector length changed (nothing run: the full path runs and reports it).
     /// Nothing else is checked again: arguments with equal keys pass the
     /// same checks, on weights of the same class (whose kernels were found
     /// supported as the kept call's were: the features are part of the key).
-    fn replay<T: ThreadTeam>(&self, r: &Replay, call: &RawCall, team: &T) -> Option<Result<()>> {
-        if check_addresses(call).is_err() {
-            return None; // the full path reports it
+    #[inline(always)]
+    fn replay<T: ThreadTeam>(&self, r: &Replay, call: &RawCall, team: &T) -> bool {
+        if !addresses_pass(call, r.lens) {
+            return false; // the full path reports it
         }
         let kern = self.slots[r.run.parts[r.part].slot].kernel(r.m);
-        let ok = kern.still_on_this_thread().ok()?;
+        let Ok(ok) = kern.still_on_this_thread() else {
+            return false;
+        };
         #[cfg(test)]
         tests::REPLAYED.with(|c| c.set(c.get() + 1));
         // SAFETY: `call`'s key equals the kept call's (weights class:
@@ -1122,7 +1224,7 @@ impl ThreadedWeights {
         // call's answers, which `execute` relies on; the bytes are valid for
         // this call (the caller's guarantees).
         unsafe { self.execute(r, &ok, call, team) };
-        Some(Ok(()))
+        true
     }
 
     /// Thread `team.ith()`'s part of a call that passed [`prepare`](Self::prepare):
@@ -1131,24 +1233,48 @@ impl ThreadedWeights {
     /// # Safety
     /// `prepare` returned `r` for a call with `call`'s key (on these weights
     /// or others of their class), `call`'s addresses pass
-    /// [`check_addresses`], `ok` is for `r`'s kernel of these weights on
-    /// this thread, and `call`'s bytes are valid
+    /// [`check_addresses`] with src1 and dst of `r.lens` bytes, `ok` is for
+    /// `r`'s kernel of these weights on this thread, and `call`'s bytes are valid
     /// as [`mul_mat_raw`](Self::mul_mat_raw) requires.
+    #[inline(always)]
     unsafe fn execute<T: ThreadTeam>(&self, r: &Replay, ok: &OnThread<'_>, call: &RawCall, team: &T) {
+        // One thread needs neither barriers nor the team's counter: it
+        // computes every chunk, in order (its own loop).
+        // SAFETY: execute's contract, ALONE exactly when nth is 1.
+        unsafe {
+            if team.nth() == 1 {
+                self.execute_as::<T, true>(r, ok, call, team)
+            } else {
+                self.execute_as::<T, false>(r, ok, call, team)
+            }
+        }
+    }
+
+    /// [`execute`](Self::execute) for a team of one thread (`ALONE`) or more.
+    ///
+    /// # Safety
+    /// [`execute`](Self::execute)'s, and `ALONE` exactly when `team.nth() == 1`.
+    #[inline(always)]
+    unsafe fn execute_as<T: ThreadTeam, const ALONE: bool>(
+        &self,
+        r: &Replay,
+        ok: &OnThread<'_>,
+        call: &RawCall,
+        team: &T,
+    ) {
         let (ith, nth) = (team.ith(), team.nth());
         let part = &r.run.parts[r.part];
         let slot = &self.slots[part.slot];
-        let kern = slot.kernel(r.m);
+        let kern = ok.kernel(); // `slot.kernel(r.m)` (the caller's guarantee)
         let f32_scheme = self.typ == GgmlType::F32;
         let rhs = slot.rhs().as_bytes().as_ptr();
         let (n, m, cc) = (self.n, r.m, r.run.chunk_cols);
         let (src, s1, s2) = (call.src1.3, call.src1.2[1], call.src1.2[2]);
         let (dst, dst_nb, work) = (call.dst.2, call.dst.1, call.work.0);
-        // One thread needs neither barriers nor the team's counter: it
-        // computes every chunk, in order.
-        let alone = nth == 1;
+        let alone = ALONE;
         for b in 0..r.batches {
-            if r.rows.1 > r.rows.0 {
+            // (Kernels reading the f32 rows where they are pack nothing.)
+            if r.rows.1 > r.rows.0 && part.lhs_size != 0 {
                 // SAFETY: prepare's check_pack passed for these rows of
                 // every batch (source inside src1, aligned, strided as the
                 // packer needs) and their packed bytes lie in this thread's

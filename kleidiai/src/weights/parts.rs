@@ -138,6 +138,9 @@ pub struct PartKernel {
     /// The vector length the packed RHS was made for (0: none), which the
     /// calling thread's must equal.
     vector_bytes: usize,
+    /// Whether that vector length is the streaming one (SME kernels; SVE
+    /// ones read the SVE length), from `info` (kept: every call reads it).
+    streaming: bool,
     n: usize,
     k: usize,
     /// Block length of the RHS (0: none).
@@ -173,6 +176,7 @@ impl PartKernel {
 impl PartSlot {
     /// The packed weights the kernels read (the `rhs` operand of
     /// [`PartKernel::run_cols`]).
+    #[inline]
     pub fn rhs(&self) -> &PackedRhs {
         &self.rhs
     }
@@ -189,6 +193,7 @@ impl PartSlot {
     }
 
     /// The kernel for `m` rows: the GEMV one for one row when there is one.
+    #[inline]
     pub fn kernel(&self, m: usize) -> &PartKernel {
         match &self.gemv {
             Some(g) if m == 1 => g,
@@ -428,6 +433,14 @@ fn payload_ranges(lens: impl IntoIterator<Item = usize>) -> Result<(Vec<Range<us
 pub struct OnThread<'k> {
     kernel: &'k PartKernel,
     _thread: PhantomData<*const ()>,
+}
+
+impl<'k> OnThread<'k> {
+    /// The kernel this proof is for.
+    #[inline]
+    pub fn kernel(&self) -> &'k PartKernel {
+        self.kernel
+    }
 }
 
 mod calls;

@@ -130,6 +130,15 @@ fn weights_tensor(typ: GgmlType, n: usize, k: usize, wb: &[u8]) -> (Tensor<'_>, 
     (Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: wb }, ne)
 }
 
+/// Random `n x k` weights of `typ` repacked for this CPU (automatic SME),
+/// or None when no kernel of ggml's table takes them here.
+fn threaded(typ: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Option<ThreadedWeights> {
+    let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
+    let (src0, ne) = weights_tensor(typ, n, k, &wb);
+    let size = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto).ok()?;
+    Some(ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap())
+}
+
 /// `mul_mat` on `nth` std threads; the dst bytes.
 fn run(w: &ThreadedWeights, x: &[u8], m: usize, nth: usize) -> Vec<f32> {
     let (k, n) = w.dims();
@@ -167,13 +176,10 @@ fn an_identical_call_replays_with_the_same_bits() {
     let mut rng = Rng::new(77);
     for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
         let (n, k) = (72, 64);
-        let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
-        let (src0, ne) = weights_tensor(typ, n, k, &wb);
-        let Ok(size) = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto) else {
+        let Some(w) = threaded(typ, n, k, &mut rng) else {
             println!("replay {typ:?}: no kernel of ggml's table on this CPU (nothing to replay)");
             continue;
         };
-        let w = ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap();
         for m in [1, 3] {
             let mut x = vec![0u8; 4 * k * m];
             let mut dst = vec![0u8; 4 * m * n];
@@ -278,12 +284,7 @@ fn weights_of_one_class_share_the_kept_call() {
     let replays = || REPLAYED.with(|c| c.get());
     for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
         let k = 64;
-        let mut make = |n: usize| {
-            let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
-            let (src0, ne) = weights_tensor(typ, n, k, &wb);
-            let size = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto).ok()?;
-            Some(ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap())
-        };
+        let mut make = |n: usize| threaded(typ, n, k, &mut rng);
         let (Some(a), Some(b), Some(c)) = (make(72), make(72), make(80)) else {
             println!("class replay {typ:?}: no kernel of ggml's table on this CPU (nothing to replay)");
             continue;
@@ -350,6 +351,71 @@ fn weights_of_one_class_share_the_kept_call() {
             let before = replays();
             raw(&c, (x.as_ptr(), x.len()), (dc.as_mut_ptr(), dc.len()), (wc.as_mut_ptr(), wc.len())).unwrap();
             assert_eq!(replays(), before, "{typ:?} m={m}: another class checks");
+        }
+    }
+}
+
+/// `RawOperands::SPAN` lengths (the C ABI's `kairs_ggml_mul_mat_nb`): the
+/// bits of the same call with the lengths given, a replay of the kept call,
+/// and every address check on the spans (an overlap and a NULL pointer with
+/// the kept key refused, nothing written; a bad shape named as such).
+#[test]
+fn span_lengths_check_and_replay_like_given_ones() {
+    let mut rng = Rng::new(53);
+    let replays = || REPLAYED.with(|c| c.get());
+    for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
+        let (n, k) = (72, 64);
+        let Some(w) = threaded(typ, n, k, &mut rng) else {
+            println!("spans {typ:?}: no kernel of ggml's table on this CPU (nothing to run)");
+            continue;
+        };
+        for m in [1, 3] {
+            let x: Vec<u8> = rng.vec_f32(k * m).iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut src = crate::AlignedBuf::zeroed(x.len());
+            src.as_mut_slice().copy_from_slice(&x);
+            let mut dst = crate::AlignedBuf::zeroed(4 * m * n);
+            let mut work = crate::AlignedBuf::zeroed(w.work_size(m).unwrap().max(1));
+            let (ne1, nb1) = ([k as i64, m as i64, 1, 1], [4, 4 * k, 4 * k * m, 4 * k * m]);
+            let (dne, dnb) = ([n as i64, m as i64, 1, 1], [4, 4 * n, 4 * n * m, 4 * n * m]);
+            let ops = |ne1: &[i64; 4], s: (*const u8, usize), d: (*mut u8, usize), wk: (*mut u8, usize)| {
+                let call = RawOperands {
+                    src1: (GgmlType::F32 as u32, ne1, &nb1, s.0, s.1),
+                    dst: (&dne, &dnb, d.0, d.1),
+                    work: wk,
+                    multiplier: 4,
+                };
+                // SAFETY: the pointers are this test's buffers, valid for the
+                // bytes their shapes span (or NULL), used by this thread
+                // alone; src1 is not written (overlaps are refused first).
+                unsafe { w.mul_mat_operands(&call, &SingleThread::default()) }
+            };
+            let span = RawOperands::SPAN;
+            let (s, d) = (src.as_slice().as_ptr(), dst.as_mut_slice().as_mut_ptr());
+            let wk = (work.as_mut_slice().as_mut_ptr(), w.work_size(m).unwrap());
+            // Given lengths, then spans: the same bits; spans again: a replay.
+            let mut given = vec![0u8; 4 * m * n];
+            ops(&ne1, (x.as_ptr(), x.len()), (given.as_mut_ptr(), given.len()), wk).unwrap();
+            ops(&ne1, (s, span), (d, span), wk).unwrap();
+            assert_eq!(dst.as_slice(), &given[..], "{typ:?} m={m}: spans and given lengths differ");
+            dst.as_mut_slice().fill(0);
+            let before = replays();
+            ops(&ne1, (s, span), (d, span), wk).unwrap();
+            assert_eq!(replays(), before + 1, "{typ:?} m={m}: the span call replays");
+            assert_eq!(dst.as_slice(), &given[..], "{typ:?} m={m}: replayed bits");
+            // src1 at dst's address (the kept key: spans, alignment): refused.
+            dst.as_mut_slice().fill(7);
+            let before = replays();
+            let r = ops(&ne1, (d.cast_const(), span), (d, span), wk);
+            assert!(matches!(r, Err(Error::InvalidArgument(ref e)) if e.contains("overlap")), "{typ:?} m={m}: {r:?}");
+            assert_eq!(replays(), before, "{typ:?} m={m}: an overlap does not replay");
+            assert!(dst.as_slice().iter().all(|v| *v == 7), "{typ:?} m={m}: nothing written");
+            // Kept again, then a NULL src1 with the kept key: refused.
+            ops(&ne1, (s, span), (d, span), wk).unwrap();
+            let r = ops(&ne1, (core::ptr::null(), span), (d, span), wk);
+            assert!(matches!(r, Err(Error::Null { what: "src1 data" })), "{typ:?} m={m}: {r:?}");
+            // A shape no layout spans (4-D): the shape is named, not an overlap.
+            let r = ops(&[k as i64, m as i64, 1, 2], (s, span), (d, span), wk);
+            assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{typ:?} m={m}: {r:?}");
         }
     }
 }

@@ -33,10 +33,17 @@ impl PartKernel {
     /// Features switched off since ([`crate::cpu::disable`]) are not seen
     /// (the CPU still has them: the kernel still runs correctly, against
     /// the switch's intent), which is why the caller compares them.
+    #[inline]
     pub fn still_on_this_thread(&self) -> Result<OnThread<'_>> {
-        let live = crate::families::engine::live_vector_bytes(self.info);
-        if self.vector_bytes != 0 && live != self.vector_bytes {
-            return self.on_this_thread(); // the full check, and its message
+        if self.vector_bytes != 0 {
+            // live_vector_bytes, from the kept kind of vector length.
+            #[cfg(target_arch = "aarch64")]
+            let live = if self.streaming { crate::cpu::rdsvl_bytes() } else { crate::cpu::rdvl_bytes() };
+            #[cfg(not(target_arch = "aarch64"))]
+            let live = crate::families::engine::live_vector_bytes(self.info);
+            if live != self.vector_bytes {
+                return self.on_this_thread(); // the full check, and its message
+            }
         }
         Ok(OnThread { kernel: self, _thread: PhantomData })
     }
@@ -201,6 +208,7 @@ impl PartKernel {
     ///   kernel, on the calling thread (it cannot leave it), and the thread
     ///   did not change its vector length since.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub unsafe fn pack_rows_unchecked(&self, ok: &OnThread<'_>, h: usize, src: *const u8, stride: usize, out: *mut u8) {
         debug_assert!(core::ptr::eq(ok.kernel, self));
         let _ = ok;
@@ -239,6 +247,7 @@ impl PartKernel {
     ///   kernel, on the calling thread, and the thread did not change its
     ///   vector length since.
     #[allow(clippy::too_many_arguments)] // the kernel's operands
+    #[inline(always)]
     pub unsafe fn run_cols_unchecked(
         &self,
         ok: &OnThread<'_>,

@@ -260,6 +260,7 @@ pub(super) unsafe fn pack(
 /// # Safety
 /// As [`PartKernel::run_cols`](super::PartKernel::run_cols) checked.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub(super) unsafe fn run(
     kr: &PartKernel,
     m: usize,

@@ -44,6 +44,7 @@ impl PartKernel {
                 packer,
                 lhs_bl,
                 vector_bytes: rhs.vector_bytes,
+                streaming: info.is_sme(),
                 n: rhs.rows,
                 k: rhs.k,
                 bl: rhs.bl,
