@@ -1336,7 +1336,9 @@ impl ThreadedWeights {
         let (dst, dst_nb, work) = (call.dst.2, call.dst.1, call.work.0);
         let alone = ALONE;
         for b in 0..r.batches {
-            let (at, dst_at) = (batch_offset(b, r.ne2, src_nb), batch_offset(b, r.ne2, dst_nb));
+            // (Batch 0, a call's only one in the steady state, at offset 0.)
+            let (at, dst_at) =
+                if b == 0 { (0, 0) } else { (batch_offset(b, r.ne2, src_nb), batch_offset(b, r.ne2, dst_nb)) };
             // (Kernels reading the f32 rows where they are pack nothing.)
             if r.rows.1 > r.rows.0 && part.lhs_size != 0 {
                 // SAFETY: prepare's check_pack passed for these rows of
