@@ -404,6 +404,13 @@ fn f32_rows4_refused(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static st
     Ok(d)
 }
 
+/// [`batch_offset`] of src1 and dst (out of line: batches after the first
+/// are rare, and their strides then stay out of the steady state's registers).
+#[inline(never)]
+fn batch_offsets(b: usize, ne2: usize, src: &[usize; 4], dst: &[usize; 4]) -> (usize, usize) {
+    (batch_offset(b, ne2, src), batch_offset(b, ne2, dst))
+}
+
 /// Byte offset of batch `b` of a tensor of `ne2` batches per group, its
 /// strides `nb` (batches in order `b = i3 * ne2 + i2`; one division only
 /// past the first group).
@@ -1337,8 +1344,7 @@ impl ThreadedWeights {
         let alone = ALONE;
         for b in 0..r.batches {
             // (Batch 0, a call's only one in the steady state, at offset 0.)
-            let (at, dst_at) =
-                if b == 0 { (0, 0) } else { (batch_offset(b, r.ne2, src_nb), batch_offset(b, r.ne2, dst_nb)) };
+            let (at, dst_at) = if b == 0 { (0, 0) } else { batch_offsets(b, r.ne2, src_nb, dst_nb) };
             // (Kernels reading the f32 rows where they are pack nothing.)
             if r.rows.1 > r.rows.0 && part.lhs_size != 0 {
                 // SAFETY: prepare's check_pack passed for these rows of
