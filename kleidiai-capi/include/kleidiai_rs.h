@@ -334,7 +334,8 @@ int kairs_ggml_work_size(const struct kairs_ggml_weights *w, int64_t m, size_t *
 int kairs_ggml_kernel(const struct kairs_ggml_weights *w, int64_t m, int ith, int nth, const char **name);
 
 // Thread `team->ith`'s part of ggml mul_mat: dst = src1 x weights^T, src1 F32
-// [k, m, ne12], dst F32 [n, m, ne12]; `work` at least `kairs_ggml_work_size`
+// [k, m, ne12, ne13], dst F32 [n, m, ne12, ne13] (the weights broadcast over
+// both batch dimensions); `work` at least `kairs_ggml_work_size`
 // bytes. Every thread of the node calls it (the contract of
 // `kairs_ggml_team`); src1, dst and work must not overlap, and nobody else uses
 // dst and work during the call. All checks happen before the first barrier, and

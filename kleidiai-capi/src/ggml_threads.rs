@@ -337,7 +337,8 @@ pub unsafe extern "C" fn kairs_ggml_kernel(
 }
 
 /// Thread `team->ith`'s part of ggml mul_mat: dst = src1 x weights^T, src1 F32
-/// [k, m, ne12], dst F32 [n, m, ne12]; `work` at least `kairs_ggml_work_size`
+/// [k, m, ne12, ne13], dst F32 [n, m, ne12, ne13] (the weights broadcast over
+/// both batch dimensions); `work` at least `kairs_ggml_work_size`
 /// bytes. Every thread of the node calls it (the contract of
 /// `kairs_ggml_team`); src1, dst and work must not overlap, and nobody else uses
 /// dst and work during the call. All checks happen before the first barrier, and
@@ -873,14 +874,14 @@ mod tests {
                     }
                 };
             let (ne1, dnb, xs) = (d1.ne.as_ptr(), dd.nb.as_ptr(), x.as_ptr());
-            let four_d = [k as i64, m as i64, 1, 2];
+            let empty = [k as i64, m as i64, 1, 0];
             for (what, rc, code) in [
                 ("NULL src1 ne", call(std::ptr::null(), KAIRS_TYPE_F32, dnb, xs, &team), KAIRS_ERR_INVALID),
                 ("NULL dst nb", call(ne1, KAIRS_TYPE_F32, std::ptr::null(), xs, &team), KAIRS_ERR_INVALID),
                 ("NULL team", call(ne1, KAIRS_TYPE_F32, dnb, xs, std::ptr::null()), KAIRS_ERR_INVALID),
                 ("dst Q4_0", call(ne1, KAIRS_TYPE_Q4_0, dnb, xs, &team), KAIRS_ERR_TYPE),
                 ("src1 in dst", call(ne1, KAIRS_TYPE_F32, dnb, yp.cast_const(), &team), KAIRS_ERR_INVALID),
-                ("4-D src1", call(four_d.as_ptr(), KAIRS_TYPE_F32, dnb, xs, &team), KAIRS_ERR_SHAPE),
+                ("src1 ne[3] = 0", call(empty.as_ptr(), KAIRS_TYPE_F32, dnb, xs, &team), KAIRS_ERR_SHAPE),
             ] {
                 assert_eq!(rc, code, "{what}: {}", last_error());
                 assert!(!last_error().is_empty(), "{what}: a message");

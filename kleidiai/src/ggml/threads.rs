@@ -312,6 +312,8 @@ struct Replay {
     /// The LHS rows this thread packs, and where they go in the work buffer.
     rows: (usize, usize),
     pack_at: usize,
+    /// Batches per group (`ne[2]`; `batches` counts every group's).
+    ne2: usize,
     /// The bytes of src1 and dst the checks used (the call's, or the span
     /// of a [`RawOperands::SPAN`]; equal keys give equal ones).
     lens: (usize, usize),
@@ -345,19 +347,76 @@ pub(super) fn f32_rows(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static 
 }
 
 /// The sizes `[ne0, ne1, ne2]` and the bytes spanned of an F32 tensor with
-/// the layout [`f32_rows`] takes, or None (in plain arithmetic: ne
-/// positive, so the casts are exact).
+/// the layout [`f32_rows`] takes, or None.
 fn f32_layout(ne: [i64; 4], nb: [usize; 4]) -> Option<([usize; 3], usize)> {
-    if ne[0] > 0 && ne[1] > 0 && ne[2] > 0 && ne[3] == 1 && nb[0] == 4 {
-        let d = [ne[0] as u64 as usize, ne[1] as u64 as usize, ne[2] as u64 as usize];
+    match f32_layout4(ne, nb)? {
+        ([d0, d1, d2, 1], end) => Some(([d0, d1, d2], end)),
+        _ => None,
+    }
+}
+
+/// The sizes `[ne0, ne1, ne2, ne3]` and the bytes spanned of an F32 tensor
+/// with the layout [`f32_rows4`] takes, or None (in plain arithmetic: ne
+/// positive, so the casts are exact).
+fn f32_layout4(ne: [i64; 4], nb: [usize; 4]) -> Option<([usize; 4], usize)> {
+    if ne[0] > 0 && ne[1] > 0 && ne[2] > 0 && ne[3] > 0 && nb[0] == 4 {
+        let d = ne.map(|v| v as u64 as usize);
         let row = d[0].checked_mul(4)?;
         let batch = (d[1] - 1).checked_mul(nb[1])?.checked_add(row)?;
-        let end = (d[2] - 1).checked_mul(nb[2])?.checked_add(batch)?;
-        if (d[1] == 1 || nb[1] >= row) && (d[2] == 1 || nb[2] >= batch) {
+        let group = (d[2] - 1).checked_mul(nb[2])?.checked_add(batch)?;
+        let end = (d[3] - 1).checked_mul(nb[3])?.checked_add(group)?;
+        if (d[1] == 1 || nb[1] >= row) && (d[2] == 1 || nb[2] >= batch) && (d[3] == 1 || nb[3] >= group) {
             return Some((d, end));
         }
     }
     None
+}
+
+/// [`f32_rows`] for `[ne0, ne1, ne2, ne3]`: groups of `ne2` batches `nb[3]`
+/// bytes apart, not overlapping (ggml's 4-D activations); returns the sizes.
+pub(super) fn f32_rows4(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static str) -> Result<[usize; 4]> {
+    match f32_layout4(ne, nb) {
+        Some((d, end)) if end <= len => Ok(d),
+        _ => f32_rows4_refused(ne, nb, len, what),
+    }
+}
+
+/// [`f32_rows4`]'s checks one by one, for the error naming the first that fails.
+#[cold]
+#[inline(never)]
+fn f32_rows4_refused(ne: [i64; 4], nb: [usize; 4], len: usize, what: &'static str) -> Result<[usize; 4]> {
+    let d = super::tensor::dims(ne, what)?;
+    let row = d[0].checked_mul(4);
+    let batch = (d[1] - 1).checked_mul(nb[1]).and_then(|v| v.checked_add(row?));
+    let group = (d[2] - 1).checked_mul(nb[2]).and_then(|v| v.checked_add(batch?));
+    let end = (d[3] - 1).checked_mul(nb[3]).and_then(|v| v.checked_add(group?));
+    let (Some(row), Some(batch), Some(group), Some(end)) = (row, batch, group, end) else {
+        return Err(Error::Overflow(format!("{what} extent")));
+    };
+    if nb[0] != 4 || (d[1] > 1 && nb[1] < row) || (d[2] > 1 && nb[2] < batch) || (d[3] > 1 && nb[3] < group) {
+        return Err(Error::ShapeMismatch {
+            what,
+            got: format!("ne {ne:?} nb {nb:?}"),
+            want: "F32 with contiguous, non-overlapping rows and batches".into(),
+        });
+    }
+    crate::error::at_least_bytes(len, end, what)?;
+    Ok(d)
+}
+
+/// [`batch_offset`] of src1 and dst (out of line: batches after the first
+/// are rare, and their strides then stay out of the steady state's registers).
+#[inline(never)]
+fn batch_offsets(b: usize, ne2: usize, src: &[usize; 4], dst: &[usize; 4]) -> (usize, usize) {
+    (batch_offset(b, ne2, src), batch_offset(b, ne2, dst))
+}
+
+/// Byte offset of batch `b` of a tensor of `ne2` batches per group, its
+/// strides `nb` (batches in order `b = i3 * ne2 + i2`; one division only
+/// past the first group).
+#[inline(always)]
+fn batch_offset(b: usize, ne2: usize, nb: &[usize; 4]) -> usize {
+    if b < ne2 { b * nb[2] } else { (b % ne2) * nb[2] + (b / ne2) * nb[3] }
 }
 
 /// `len`, or for [`RawOperands::SPAN`] the bytes an F32 tensor of `ne`/`nb`
@@ -367,7 +426,7 @@ fn bytes_of(len: usize, ne: &[i64; 4], nb: &[usize; 4]) -> usize {
     if len != RawOperands::SPAN {
         return len;
     }
-    f32_layout(*ne, *nb).map_or(0, |(_, end)| end)
+    f32_layout4(*ne, *nb).map_or(0, |(_, end)| end)
 }
 
 /// [`f32_rows`]'s checks one by one, for the error naming the first that fails.
@@ -837,9 +896,10 @@ impl ThreadedWeights {
         Ok(work)
     }
 
-    /// Thread `team.ith()`'s part of ggml `mul_mat`: `dst[b][i][j] = sum_k
-    /// src1[b][i][k] * w[j][k]`, `src1` F32 `[k, m, ne12]`, `dst` F32
-    /// `[n, m, ne12]` described by `dst_ne`/`dst_nb` over `dst`. Every thread
+    /// Thread `team.ith()`'s part of ggml `mul_mat`: `dst[b3][b2][i][j] = sum_k
+    /// src1[b3][b2][i][k] * w[j][k]`, `src1` F32 `[k, m, ne12, ne13]`, `dst`
+    /// F32 `[n, m, ne12, ne13]` described by `dst_ne`/`dst_nb` over `dst` (the
+    /// 2-D weights broadcast over both batch dimensions). Every thread
     /// of the team calls it; `work` holds at least [`work_size`](Self::work_size)
     /// bytes. `multiplier` is ggml's chunks-per-thread factor (4; 1 on NUMA).
     ///
@@ -1112,7 +1172,7 @@ impl ThreadedWeights {
         // Spans given as RawOperands::SPAN checked as the bytes they are.
         let (l1, ld) = (bytes_of(l1, ne1, nb1), bytes_of(ld, ned, nbd));
         let call = &RawCall { src1: (t1, ne1, nb1, p1, l1), dst: (ned, nbd, pd, ld), ..*call };
-        let shapes = || -> Result<(usize, usize, Run)> {
+        let shapes = || -> Result<(usize, usize, usize, Run)> {
             if ith >= nth {
                 return Err(Error::out_of_range("thread", ith, nth));
             }
@@ -1121,21 +1181,22 @@ impl ThreadedWeights {
                 return Err(Error::ElementType { what: "src1", expected: "F32", got: typ.name() });
             }
             check_addresses(call)?;
-            let a = f32_rows(*ne1, *nb1, l1, "src1")?;
-            let o = f32_rows(*ned, *nbd, ld, "dst")?;
+            let a = f32_rows4(*ne1, *nb1, l1, "src1")?;
+            let o = f32_rows4(*ned, *nbd, ld, "dst")?;
             let (k, n, m) = (self.k, self.n, a[1]);
-            if a[0] != k || o != [n, m, a[2]] {
+            if a[0] != k || o != [n, m, a[2], a[3]] {
                 return Err(Error::ShapeMismatch {
                     what: "src1 and dst ne",
                     got: format!("src1 {ne1:?}, dst {ned:?}"),
-                    want: format!("src1 [{k}, m, b, 1] and dst [{n}, m, b, 1] for weights of k = {k}, n = {n}"),
+                    want: format!("src1 [{k}, m, b2, b3] and dst [{n}, m, b2, b3] for weights of k = {k}, n = {n}"),
                 });
             }
             let run = self.cached_plan(m, nth, call.multiplier);
             crate::error::at_least_bytes(lw, run.work, "work buffer")?;
-            Ok((m, a[2], run))
+            let batches = a[2].checked_mul(a[3]).ok_or_else(|| Error::Overflow("src1 batches".into()))?;
+            Ok((m, batches, a[2], run))
         };
-        let (m, batches, run) = shapes().map_err(|e| (e, 1))?;
+        let (m, batches, ne2, run) = shapes().map_err(|e| (e, 1))?;
         let fail = |e: Error| (e, batches);
         let index = run.parts[..run.count]
             .iter()
@@ -1153,7 +1214,7 @@ impl ThreadedWeights {
         }
         // The output: every chunk's block of every batch, f32 aligned (the
         // extent is f32_rows'); rows of a block do not overlap.
-        if pd as usize % 4 != 0 || nbd[1] % 4 != 0 || nbd[2] % 4 != 0 {
+        if pd as usize % 4 != 0 || nbd[1] % 4 != 0 || nbd[2] % 4 != 0 || nbd[3] % 4 != 0 {
             return Err(fail(Error::Misaligned { what: "dst", align: 4 }));
         }
         // This thread's LHS rows: where they are read and packed to.
@@ -1162,7 +1223,7 @@ impl ThreadedWeights {
         if part.lhs_size == 0 {
             // The kernel reads the f32 rows of each batch where they are.
             for b in 0..batches {
-                let at = b * nb1[2];
+                let at = batch_offset(b, ne2, nb1);
                 let lhs = ((p1 as usize + at) as *const u8, l1.saturating_sub(at));
                 kern.check_operands(m, lhs, nb1[1], rhs_len).map_err(fail)?;
             }
@@ -1188,15 +1249,24 @@ impl ThreadedWeights {
                 let h = rows.len();
                 let size_h = if h == m { part.lhs_size } else { kern.lhs_size(h) };
                 for b in 0..batches {
-                    let at = b * nb1[2] + rows.start * nb1[1];
+                    let at = batch_offset(b, ne2, nb1) + rows.start * nb1[1];
                     let src = ((p1 as usize + at) as *const u8, l1.saturating_sub(at));
                     kern.check_pack(h, src, nb1[1], stop - off, size_h).map_err(fail)?;
                 }
                 pack_at = off;
             }
         }
-        *kept =
-            Some(Replay { key, m, batches, run, part: index, rows: (rows.start, rows.end), pack_at, lens: (l1, ld) });
+        *kept = Some(Replay {
+            key,
+            m,
+            batches,
+            run,
+            part: index,
+            rows: (rows.start, rows.end),
+            pack_at,
+            ne2,
+            lens: (l1, ld),
+        });
         Ok(ok)
     }
 
@@ -1269,10 +1339,12 @@ impl ThreadedWeights {
         let f32_scheme = self.typ == GgmlType::F32;
         let rhs = slot.rhs().as_bytes().as_ptr();
         let (n, m, cc) = (self.n, r.m, r.run.chunk_cols);
-        let (src, s1, s2) = (call.src1.3, call.src1.2[1], call.src1.2[2]);
+        let (src, s1, src_nb) = (call.src1.3, call.src1.2[1], call.src1.2);
         let (dst, dst_nb, work) = (call.dst.2, call.dst.1, call.work.0);
         let alone = ALONE;
         for b in 0..r.batches {
+            // (Batch 0, a call's only one in the steady state, at offset 0.)
+            let (at, dst_at) = if b == 0 { (0, 0) } else { batch_offsets(b, r.ne2, src_nb, dst_nb) };
             // (Kernels reading the f32 rows where they are pack nothing.)
             if r.rows.1 > r.rows.0 && part.lhs_size != 0 {
                 // SAFETY: prepare's check_pack passed for these rows of
@@ -1286,7 +1358,7 @@ impl ThreadedWeights {
                     kern.pack_rows_unchecked(
                         ok,
                         r.rows.1 - r.rows.0,
-                        src.add(b * s2 + r.rows.0 * s1),
+                        src.add(at + r.rows.0 * s1),
                         s1,
                         work.add(r.pack_at),
                     )
@@ -1299,8 +1371,8 @@ impl ThreadedWeights {
                 team.barrier();
             }
             let (lhs, lhs_stride) = if part.lhs_size == 0 {
-                // SAFETY: b * nb[2] lies inside src1 (f32_rows, in prepare).
-                (unsafe { src.add(b * s2) }, s1)
+                // SAFETY: batch b's offset lies inside src1 (f32_rows4, in prepare).
+                (unsafe { src.add(at) }, s1)
             } else {
                 // SAFETY: region + lhs_size lies inside work (prepare).
                 (unsafe { work.add(part.region) }.cast_const(), 0)
@@ -1321,7 +1393,7 @@ impl ThreadedWeights {
                 // SAFETY: the chunk came from the team's counter (or is
                 // this thread's first, `ith`, the counter starting at nth;
                 // or the thread is alone), so only this thread writes these columns; every column < n
-                // of every row and batch lies inside dst (f32_rows), f32
+                // of every row and batch lies inside dst (f32_rows4), f32
                 // aligned, rows nb[1] >= 4 n bytes apart (prepare); the
                 // chunk starts at a multiple of the kernel's column step and
                 // the operands passed check_operands (prepare).
@@ -1333,7 +1405,7 @@ impl ThreadedWeights {
                         lhs,
                         lhs_stride,
                         rhs,
-                        dst.add(b * dst_nb[2] + start * 4).cast(),
+                        dst.add(dst_at + start * 4).cast(),
                         dst_nb[1],
                     )
                 };
