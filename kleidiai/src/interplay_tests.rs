@@ -87,9 +87,7 @@ fn assert_refuses_rhs<A, B, R: Debug>(
     run: impl FnOnce(&A, &PackedRhs) -> crate::Result<R>,
 ) {
     let f = Features::current();
-    let Some(mine) = mine(&f) else {
-        return;
-    };
+    let mine = crate::testing::or_skip!(mine(&f));
     if let Some(other) = other(&f) {
         let r = run(&mine, &pack(&other));
         assert!(matches!(r, Err(crate::Error::LayoutMismatch { .. })), "{r:?}");
@@ -125,9 +123,7 @@ fn f32_gemm_does_not_unpack_a_gemv_rhs() {
     use matmul_clamp_f32_f32_f32p as gemv;
     use matmul_clamp_f32_f32p_f32p::{Kernel, unpack_rhs_row};
     let f = Features::current();
-    if Kernel::select(8, &f).is_none() {
-        return;
-    }
+    crate::testing::or_skip!(Kernel::select(8, &f));
     let data = vec![1.0f32; 32];
     let w = FloatWeights { n: 4, k: 8, order: Order::KxN, data: &data, bias: None };
     let mut row = vec![0f32; 8];
@@ -183,14 +179,10 @@ fn f16p_qsi4c32p_gemm_and_qsi8d32p_gemv_share_one_packed_rhs() {
     use matmul_clamp_f32_f16p_qsi4c32p::Kernel;
     use matmul_clamp_f32_qsi8d32p_qsi4c32p::Kernel as Gemv;
     let f = Features::current();
-    let (Some(gemm), Some(gemv)) =
-        (Kernel::select(8, &f), Gemv::by_name("kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot"))
-    else {
-        return;
-    };
-    if gemv.info().supported(&f).is_err() {
-        return;
-    }
+    let gemm = crate::testing::or_skip!(Kernel::select(8, &f));
+    let gemv =
+        crate::testing::or_skip!(Gemv::by_name("kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot"));
+    crate::testing::or_skip!(gemv.info().supported(&f).ok());
     let mut rng = Rng::new(9);
     let tw = TestWeights::new(&mut rng, 40, 64, 32);
     let w = Q4_0 { n: 40, k: 64, data: &tw.q4_0, bias: None };
@@ -210,9 +202,7 @@ fn f16p_qsi4c32p_takes_only_its_layout_of_qsi8d32p_rhs() {
     use matmul_clamp_f32_f16p_qsi4c32p::Kernel;
     use matmul_clamp_f32_qsi8d32p_qsi4c32p::Kernel as Other;
     let f = Features::current();
-    let Some(kern) = Kernel::select(8, &f) else {
-        return;
-    };
+    let kern = crate::testing::or_skip!(Kernel::select(8, &f));
     let mut rng = Rng::new(4);
     let tw = TestWeights::new(&mut rng, 8, 64, 32);
     let w = Q4_0 { n: 8, k: 64, data: &tw.q4_0, bias: None };
@@ -289,9 +279,7 @@ fn qai8dxp_qsi4c32p_bf16_and_f32_share_packed_weights() {
     use matmul_clamp_bf16_qai8dxp_qsi4c32p::Kernel;
     use matmul_clamp_f32_qai8dxp_qsi4c32p::Kernel as F32Kernel;
     let f = Features::current();
-    let Some(kb) = Kernel::select(1, &f) else {
-        return;
-    };
+    let kb = crate::testing::or_skip!(Kernel::select(1, &f));
     let mut rng = Rng::new(11);
     let tw = TestWeights::new(&mut rng, 8, 64, 32);
     let w = tw.view(0, false, true);
@@ -334,9 +322,7 @@ fn dwconv_f16_refuses_an_f32_dwconv_rhs() {
 fn u8p_i32_and_f32_share_one_packed_rhs() {
     use matmul_clamp_f32_u8p_u8p::{AccBias, Kernel, OutputStage};
     let f = Features::current();
-    let Some(kern) = Kernel::select(4, &f) else {
-        return;
-    };
+    let kern = crate::testing::or_skip!(Kernel::select(4, &f));
     let w = U8Weights { n: 3, k: 8, order: Order::NxK, data: &[1; 24] };
     let packed = kern.pack_rhs(&w).unwrap();
     let seq = Parallelism::Sequential;

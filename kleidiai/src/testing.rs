@@ -134,6 +134,30 @@ pub(crate) fn record(v: serde_json::Value) {
     }
 }
 
+/// Records that the running test could not run on this CPU, and why
+/// (`{"kind":"skip", ...}`, named after libtest's thread for the test): the
+/// test command lists it by name and counts the test as skipped, not passed.
+pub(crate) fn skipped(reason: &str) {
+    let test = std::thread::current().name().unwrap_or("main").to_string();
+    record(serde_json::json!({"kind": "skip", "test": test, "reason": reason, "thread": test}));
+}
+
+/// The value of `$x` (an `Option`, typically a kernel selection), or: the
+/// running test is recorded as skipped ([`skipped`], naming the expression
+/// that found nothing on this CPU) and returns.
+macro_rules! or_skip {
+    ($x:expr) => {
+        match $x {
+            Some(v) => v,
+            None => {
+                $crate::testing::skipped(concat!("nothing to run on this CPU: `", stringify!($x), "` is None"));
+                return;
+            }
+        }
+    };
+}
+pub(crate) use or_skip;
+
 /// Outcome of one kernel's conformance run.
 #[derive(Debug)]
 pub(crate) enum Outcome {

@@ -66,9 +66,7 @@ mod tests {
     #[test]
     fn mixing_layouts_is_an_error() {
         let f = crate::cpu::Features::current();
-        let Some(kern) = Kernel::select(&f) else {
-            return;
-        };
+        let kern = crate::testing::or_skip!(Kernel::select(&f));
         let s = DepthwiseShape { in_h: 4, in_w: 4, channels: 3, pad_top: 1, pad_bottom: 1, pad_left: 1, pad_right: 1 };
         let taps = vec![1.0f32; 27];
         let packed = kern.pack_rhs(&DepthwiseWeights { channels: 3, data: &taps, bias: None }).unwrap();
@@ -85,9 +83,7 @@ mod tests {
     #[test]
     fn bad_input_is_an_error() {
         let f = crate::cpu::Features::current();
-        let Some(kern) = Kernel::select(&f) else {
-            return;
-        };
+        let kern = crate::testing::or_skip!(Kernel::select(&f));
         let s = DepthwiseShape { in_h: 4, in_w: 4, channels: 2, pad_top: 0, pad_bottom: 0, pad_left: 0, pad_right: 0 };
         let taps = vec![0f32; 18];
         let w = DepthwiseWeights { channels: 2, data: &taps, bias: None };

@@ -1013,9 +1013,7 @@ macro_rules! qai8_family {
             #[test]
             fn mixing_layouts_is_an_error() {
                 let f = $crate::cpu::Features::current();
-                let Some((kern, _, _, out, packed, seq)) = setup(2) else {
-                    return;
-                };
+                let (kern, _, _, out, packed, seq) = crate::testing::or_skip!(setup(2));
                 let mut dst = [0i8; 6];
                 qai8_family!(@mix_run $run, kern, packed, out, dst, seq);
                 assert_eq!(dst, [16; 6]);
@@ -1030,9 +1028,7 @@ macro_rules! qai8_family {
 
             #[test]
             fn bad_input_is_an_error() {
-                let Some((kern, w, q, out, packed, seq)) = setup(1) else {
-                    return;
-                };
+                let (kern, w, q, out, packed, seq) = crate::testing::or_skip!(setup(1));
                 let mut dst = [0i8; 3];
                 assert!(kern.matmul(1, &[0; 7], &packed, &out, &mut dst, seq).is_err(), "short lhs");
                 assert!(kern.matmul(1, &[0; 8], &packed, &out, &mut dst[..2], seq).is_err(), "short dst");

@@ -382,9 +382,7 @@ macro_rules! qai8dxp_family {
             fn matmul_matches_reference() {
                 let f = $crate::cpu::Features::current();
                 for m in $ms {
-                    let Some(kern) = Kernel::select(m, &f) else {
-                        return;
-                    };
+                    let kern = crate::testing::or_skip!(Kernel::select(m, &f));
                     let $d: Vec<_> = $data.collect();
                     let w = $wexpr;
                     let packed = kern.pack_rhs(&w).unwrap();
@@ -1897,9 +1895,7 @@ pub(crate) mod tests {
     /// Invalid inputs are errors, never panics or FFI calls.
     pub(crate) fn bad_input<L: LhsElem, O: OutElem>(entries: &'static [Entry]) {
         let f = crate::cpu::Features::current();
-        let Some(info) = crate::registry::info::select_from(entries.iter().map(|e| &e.info), 1, &f) else {
-            return;
-        };
+        let info = crate::testing::or_skip!(crate::registry::info::select_from(entries.iter().map(|e| &e.info), 1, &f));
         let e = entry(entries, info.name);
         let seq = Parallelism::Sequential;
         let (n, k) = (4, 32);
@@ -1946,9 +1942,7 @@ pub(crate) mod tests {
     /// `LayoutMismatch`; one with the same layout works.
     pub(crate) fn mixing_layouts<L: LhsElem, O: OutElem>(entries: &'static [Entry]) {
         let f = crate::cpu::Features::current();
-        let Some(info) = crate::registry::info::select_from(entries.iter().map(|e| &e.info), 4, &f) else {
-            return;
-        };
+        let info = crate::testing::or_skip!(crate::registry::info::select_from(entries.iter().map(|e| &e.info), 4, &f));
         let e1 = entry(entries, info.name);
         let (n, k) = (8, 64);
         let w = OwnedWeights::random(&mut Rng::new(3), e1.rhs, n, k, 0);

@@ -663,9 +663,7 @@ pub(crate) mod tests {
     /// A packed LHS of another depth is rejected; one of the right depth
     /// runs.
     pub(crate) fn mixing_layouts<F: Family>() {
-        let Some((kern, _, packed)) = small::<F>(4, Order::NxK) else {
-            return;
-        };
+        let (kern, _, packed) = crate::testing::or_skip!(small::<F>(4, Order::NxK));
         let seq = Parallelism::Sequential;
         let lhs = pack_lhs(kern, 2, 12, &[1; 24], 12, seq).unwrap();
         let mut dst = [F::Out::default(); 6];
@@ -681,9 +679,7 @@ pub(crate) mod tests {
     /// Short or empty inputs, bad stage arguments and overflowing shapes are
     /// errors; a good call still runs afterwards.
     pub(crate) fn bad_input<F: Family>() {
-        let Some((kern, w, packed)) = small::<F>(1, Order::KxN) else {
-            return;
-        };
+        let (kern, w, packed) = crate::testing::or_skip!(small::<F>(1, Order::KxN));
         let seq = Parallelism::Sequential;
         let none = AccBias::default();
         let plain = F::plain();
