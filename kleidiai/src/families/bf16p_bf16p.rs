@@ -701,11 +701,6 @@ mod imp {
                     self.0.rhs_layout(n, k)
                 }
 
-                /// The packed-LHS layout this kernel reads for an `m x k` input.
-                pub fn lhs_layout(&self, m: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
-                    self.0.lhs_layout(m, k)
-                }
-
                 /// Rounds the weights to bf16 and packs them (with the bias)
                 /// for this kernel and every kernel with the same
                 /// [`rhs_layout`](Self::rhs_layout).
@@ -716,33 +711,17 @@ mod imp {
                     self.0.pack_rhs(w, false)
                 }
 
-                /// Rounds an `m x k` LHS (rows `lhs_stride` elements apart)
-                /// to bf16 and packs it.
-                pub fn pack_lhs(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    lhs: &[$lhs],
-                    lhs_stride: usize,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<$crate::PackedLhs> {
-                    let mut out = $crate::PackedLhs::empty();
-                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out, false)?;
-                    Ok(out)
-                }
-
-                /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-                pub fn pack_lhs_into(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    lhs: &[$lhs],
-                    lhs_stride: usize,
-                    par: $crate::Parallelism,
-                    out: &mut $crate::PackedLhs,
-                ) -> $crate::Result<()> {
-                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out, false)
-                }
+                $crate::families::engine::lhs_methods!(
+                    lhs: $lhs,
+                    into: pack_lhs_into(false),
+                    layout_doc: [
+                        /// The packed-LHS layout this kernel reads for an `m x k` input.
+                    ],
+                    pack_doc: [
+                        /// Rounds an `m x k` LHS (rows `lhs_stride` elements apart)
+                        /// to bf16 and packs it.
+                    ],
+                );
 
                 /// The checks of `pack_lhs_into` + `run`, made once (see
                 /// `Bf16Kernel::prepare`).

@@ -305,3 +305,68 @@ macro_rules! run_matmul_methods {
 }
 #[cfg(target_arch = "aarch64")]
 pub(crate) use run_matmul_methods;
+
+/// The `lhs_layout`, `pack_lhs` and `pack_lhs_into` methods of a family's
+/// `Kernel` over its inner kernel (`self.0`), for an `m x k` LHS of `$lhs`
+/// with rows `lhs_stride` elements apart, with the docs `layout_doc` and
+/// `pack_doc`. `bl: name` adds a block-length argument after `k`;
+/// `inner_bl` is what the inner `lhs_layout` and `into` take after `k`
+/// (nothing by default); `extra` what `into` takes after `out`;
+/// `layout_first` makes `pack_lhs` ask for the layout before it packs (its
+/// error comes first).
+#[cfg(target_arch = "aarch64")]
+macro_rules! lhs_methods {
+    (
+        lhs: $lhs:ty,
+        $(bl: $bl:ident,)?
+        $(inner_bl: $ib:expr,)?
+        into: $into:ident $(($($extra:expr),*))?,
+        $(new: $first:ident,)?
+        layout_doc: [$(#[$ld:meta])*],
+        pack_doc: [$(#[$pd:meta])*] $(,)?
+    ) => {
+        $(#[$ld])*
+        pub fn lhs_layout(&self, m: usize, k: usize $(, $bl: usize)?) -> $crate::Result<$crate::PackedLayout> {
+            self.0.lhs_layout(m, k $(, $ib)?)
+        }
+
+        $(#[$pd])*
+        #[allow(clippy::too_many_arguments)] // the strided LHS needs them all
+        pub fn pack_lhs(
+            &self,
+            m: usize,
+            k: usize,
+            $($bl: usize,)?
+            lhs: &[$lhs],
+            lhs_stride: usize,
+            par: $crate::Parallelism,
+        ) -> $crate::Result<$crate::PackedLhs> {
+            let mut out = $crate::families::engine::lhs_methods!(@new self, m, k, [$($bl)?] $(, $first)?);
+            self.pack_lhs_into(m, k, $($bl,)? lhs, lhs_stride, par, &mut out)?;
+            Ok(out)
+        }
+
+        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
+        #[allow(clippy::too_many_arguments)] // the strided LHS needs them all
+        pub fn pack_lhs_into(
+            &self,
+            m: usize,
+            k: usize,
+            $($bl: usize,)?
+            lhs: &[$lhs],
+            lhs_stride: usize,
+            par: $crate::Parallelism,
+            out: &mut $crate::PackedLhs,
+        ) -> $crate::Result<()> {
+            self.0.$into(m, k, $($ib,)? lhs, lhs_stride, par, out $($(, $extra)*)?)
+        }
+    };
+    (@new $s:ident, $m:ident, $k:ident, [$($bl:ident)?]) => {
+        $crate::PackedLhs::empty()
+    };
+    (@new $s:ident, $m:ident, $k:ident, [$($bl:ident)?], layout_first) => {
+        $crate::PackedLhs::new($s.lhs_layout($m, $k $(, $bl)?)?, $crate::buffer::AlignedBuf::default())
+    };
+}
+#[cfg(target_arch = "aarch64")]
+pub(crate) use lhs_methods;

@@ -1365,38 +1365,17 @@ mod glue {
             }
         };
         (@methods packed $t:ty) => {
-            /// The packed-LHS layout this kernel reads for an `m x k` input.
-            pub fn lhs_layout(&self, m: usize, k: usize) -> Result<$crate::packed::PackedLayout> {
-                self.0.lhs_layout(m, k)
-            }
-
-            /// Packs an `m x k` LHS with rows `lhs_stride` elements apart.
-            pub fn pack_lhs(
-                &self,
-                m: usize,
-                k: usize,
-                lhs: &[$t],
-                lhs_stride: usize,
-                par: $crate::par::Parallelism,
-            ) -> Result<$crate::packed::PackedLhs> {
-                let layout = self.lhs_layout(m, k)?;
-                let mut out = $crate::packed::PackedLhs::new(layout, $crate::buffer::AlignedBuf::default());
-                self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-                Ok(out)
-            }
-
-            /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-            pub fn pack_lhs_into(
-                &self,
-                m: usize,
-                k: usize,
-                lhs: &[$t],
-                lhs_stride: usize,
-                par: $crate::par::Parallelism,
-                out: &mut $crate::packed::PackedLhs,
-            ) -> Result<()> {
-                self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
-            }
+            $crate::families::engine::lhs_methods!(
+                lhs: $t,
+                into: pack_lhs_into,
+                new: layout_first,
+                layout_doc: [
+                    /// The packed-LHS layout this kernel reads for an `m x k` input.
+                ],
+                pack_doc: [
+                    /// Packs an `m x k` LHS with rows `lhs_stride` elements apart.
+                ],
+            );
 
             $crate::families::engine::run_matmul_methods!(
                 lhs: $t,

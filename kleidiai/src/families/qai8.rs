@@ -846,37 +846,16 @@ macro_rules! qai8_family {
     // LHS packing, `run` and `matmul` of the families whose kernels read a
     // packed LHS.
     (@run packed) => {
-        /// The packed-LHS layout this kernel reads for an `m x k` input.
-        pub fn lhs_layout(&self, m: usize, k: usize) -> $crate::Result<$crate::packed::PackedLayout> {
-            self.0.lhs_layout(m, k)
-        }
-
-        /// Packs an `m x k` int8 LHS, rows `lhs_stride` values apart.
-        pub fn pack_lhs(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[i8],
-            lhs_stride: usize,
-            par: $crate::par::Parallelism,
-        ) -> $crate::Result<$crate::packed::PackedLhs> {
-            let mut out = $crate::packed::PackedLhs::empty();
-            self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-            Ok(out)
-        }
-
-        /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-        pub fn pack_lhs_into(
-            &self,
-            m: usize,
-            k: usize,
-            lhs: &[i8],
-            lhs_stride: usize,
-            par: $crate::par::Parallelism,
-            out: &mut $crate::packed::PackedLhs,
-        ) -> $crate::Result<()> {
-            self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
-        }
+        $crate::families::engine::lhs_methods!(
+            lhs: i8,
+            into: pack_lhs_into,
+            layout_doc: [
+                /// The packed-LHS layout this kernel reads for an `m x k` input.
+            ],
+            pack_doc: [
+                /// Packs an `m x k` int8 LHS, rows `lhs_stride` values apart.
+            ],
+        );
 
         /// `dst = requantize(lhs · wᵀ)`: `dst` is `m x n`, rows `n` apart.
         pub fn run(

@@ -1434,39 +1434,18 @@ mod imp {
     macro_rules! kernel_methods {
         (lhs: $lhs:ty, out: $out:ty, pack_lhs_into: $into:ident $(, $layout_first:ident)?) => {
             impl Kernel {
-                /// The packed-LHS layout this kernel reads for an `m x k` input.
-                pub fn lhs_layout(&self, m: usize, k: usize) -> $crate::Result<$crate::PackedLayout> {
-                    self.0.lhs_layout(m, k)
-                }
-
-                #[doc = concat!("Quantises and packs an `m x k` ", stringify!($lhs), " LHS (rows `lhs_stride`")]
-                /// elements apart; `k` for a dense matrix).
-                pub fn pack_lhs(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    lhs: &[$lhs],
-                    lhs_stride: usize,
-                    par: $crate::Parallelism,
-                ) -> $crate::Result<$crate::PackedLhs> {
-                    let mut out =
-                        $crate::families::qai8dxp_common::kernel_methods!(@new_lhs self, m, k $(, $layout_first)?);
-                    self.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-                    Ok(out)
-                }
-
-                /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-                pub fn pack_lhs_into(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    lhs: &[$lhs],
-                    lhs_stride: usize,
-                    par: $crate::Parallelism,
-                    out: &mut $crate::PackedLhs,
-                ) -> $crate::Result<()> {
-                    self.0.$into(m, k, lhs, lhs_stride, par, out)
-                }
+                $crate::families::engine::lhs_methods!(
+                    lhs: $lhs,
+                    into: $into,
+                    $(new: $layout_first,)?
+                    layout_doc: [
+                        /// The packed-LHS layout this kernel reads for an `m x k` input.
+                    ],
+                    pack_doc: [
+                        #[doc = concat!("Quantises and packs an `m x k` ", stringify!($lhs), " LHS (rows `lhs_stride`")]
+                        /// elements apart; `k` for a dense matrix).
+                    ],
+                );
 
                 $crate::families::engine::run_matmul_methods!(
                     lhs: $lhs,
@@ -1483,12 +1462,6 @@ mod imp {
                     ],
                 );
             }
-        };
-        (@new_lhs $s:ident, $m:ident, $k:ident) => {
-            $crate::PackedLhs::empty()
-        };
-        (@new_lhs $s:ident, $m:ident, $k:ident, layout_first) => {
-            $crate::PackedLhs::new($s.lhs_layout($m, $k)?, $crate::buffer::AlignedBuf::default())
         };
     }
     pub(crate) use kernel_methods;

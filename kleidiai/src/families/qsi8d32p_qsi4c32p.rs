@@ -844,47 +844,18 @@ mod imp {
                     self.0.matmul(m, lhs, rhs, dst, clamp, par)
                 }
 
-                /// The packed-LHS layout this kernel reads for an `m x k`
-                /// input (quantised in blocks of `bl` where the family's
-                /// packer takes one).
-                pub fn lhs_layout(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    $($bl: usize)?
-                ) -> $crate::Result<$crate::packed::PackedLayout> {
-                    self.0.lhs_layout(m, k, 0 $(+ $bl)?)
-                }
-
-                $(#[$lhs_doc])*
-                pub fn pack_lhs(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    $($bl: usize,)?
-                    lhs: &[f32],
-                    lhs_stride: usize,
-                    par: $crate::par::Parallelism,
-                ) -> $crate::Result<$crate::packed::PackedLhs> {
-                    let mut out = $crate::packed::PackedLhs::empty();
-                    self.pack_lhs_into(m, k, $($bl,)? lhs, lhs_stride, par, &mut out)?;
-                    Ok(out)
-                }
-
-                /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-                #[allow(clippy::too_many_arguments)]
-                pub fn pack_lhs_into(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    $($bl: usize,)?
-                    lhs: &[f32],
-                    lhs_stride: usize,
-                    par: $crate::par::Parallelism,
-                    out: &mut $crate::packed::PackedLhs,
-                ) -> $crate::Result<()> {
-                    self.0.pack_lhs_into(m, k, 0 $(+ $bl)?, lhs, lhs_stride, par, out)
-                }
+                $crate::families::engine::lhs_methods!(
+                    lhs: f32,
+                    $(bl: $bl,)?
+                    inner_bl: 0 $(+ $bl)?,
+                    into: pack_lhs_into,
+                    layout_doc: [
+                        /// The packed-LHS layout this kernel reads for an `m x k`
+                        /// input (quantised in blocks of `bl` where the family's
+                        /// packer takes one).
+                    ],
+                    pack_doc: [$(#[$lhs_doc])*],
+                );
             }
         };
     }

@@ -347,42 +347,21 @@ mod imp {
                     self.0.rhs_layout(n, k)
                 }
 
-                /// The packed-LHS layout this kernel reads for an `m x k` input.
-                pub fn lhs_layout(&self, m: usize, k: usize) -> Result<$crate::packed::PackedLayout> {
-                    self.0.lhs_layout(m, k)
-                }
-
                 /// Packs N x K or K x N weights (one packed format for both).
                 pub fn pack_rhs(&self, w: &U8Weights<'_>) -> Result<$crate::packed::PackedRhs> {
                     self.0.pack_rhs(w)
                 }
 
-                /// Packs an `m x k` LHS, rows `lhs_stride` bytes apart.
-                pub fn pack_lhs(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    lhs: &[u8],
-                    lhs_stride: usize,
-                    par: $crate::par::Parallelism,
-                ) -> Result<$crate::packed::PackedLhs> {
-                    let mut out = $crate::packed::PackedLhs::empty();
-                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, &mut out)?;
-                    Ok(out)
-                }
-
-                /// As [`pack_lhs`](Self::pack_lhs), reusing `out`'s allocation.
-                pub fn pack_lhs_into(
-                    &self,
-                    m: usize,
-                    k: usize,
-                    lhs: &[u8],
-                    lhs_stride: usize,
-                    par: $crate::par::Parallelism,
-                    out: &mut $crate::packed::PackedLhs,
-                ) -> Result<()> {
-                    self.0.pack_lhs_into(m, k, lhs, lhs_stride, par, out)
-                }
+                $crate::families::engine::lhs_methods!(
+                    lhs: u8,
+                    into: pack_lhs_into,
+                    layout_doc: [
+                        /// The packed-LHS layout this kernel reads for an `m x k` input.
+                    ],
+                    pack_doc: [
+                        /// Packs an `m x k` LHS, rows `lhs_stride` bytes apart.
+                    ],
+                );
 
                 $(#[$run_doc])*
                 #[allow(clippy::too_many_arguments)]
