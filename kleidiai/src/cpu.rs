@@ -283,6 +283,11 @@ pub(crate) fn disabled_mask() -> u32 {
     DISABLED.load(Ordering::Relaxed)
 }
 
+/// What [`Features::current`] is while the disabled mask is `mask`.
+pub(crate) fn features_with_disabled(mask: u32) -> Features {
+    Features::detected().without_closed_mask(mask)
+}
+
 /// Switches tiers off for the rest of the process (a kill switch; there is
 /// no way to switch a tier back on that detection did not find). Dependents
 /// go too: disabling [`CpuFeature::Sme`] also disables SME2.

@@ -240,9 +240,15 @@ impl Clamp {
     /// whatever the clamp: see its docs.)
     pub const NONE: Clamp = Clamp { min: f32::MIN, max: f32::MAX };
 
+    /// `min <= max` and neither is NaN (what [`check`](Self::check) asks).
+    #[inline]
+    pub(crate) fn is_valid(&self) -> bool {
+        self.min <= self.max
+    }
+
     /// Checks `min <= max` and neither is NaN.
     pub(crate) fn check(&self) -> Result<()> {
-        if self.min.is_nan() || self.max.is_nan() || self.min > self.max {
+        if !self.is_valid() {
             return Err(Error::bad_value("clamp range", format!("[{}, {}]", self.min, self.max), "empty or NaN"));
         }
         Ok(())

@@ -119,14 +119,48 @@ pub(crate) fn check_prepared_sizes(m: usize, n: usize, k: usize) -> crate::Resul
 /// Linux lets a thread change its own, so a cached [`Prepared`] is only
 /// reused while this stays the same. The caller has checked that the CPU
 /// runs `info` (so the instruction reading it exists).
-#[cfg(target_arch = "aarch64")]
 pub(crate) fn live_vector_bytes(info: &KernelInfo) -> usize {
-    if info.is_sme() {
-        crate::cpu::rdsvl_bytes()
-    } else if info.features.contains(&CpuFeature::Sve) {
-        crate::cpu::rdvl_bytes()
-    } else {
-        0
+    VectorKind::of(info).live_bytes()
+}
+
+/// Which vector length a kernel's getters read (see [`live_vector_bytes`]),
+/// kept where a hot path should not look through the kernel's features.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum VectorKind {
+    /// Neither SVE nor SME: a fixed length.
+    Fixed,
+    /// The SVE length.
+    Sve,
+    /// The SME streaming length.
+    Sme,
+}
+
+impl VectorKind {
+    /// The kind of `info`'s kernel.
+    pub(crate) fn of(info: &KernelInfo) -> VectorKind {
+        if info.is_sme() {
+            VectorKind::Sme
+        } else if info.features.contains(&CpuFeature::Sve) {
+            VectorKind::Sve
+        } else {
+            VectorKind::Fixed
+        }
+    }
+
+    /// The bytes of this kind of vector on this thread now (0 for
+    /// [`Fixed`](Self::Fixed)). The caller has checked that the CPU runs a
+    /// kernel of this kind (so the instruction reading it exists).
+    #[inline]
+    pub(crate) fn live_bytes(self) -> usize {
+        match self {
+            VectorKind::Fixed => 0,
+            #[cfg(target_arch = "aarch64")]
+            VectorKind::Sve => crate::cpu::rdvl_bytes(),
+            #[cfg(target_arch = "aarch64")]
+            VectorKind::Sme => crate::cpu::rdsvl_bytes(),
+            #[cfg(not(target_arch = "aarch64"))]
+            _ => 0,
+        }
     }
 }
 
@@ -151,12 +185,6 @@ pub(crate) fn kernel_info(
         rhs_packers,
         rank: rank_for(u.name, u.features),
     }
-}
-
-/// No kernels run off aarch64.
-#[cfg(not(target_arch = "aarch64"))]
-pub(crate) fn live_vector_bytes(_: &KernelInfo) -> usize {
-    0
 }
 
 /// A family's kernel list API over its `entries()` (each entry with an

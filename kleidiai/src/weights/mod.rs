@@ -180,6 +180,10 @@ struct Plan {
     weights: u64,
     m: usize,
     features: Features,
+    /// The disabled mask ([`crate::cpu::disabled_mask`]) that gives
+    /// `features`: the steady state compares it instead of the features
+    /// (None when it changed while the plan was made).
+    disabled: Option<u32>,
     /// `None`: the chosen kernel keeps the checked path on every call.
     ready: Option<Ready>,
 }
@@ -192,7 +196,12 @@ struct Ready {
     /// The kernel's vector length on the planning thread: reused only
     /// while the calling thread's is the same.
     vector_bytes: usize,
+    /// Which vector length that is (read again on every call).
+    vector_kind: crate::families::engine::VectorKind,
     sme: bool,
+    /// The kernel's packer needs finite activations
+    /// ([`Backend::needs_finite_lhs`](backend::Backend::needs_finite_lhs)).
+    needs_finite: bool,
     prepared: Prepared,
     /// The packed LHS, zeroed once; the packer rewrites the same bytes on
     /// every call with this plan, so padding it skips stays zero.

@@ -333,6 +333,17 @@ pub(crate) fn bad_rows(m: usize, k: usize, x: &Activation<'_>) -> Option<Vec<usi
     }
 }
 
+/// Whether the first `m x k` values of `x` (which holds at least that
+/// many) are all finite.
+#[inline(always)]
+pub(crate) fn all_finite(m: usize, k: usize, x: &Activation<'_>) -> bool {
+    match x {
+        Activation::F32(x) => f32::all_finite(&x[..m * k]),
+        Activation::F16(x) => f16::all_finite(&x[..m * k]),
+        Activation::Bf16(x) => bf16::all_finite(&x[..m * k]),
+    }
+}
+
 /// The index in row `i` (of `k` values) of its first NaN or infinity.
 pub(crate) fn first_in_row(x: &Activation<'_>, i: usize, k: usize) -> Option<usize> {
     let r = i * k..(i + 1) * k;

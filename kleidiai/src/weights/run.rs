@@ -53,11 +53,15 @@ impl PackedWeights {
             let prepared = b.fast()?.prepare(m, &self.slots[slot].rhs).ok()??;
             let info = b.info();
             // pick_index checked that the CPU runs the kernel.
-            let vector_bytes = crate::families::engine::live_vector_bytes(info);
+            let vector_kind = crate::families::engine::VectorKind::of(info);
+            let vector_bytes = vector_kind.live_bytes();
             lhs.reset_zeroed(prepared.lhs_bytes);
-            Some(Ready { slot, gemv, vector_bytes, sme: info.is_sme(), prepared, lhs })
+            let needs_finite = b.needs_finite_lhs();
+            Some(Ready { slot, gemv, vector_bytes, vector_kind, sme: info.is_sme(), needs_finite, prepared, lhs })
         })();
-        Plan { weights: self.id, m, features: *f, ready }
+        let mask = crate::cpu::disabled_mask();
+        let disabled = (crate::cpu::features_with_disabled(mask) == *f).then_some(mask);
+        Plan { weights: self.id, m, features: *f, disabled, ready }
     }
 
     /// What every matmul form checks first: rows, and activations of the
@@ -102,14 +106,14 @@ impl PackedWeights {
         let p = r.prepared;
         let b = self.backend(r.slot, r.gemv)?;
         // Activations nobody scanned go where the packer's needs are checked.
-        if !finite && b.needs_finite_lhs() {
+        if !finite && r.needs_finite {
             return None;
         }
         let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
         if crate::par::workers(par, work, r.sme) != 1
             || x.len() < p.m * p.k
             || y.len() < p.m * p.n
-            || crate::families::engine::live_vector_bytes(b.info()) != r.vector_bytes
+            || r.vector_kind.live_bytes() != r.vector_bytes
         {
             return None;
         }
@@ -262,7 +266,86 @@ impl PackedWeights {
     /// assert!(y[n..].iter().all(|v| v.is_nan())); // row 1: all
     /// # Ok::<(), kleidiai::Error>(())
     /// ```
+    #[inline]
     pub fn matmul(
+        &self,
+        m: usize,
+        x: Activation<'_>,
+        mut y: ActivationMut<'_>,
+        clamp: Clamp,
+        par: Parallelism,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        if self.steady(m, &x, &mut y, clamp, par, scratch) {
+            return Ok(());
+        }
+        self.matmul_checked(m, x, y, clamp, par, scratch)
+    }
+
+    /// The steady state of [`matmul`](Self::matmul), in the caller's frame:
+    /// true when it made the call, false when the checked path must (which
+    /// decides everything again, errors included). It runs only on the
+    /// plan `scratch` kept for these weights and `m` with the same CPU
+    /// features, a kernel with a steady-state path, activations and outputs
+    /// of the weights' type and length, a valid clamp, one worker, the
+    /// vector length the plan saw and activations the policy lets through
+    /// (scanned and all finite, or [`NonFinite::Kernel`] for a packer that
+    /// does not need them).
+    #[inline(always)]
+    fn steady(
+        &self,
+        m: usize,
+        x: &Activation<'_>,
+        y: &mut ActivationMut<'_>,
+        clamp: Clamp,
+        par: Parallelism,
+        scratch: &mut Scratch,
+    ) -> bool {
+        let Some(plan) = scratch.plan.as_mut() else { return false };
+        let Some(r) = plan.ready.as_mut() else { return false };
+        let p = &r.prepared;
+        let scan = match self.policy {
+            NonFinite::Propagate => true,
+            NonFinite::Error if self.non_finite_channels.is_empty() => true,
+            NonFinite::Kernel if !r.needs_finite => false,
+            _ => return false,
+        };
+        // `prepare` checked that p.m * p.n * p.k does not overflow; the
+        // plan's m is `m` (compared first).
+        if plan.weights != self.id
+            || plan.m != m
+            || x.dtype() != self.activation
+            || y.dtype() != self.activation
+            || x.len() < p.m * p.k
+            || y.len() < p.m * p.n
+            || !clamp.is_valid()
+            || (par != Parallelism::Sequential && crate::par::workers(par, p.m * p.n * p.k, r.sme) != 1)
+            || plan.disabled != Some(crate::cpu::disabled_mask())
+            || r.vector_kind.live_bytes() != r.vector_bytes
+            || (scan && !non_finite::all_finite(m, self.k, x))
+        {
+            return false;
+        }
+        let Some(b) = self.backend(r.slot, r.gemv).and_then(|b| b.fast()) else { return false };
+        // SAFETY: `p` is what this backend's `prepare` returned for this
+        // slot's packed RHS (the plan is keyed by these weights' unique id,
+        // m and the features it was chosen with, compared above, and
+        // weights never change); the features are unchanged, so the CPU
+        // runs the kernel, at the vector length it saw (compared above); x
+        // and y have the weights' activation type and hold m x k and m x n
+        // values (compared above); `r.lhs` has the `p.lhs_bytes` it asked
+        // for, 64-byte aligned; the clamp is a valid range (compared above).
+        unsafe { b.run_prepared(p, *x, r.lhs.as_mut_ptr(), &self.slots[r.slot].rhs, y.reborrow(), clamp) };
+        if self.policy == NonFinite::Propagate && !self.non_finite_channels.is_empty() {
+            non_finite::fill(m, self.n, y, &[], &self.non_finite_channels);
+        }
+        true
+    }
+
+    /// [`matmul`](Self::matmul) with every check (its first call, and any
+    /// call the steady state does not take).
+    #[inline(never)]
+    fn matmul_checked(
         &self,
         m: usize,
         x: Activation<'_>,

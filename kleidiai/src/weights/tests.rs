@@ -290,6 +290,66 @@ fn bad_input_is_an_error() {
     p.row(7, &mut row).unwrap();
 }
 
+/// With a steady-state plan ready in the scratch, every input the checked
+/// path refuses is still refused (the steady state hands it over rather
+/// than run it), nothing is written, and a good call afterwards still gives
+/// the checked path's bits; a non-finite row is still found by the scan.
+#[test]
+fn a_ready_plan_refuses_what_the_checked_path_refuses() {
+    let (n, k, m) = (8, 64, 2);
+    let mut rng = Rng::new(31);
+    let data = rng.vec_f32(n * k);
+    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
+    let mut p = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
+    let (seq, none) = (Parallelism::Sequential, Clamp::NONE);
+    let mut s = Scratch::default();
+    let x = rng.vec_f32(m * k);
+    let mut want = vec![0f32; m * n];
+    for _ in 0..2 {
+        p.matmul(m, Activation::F32(&x), ActivationMut::F32(&mut want), none, seq, &mut s).unwrap();
+    }
+    #[cfg(target_arch = "aarch64")]
+    assert!(s.plan.as_ref().is_some_and(|p| p.ready.is_some()), "no steady-state plan for {:?}", p.kernel_for(m));
+    let x16 = vec![f16::ZERO; m * k];
+    let mut y16 = vec![f16::ZERO; m * n];
+    let mut y = vec![7f32; m * n];
+    let bad: [(&str, Result<()>); 6] = [
+        ("short x", p.matmul(m, Activation::F32(&x[..m * k - 1]), ActivationMut::F32(&mut y), none, seq, &mut s)),
+        ("short y", p.matmul(m, Activation::F32(&x), ActivationMut::F32(&mut y[..m * n - 1]), none, seq, &mut s)),
+        ("f16 x", p.matmul(m, Activation::F16(&x16), ActivationMut::F32(&mut y), none, seq, &mut s)),
+        ("f16 y", p.matmul(m, Activation::F32(&x), ActivationMut::F16(&mut y16), none, seq, &mut s)),
+        (
+            "empty clamp",
+            p.matmul(m, Activation::F32(&x), ActivationMut::F32(&mut y), Clamp { min: 1.0, max: 0.0 }, seq, &mut s),
+        ),
+        (
+            "NaN clamp",
+            p.matmul(
+                m,
+                Activation::F32(&x),
+                ActivationMut::F32(&mut y),
+                Clamp { min: f32::NAN, max: 0.0 },
+                seq,
+                &mut s,
+            ),
+        ),
+    ];
+    for (what, r) in bad {
+        assert!(r.is_err(), "{what}: accepted");
+    }
+    assert!(y.iter().all(|v| *v == 7.0), "a refused call wrote y");
+    let mut nan = x.clone();
+    nan[k + 5] = f32::NAN;
+    p.set_non_finite(NonFinite::Error);
+    let r = p.matmul(m, Activation::F32(&nan), ActivationMut::F32(&mut y), none, seq, &mut s);
+    assert!(matches!(r, Err(Error::NonFinite { index: 1, .. })), "{r:?}");
+    p.set_non_finite(NonFinite::Propagate);
+    p.matmul(m, Activation::F32(&nan), ActivationMut::F32(&mut y), none, seq, &mut s).unwrap();
+    assert!(bit_identical(&y[..n], &want[..n]) && y[n..].iter().all(|v| v.is_nan()), "{y:?}");
+    p.matmul(m, Activation::F32(&x), ActivationMut::F32(&mut y), none, seq, &mut s).unwrap();
+    assert!(bit_identical(&y, &want));
+}
+
 #[test]
 fn restricted_features_fall_back() {
     // Packed with every tier allowed, then asked to run with none: the
