@@ -145,6 +145,7 @@ pub(crate) fn skipped(reason: &str) {
 /// The value of `$x` (an `Option`, typically a kernel selection), or: the
 /// running test is recorded as skipped ([`skipped`], naming the expression
 /// that found nothing on this CPU) and returns.
+#[cfg_attr(not(target_arch = "aarch64"), allow(unused_macros))] // every user selects a kernel
 macro_rules! or_skip {
     ($x:expr) => {
         match $x {
@@ -156,6 +157,7 @@ macro_rules! or_skip {
         }
     };
 }
+#[cfg_attr(not(target_arch = "aarch64"), allow(unused_imports))]
 pub(crate) use or_skip;
 
 /// Outcome of one kernel's conformance run.
