@@ -58,6 +58,7 @@ impl Features {
     }
 
     /// What the CPU offers, detected once per process. Ignores overrides.
+    #[inline]
     pub fn detected() -> Features {
         static DETECTED: OnceLock<Features> = OnceLock::new();
         *DETECTED.get_or_init(|| {
@@ -75,6 +76,7 @@ impl Features {
 
     /// What the crate may use now: [`Features::detected`] (already minus
     /// `KLEIDIAI_DISABLE`) minus everything [`disable`] switched off.
+    #[inline]
     pub fn current() -> Features {
         // DISABLED is stored closed under dependents (see `disable`).
         Features::detected().without_closed_mask(DISABLED.load(Ordering::Relaxed))

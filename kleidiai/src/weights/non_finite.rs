@@ -137,83 +137,108 @@ impl Finite for bf16 {
 /// and the thread's vector holds at least 8 values (256 bits; at 128 the
 /// NEON loop's four-register loads do better): `acc = acc + x * y` over
 /// pairs of vectors, 8 vectors a round (8 loads, 4 `fmla`, 3 loop
-/// instructions: 128 values in 15 instructions at 512 bits), the tail under
+/// instructions: 128 values in 15 instructions at 512 bits; with SVE2.1's
+/// four-register loads 2 loads instead of 8, 9 instructions), the tail under
 /// a predicate (`x * x`), then the lanes' sum. Finite proves every value
 /// finite, as in the NEON loop. None when SVE is not used.
 #[cfg(target_arch = "aarch64")]
 fn sve_filter(v: &[f32]) -> Option<f32> {
-    if !crate::cpu::Features::current().has(crate::cpu::CpuFeature::Sve) {
+    use crate::cpu::{CpuFeature, Features};
+    let f = Features::current();
+    if !f.has(CpuFeature::Sve) {
         return None;
     }
     let (acc, ran): (f32, u64);
+    // The scan with the round's loads `$load` (8 vectors from `{p}` into
+    // z16-z23), after `$setup`, in the extension `$ext`.
+    macro_rules! scan {
+        ($ext:literal, $setup:literal, $($load:literal),+) => {
+            core::arch::asm!(
+                $ext,
+                "cntw {vl}",
+                "mov {ran}, #0",
+                "cmp {vl}, #8",
+                "b.lo 9f",
+                "mov z0.s, #0",
+                "mov z1.s, #0",
+                "mov z2.s, #0",
+                "mov z3.s, #0",
+                "ptrue p0.s",
+                $setup,
+                "lsl {step}, {vl}, #3",
+                "subs {n}, {n}, {step}",
+                "b.lo 2f",
+                "1:",
+                $($load,)+
+                "fmla z0.s, p0/m, z16.s, z17.s",
+                "fmla z1.s, p0/m, z18.s, z19.s",
+                "fmla z2.s, p0/m, z20.s, z21.s",
+                "fmla z3.s, p0/m, z22.s, z23.s",
+                "addvl {p}, {p}, #8",
+                "subs {n}, {n}, {step}",
+                "b.hs 1b",
+                "2:",
+                "add {n}, {n}, {step}",
+                "mov {i}, #0",
+                "whilelo p1.s, {i}, {n}",
+                "b.eq 4f",
+                "3:",
+                "ld1w {{ z16.s }}, p1/z, [{p}, {i}, lsl #2]",
+                "fmla z0.s, p1/m, z16.s, z16.s",
+                "incw {i}",
+                "whilelo p1.s, {i}, {n}",
+                "b.mi 3b",
+                "4:",
+                "fadd z0.s, z0.s, z1.s",
+                "fadd z2.s, z2.s, z3.s",
+                "fadd z0.s, z0.s, z2.s",
+                "faddv s0, p0, z0.s",
+                "mov {ran}, #1",
+                "9:",
+                p = inout(reg) v.as_ptr() => _,
+                n = inout(reg) v.len() => _,
+                vl = out(reg) _,
+                step = out(reg) _,
+                i = out(reg) _,
+                ran = out(reg) ran,
+                out("v0") acc,
+                out("v1") _, out("v2") _, out("v3") _,
+                out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+                out("p0") _, out("p1") _, out("p8") _,
+                options(nostack, readonly),
+            )
+        };
+    }
     // SAFETY: SVE is present (checked above: `Features::current` only holds
-    // what detection found); the loads read `v.len()` f32 values from
+    // what detection found), SVE2.1 too for the four-register loads
+    // (checked the same way); the loads read `v.len()` f32 values from
     // `v.as_ptr()` (whole vectors while at least 8 vectors remain, then
     // predicated by `whilelo` to the remaining count), nothing past the
     // slice; registers written are declared (z0-z3 and z16-z23 through
-    // their v halves, p0, p1, the flags); no memory is written.
+    // their v halves, p0, p1, p8, the flags); no memory is written.
     unsafe {
-        core::arch::asm!(
-            ".arch_extension sve",
-            "cntw {vl}",
-            "mov {ran}, #0",
-            "cmp {vl}, #8",
-            "b.lo 9f",
-            "mov z0.s, #0",
-            "mov z1.s, #0",
-            "mov z2.s, #0",
-            "mov z3.s, #0",
-            "ptrue p0.s",
-            "lsl {step}, {vl}, #3",
-            "subs {n}, {n}, {step}",
-            "b.lo 2f",
-            "1:",
-            "ld1w {{ z16.s }}, p0/z, [{p}]",
-            "ld1w {{ z17.s }}, p0/z, [{p}, #1, mul vl]",
-            "ld1w {{ z18.s }}, p0/z, [{p}, #2, mul vl]",
-            "ld1w {{ z19.s }}, p0/z, [{p}, #3, mul vl]",
-            "ld1w {{ z20.s }}, p0/z, [{p}, #4, mul vl]",
-            "ld1w {{ z21.s }}, p0/z, [{p}, #5, mul vl]",
-            "ld1w {{ z22.s }}, p0/z, [{p}, #6, mul vl]",
-            "ld1w {{ z23.s }}, p0/z, [{p}, #7, mul vl]",
-            "fmla z0.s, p0/m, z16.s, z17.s",
-            "fmla z1.s, p0/m, z18.s, z19.s",
-            "fmla z2.s, p0/m, z20.s, z21.s",
-            "fmla z3.s, p0/m, z22.s, z23.s",
-            "addvl {p}, {p}, #8",
-            "subs {n}, {n}, {step}",
-            "b.hs 1b",
-            "2:",
-            "add {n}, {n}, {step}",
-            "mov {i}, #0",
-            "whilelo p1.s, {i}, {n}",
-            "b.eq 4f",
-            "3:",
-            "ld1w {{ z16.s }}, p1/z, [{p}, {i}, lsl #2]",
-            "fmla z0.s, p1/m, z16.s, z16.s",
-            "incw {i}",
-            "whilelo p1.s, {i}, {n}",
-            "b.mi 3b",
-            "4:",
-            "fadd z0.s, z0.s, z1.s",
-            "fadd z2.s, z2.s, z3.s",
-            "fadd z0.s, z0.s, z2.s",
-            "faddv s0, p0, z0.s",
-            "mov {ran}, #1",
-            "9:",
-            p = inout(reg) v.as_ptr() => _,
-            n = inout(reg) v.len() => _,
-            vl = out(reg) _,
-            step = out(reg) _,
-            i = out(reg) _,
-            ran = out(reg) ran,
-            out("v0") acc,
-            out("v1") _, out("v2") _, out("v3") _,
-            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-            out("p0") _, out("p1") _,
-            options(nostack, readonly),
-        );
+        if f.has(CpuFeature::Sve2p1) {
+            scan!(
+                ".arch_extension sve2p1",
+                "ptrue pn8.s",
+                "ld1w {{ z16.s - z19.s }}, pn8/z, [{p}]",
+                "ld1w {{ z20.s - z23.s }}, pn8/z, [{p}, #4, mul vl]"
+            );
+        } else {
+            scan!(
+                ".arch_extension sve",
+                "",
+                "ld1w {{ z16.s }}, p0/z, [{p}]",
+                "ld1w {{ z17.s }}, p0/z, [{p}, #1, mul vl]",
+                "ld1w {{ z18.s }}, p0/z, [{p}, #2, mul vl]",
+                "ld1w {{ z19.s }}, p0/z, [{p}, #3, mul vl]",
+                "ld1w {{ z20.s }}, p0/z, [{p}, #4, mul vl]",
+                "ld1w {{ z21.s }}, p0/z, [{p}, #5, mul vl]",
+                "ld1w {{ z22.s }}, p0/z, [{p}, #6, mul vl]",
+                "ld1w {{ z23.s }}, p0/z, [{p}, #7, mul vl]"
+            );
+        }
     }
     (ran != 0).then_some(acc)
 }
