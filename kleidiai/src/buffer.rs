@@ -50,6 +50,7 @@ impl AlignedBuf {
     }
 
     /// The bytes.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `lines` holds at least `len` initialised bytes (len <= 64 * lines.len()).
         unsafe { core::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }

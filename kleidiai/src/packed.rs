@@ -18,7 +18,26 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub(crate) enum Storage {
     Owned(AlignedBuf),
-    Shared { bytes: Arc<dyn AsRef<[u8]> + Send + Sync>, range: Range<usize> },
+    Shared { bytes: Bytes, range: Range<usize> },
+}
+
+/// The shared memory of [`Storage::Shared`]: a buffer this crate packed
+/// (read without a virtual call, on every kernel call), or any bytes a
+/// caller lends.
+#[derive(Clone)]
+pub(crate) enum Bytes {
+    Packed(Arc<AlignedBuf>),
+    Lent(Arc<dyn AsRef<[u8]> + Send + Sync>),
+}
+
+impl Bytes {
+    #[inline(always)]
+    fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Packed(b) => b.as_slice(),
+            Bytes::Lent(b) => (**b).as_ref(),
+        }
+    }
 }
 
 impl Storage {
@@ -26,7 +45,7 @@ impl Storage {
     fn as_slice(&self) -> &[u8] {
         match self {
             Storage::Owned(b) => b.as_slice(),
-            Storage::Shared { bytes, range } => &(**bytes).as_ref()[range.clone()],
+            Storage::Shared { bytes, range } => &bytes.get()[range.clone()],
         }
     }
 }
@@ -47,7 +66,10 @@ impl PackedRhs {
         match self.data {
             Storage::Owned(buf) => {
                 let len = buf.len();
-                PackedRhs { layout: self.layout, data: Storage::Shared { bytes: Arc::new(buf), range: 0..len } }
+                PackedRhs {
+                    layout: self.layout,
+                    data: Storage::Shared { bytes: Bytes::Packed(Arc::new(buf)), range: 0..len },
+                }
             }
             shared @ Storage::Shared { .. } => PackedRhs { layout: self.layout, data: shared },
         }
@@ -145,7 +167,7 @@ macro_rules! packed_operand {
                 if (all.as_ptr() as usize + range.start) % 64 != 0 {
                     return Err(Error::Misaligned { what: "packed data", align: 64 });
                 }
-                Ok(Self { layout, data: Storage::Shared { bytes, range } })
+                Ok(Self { layout, data: Storage::Shared { bytes: Bytes::Lent(bytes), range } })
             }
 
             /// What the bytes are.

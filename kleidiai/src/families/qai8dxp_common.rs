@@ -1074,10 +1074,8 @@ mod imp {
             y: *mut O,
             clamp: Clamp,
         ) {
-            let (m, n, k, t) = (p.m, p.n, p.k, p.t);
-            let es = core::mem::size_of::<O>();
+            let (m, k, t) = (p.m, p.k, p.t);
             let rp = rhs.data().as_ptr().cast::<c_void>();
-            let step = if self.one_row { 1 } else { m };
             // SAFETY: the caller's contract: `prepare` checked layout, shape,
             // block rule and packed size for exactly these operands and this
             // kernel (no 2-bit table, packer in one call); offsets of row 0
@@ -1085,17 +1083,62 @@ mod imp {
             // the packer's offset of that row, as in `run`.
             unsafe {
                 L::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * core::mem::size_of::<L>(), lhs);
-                let mut r0 = 0;
-                while r0 < m {
-                    let h = step.min(m - r0);
-                    let lo = if r0 == 0 { 0 } else { (self.fns.lhs_offset)(r0, k) };
-                    let (a, d) = (lhs.add(lo).cast::<c_void>(), y.add(r0 * n));
-                    match self.fns.run {
-                        Run::F32(f) => f(h, n, k, a, rp, d.cast(), n * es, es, clamp.min, clamp.max),
-                        Run::Half(f) => f(h, n, k, a, rp, d.cast(), n * es, es, clamp.min, clamp.max),
-                        Run::F32Lut(_) => unreachable!("prepare returns None for 2-bit weights"),
-                    }
-                    r0 += h;
+                if self.one_row && m > 1 {
+                    self.run_rows(p, lhs, rp, y, clamp);
+                } else {
+                    self.run_whole(m, p, lhs, rp, y, clamp);
+                }
+            }
+        }
+
+        /// The kernel on `h` rows of the packed LHS at `lhs` into `y` (rows
+        /// `p.n` apart).
+        ///
+        /// # Safety
+        /// As [`run_prepared`](Self::run_prepared), for those rows.
+        #[inline(always)]
+        unsafe fn run_whole<O: OutElem>(
+            &self,
+            h: usize,
+            p: &crate::families::engine::Prepared,
+            lhs: *const u8,
+            rp: *const c_void,
+            y: *mut O,
+            clamp: Clamp,
+        ) {
+            let (n, k, es) = (p.n, p.k, core::mem::size_of::<O>());
+            let (a, d) = (lhs.cast::<c_void>(), y);
+            // SAFETY: forwarded to the caller.
+            unsafe {
+                match self.fns.run {
+                    Run::F32(f) => f(h, n, k, a, rp, d.cast(), n * es, es, clamp.min, clamp.max),
+                    Run::Half(f) => f(h, n, k, a, rp, d.cast(), n * es, es, clamp.min, clamp.max),
+                    Run::F32Lut(_) => unreachable!("prepare returns None for 2-bit weights"),
+                }
+            }
+        }
+
+        /// A single-row kernel over every row of `p.m`, one call per row at
+        /// the packer's offset of that row.
+        ///
+        /// # Safety
+        /// As [`run_prepared`](Self::run_prepared), after the LHS was packed.
+        #[inline(never)]
+        unsafe fn run_rows<O: OutElem>(
+            &self,
+            p: &crate::families::engine::Prepared,
+            lhs: *mut u8,
+            rp: *const c_void,
+            y: *mut O,
+            clamp: Clamp,
+        ) {
+            for r in 0..p.m {
+                // SAFETY: the caller's contract; the offset is the packer's
+                // own for row `r` (a query of the kernel the CPU runs), and
+                // row `r` of `y` lies in its `p.m x p.n` values.
+                unsafe {
+                    let lo = if r == 0 { 0 } else { (self.fns.lhs_offset)(r, p.k) };
+                    self.run_whole(1, p, lhs.add(lo), rp, y.add(r * p.n), clamp);
                 }
             }
         }

@@ -62,6 +62,25 @@ pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     fn fast(&self) -> Option<&dyn Fast> {
         None
     }
+    /// [`Fast::run_prepared`] of [`fast`](Self::fast) in one virtual call
+    /// (the steady state of `PackedWeights::matmul`).
+    ///
+    /// # Safety
+    /// As [`Fast::run_prepared`]; `p` came from `fast()`'s `prepare`, so
+    /// `fast()` is `Some` (the default, for backends without one, is never
+    /// called and panics).
+    #[allow(clippy::too_many_arguments)] // Fast::run_prepared's own
+    unsafe fn run_prepared(
+        &self,
+        _p: &Prepared,
+        _x: Activation<'_>,
+        _lhs: *mut u8,
+        _rhs: &PackedRhs,
+        _y: super::ActivationMut<'_>,
+        _clamp: Clamp,
+    ) {
+        unreachable!("{}: a steady-state plan without a steady-state path", self.info().name)
+    }
 }
 
 /// [`Backend::run`] split in two: every check once ([`prepare`](Self::prepare)),
@@ -167,6 +186,18 @@ mod families {
         (fast) => {
             fn fast(&self) -> Option<&dyn Fast> {
                 Some(self)
+            }
+            unsafe fn run_prepared(
+                &self,
+                p: &Prepared,
+                x: Activation<'_>,
+                lhs: *mut u8,
+                rhs: &PackedRhs,
+                y: ActivationMut<'_>,
+                clamp: Clamp,
+            ) {
+                // SAFETY: forwarded to the caller.
+                unsafe { Fast::run_prepared(self, p, x, lhs, rhs, y, clamp) }
             }
         };
     }

@@ -182,8 +182,9 @@ struct Plan {
     features: Features,
     /// The disabled mask ([`crate::cpu::disabled_mask`]) that gives
     /// `features`: the steady state compares it instead of the features
-    /// (None when it changed while the plan was made).
-    disabled: Option<u32>,
+    /// (`u32::MAX`, a mask of features that do not exist, when it changed
+    /// while the plan was made).
+    disabled: u32,
     /// `None`: the chosen kernel keeps the checked path on every call.
     ready: Option<Ready>,
 }

@@ -138,7 +138,8 @@ impl Finite for bf16 {
 /// NEON loop's four-register loads do better): `acc = acc + x * y` over
 /// pairs of vectors, 8 vectors a round (8 loads, 4 `fmla`, 3 loop
 /// instructions: 128 values in 15 instructions at 512 bits; with SVE2.1's
-/// four-register loads 2 loads instead of 8, 9 instructions), the tail under
+/// four-register loads 16 vectors a round in 4 loads, 8 `fmla`, 3 loop
+/// instructions, then one of 8 if at least 8 are left), the tail under
 /// a predicate (`x * x`), then the lanes' sum. Finite proves every value
 /// finite, as in the NEON loop. None when SVE is not used.
 #[cfg(target_arch = "aarch64")]
@@ -149,10 +150,16 @@ fn sve_filter(v: &[f32]) -> Option<f32> {
         return None;
     }
     let (acc, ran): (f32, u64);
-    // The scan with the round's loads `$load` (8 vectors from `{p}` into
-    // z16-z23), after `$setup`, in the extension `$ext`.
+    // The scan: rounds of 2^`$shift` vectors from `{p}` (the loads
+    // `$load` into z16 and up, the `fmla`s `$fmla` into z0-z3, `$addvl`
+    // past them), then `$half` (8 vectors, once, when at least 8 are left;
+    // none where the round is 8), then the tail, after `$setup`, in the
+    // extension `$ext`.
     macro_rules! scan {
-        ($ext:literal, $setup:literal, $($load:literal),+) => {
+        (
+            $ext:literal, $setup:literal, $shift:literal, $addvl:literal,
+            [$($load:literal),+], [$($fmla:literal),+], [$($half:literal),*]
+        ) => {
             core::arch::asm!(
                 $ext,
                 "cntw {vl}",
@@ -165,20 +172,18 @@ fn sve_filter(v: &[f32]) -> Option<f32> {
                 "mov z3.s, #0",
                 "ptrue p0.s",
                 $setup,
-                "lsl {step}, {vl}, #3",
+                concat!("lsl {step}, {vl}, #", $shift),
                 "subs {n}, {n}, {step}",
                 "b.lo 2f",
                 "1:",
                 $($load,)+
-                "fmla z0.s, p0/m, z16.s, z17.s",
-                "fmla z1.s, p0/m, z18.s, z19.s",
-                "fmla z2.s, p0/m, z20.s, z21.s",
-                "fmla z3.s, p0/m, z22.s, z23.s",
-                "addvl {p}, {p}, #8",
+                $($fmla,)+
+                $addvl,
                 "subs {n}, {n}, {step}",
                 "b.hs 1b",
                 "2:",
                 "add {n}, {n}, {step}",
+                $($half,)*
                 "mov {i}, #0",
                 "whilelo p1.s, {i}, {n}",
                 "b.eq 4f",
@@ -205,6 +210,8 @@ fn sve_filter(v: &[f32]) -> Option<f32> {
                 out("v1") _, out("v2") _, out("v3") _,
                 out("v16") _, out("v17") _, out("v18") _, out("v19") _,
                 out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+                out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+                out("v28") _, out("v29") _, out("v30") _, out("v31") _,
                 out("p0") _, out("p1") _, out("p8") _,
                 options(nostack, readonly),
             )
@@ -213,30 +220,71 @@ fn sve_filter(v: &[f32]) -> Option<f32> {
     // SAFETY: SVE is present (checked above: `Features::current` only holds
     // what detection found), SVE2.1 too for the four-register loads
     // (checked the same way); the loads read `v.len()` f32 values from
-    // `v.as_ptr()` (whole vectors while at least 8 vectors remain, then
-    // predicated by `whilelo` to the remaining count), nothing past the
-    // slice; registers written are declared (z0-z3 and z16-z23 through
-    // their v halves, p0, p1, p8, the flags); no memory is written.
+    // `v.as_ptr()` (whole vectors while at least a round, then 8, of them
+    // remain, then predicated by `whilelo` to the remaining count), nothing
+    // past the slice; registers written are declared (z0-z3 and z16-z31
+    // through their v halves, p0, p1, p8, the flags); no memory is written.
     unsafe {
         if f.has(CpuFeature::Sve2p1) {
             scan!(
                 ".arch_extension sve2p1",
                 "ptrue pn8.s",
-                "ld1w {{ z16.s - z19.s }}, pn8/z, [{p}]",
-                "ld1w {{ z20.s - z23.s }}, pn8/z, [{p}, #4, mul vl]"
+                "4",
+                "addvl {p}, {p}, #16",
+                [
+                    "ld1w {{ z16.s - z19.s }}, pn8/z, [{p}]",
+                    "ld1w {{ z20.s - z23.s }}, pn8/z, [{p}, #4, mul vl]",
+                    "ld1w {{ z24.s - z27.s }}, pn8/z, [{p}, #8, mul vl]",
+                    "ld1w {{ z28.s - z31.s }}, pn8/z, [{p}, #12, mul vl]"
+                ],
+                [
+                    "fmla z0.s, p0/m, z16.s, z17.s",
+                    "fmla z1.s, p0/m, z18.s, z19.s",
+                    "fmla z2.s, p0/m, z20.s, z21.s",
+                    "fmla z3.s, p0/m, z22.s, z23.s",
+                    "fmla z0.s, p0/m, z24.s, z25.s",
+                    "fmla z1.s, p0/m, z26.s, z27.s",
+                    "fmla z2.s, p0/m, z28.s, z29.s",
+                    "fmla z3.s, p0/m, z30.s, z31.s"
+                ],
+                [
+                    "lsl {step}, {vl}, #3",
+                    "cmp {n}, {step}",
+                    "b.lo 5f",
+                    "ld1w {{ z16.s - z19.s }}, pn8/z, [{p}]",
+                    "ld1w {{ z20.s - z23.s }}, pn8/z, [{p}, #4, mul vl]",
+                    "fmla z0.s, p0/m, z16.s, z17.s",
+                    "fmla z1.s, p0/m, z18.s, z19.s",
+                    "fmla z2.s, p0/m, z20.s, z21.s",
+                    "fmla z3.s, p0/m, z22.s, z23.s",
+                    "addvl {p}, {p}, #8",
+                    "sub {n}, {n}, {step}",
+                    "5:"
+                ]
             );
         } else {
             scan!(
                 ".arch_extension sve",
                 "",
-                "ld1w {{ z16.s }}, p0/z, [{p}]",
-                "ld1w {{ z17.s }}, p0/z, [{p}, #1, mul vl]",
-                "ld1w {{ z18.s }}, p0/z, [{p}, #2, mul vl]",
-                "ld1w {{ z19.s }}, p0/z, [{p}, #3, mul vl]",
-                "ld1w {{ z20.s }}, p0/z, [{p}, #4, mul vl]",
-                "ld1w {{ z21.s }}, p0/z, [{p}, #5, mul vl]",
-                "ld1w {{ z22.s }}, p0/z, [{p}, #6, mul vl]",
-                "ld1w {{ z23.s }}, p0/z, [{p}, #7, mul vl]"
+                "3",
+                "addvl {p}, {p}, #8",
+                [
+                    "ld1w {{ z16.s }}, p0/z, [{p}]",
+                    "ld1w {{ z17.s }}, p0/z, [{p}, #1, mul vl]",
+                    "ld1w {{ z18.s }}, p0/z, [{p}, #2, mul vl]",
+                    "ld1w {{ z19.s }}, p0/z, [{p}, #3, mul vl]",
+                    "ld1w {{ z20.s }}, p0/z, [{p}, #4, mul vl]",
+                    "ld1w {{ z21.s }}, p0/z, [{p}, #5, mul vl]",
+                    "ld1w {{ z22.s }}, p0/z, [{p}, #6, mul vl]",
+                    "ld1w {{ z23.s }}, p0/z, [{p}, #7, mul vl]"
+                ],
+                [
+                    "fmla z0.s, p0/m, z16.s, z17.s",
+                    "fmla z1.s, p0/m, z18.s, z19.s",
+                    "fmla z2.s, p0/m, z20.s, z21.s",
+                    "fmla z3.s, p0/m, z22.s, z23.s"
+                ],
+                []
             );
         }
     }

@@ -60,7 +60,7 @@ impl PackedWeights {
             Some(Ready { slot, gemv, vector_bytes, vector_kind, sme: info.is_sme(), needs_finite, prepared, lhs })
         })();
         let mask = crate::cpu::disabled_mask();
-        let disabled = (crate::cpu::features_with_disabled(mask) == *f).then_some(mask);
+        let disabled = if crate::cpu::features_with_disabled(mask) == *f { mask } else { u32::MAX };
         Plan { weights: self.id, m, features: *f, disabled, ready }
     }
 
@@ -320,22 +320,24 @@ impl PackedWeights {
             || y.len() < p.m * p.n
             || !clamp.is_valid()
             || (par != Parallelism::Sequential && crate::par::workers(par, p.m * p.n * p.k, r.sme) != 1)
-            || plan.disabled != Some(crate::cpu::disabled_mask())
+            || plan.disabled != crate::cpu::disabled_mask()
             || r.vector_kind.live_bytes() != r.vector_bytes
-            || (scan && !non_finite::all_finite(m, self.k, x))
+            || (scan && !non_finite::all_finite(p.m, p.k, x))
         {
             return false;
         }
-        let Some(b) = self.backend(r.slot, r.gemv).and_then(|b| b.fast()) else { return false };
-        // SAFETY: `p` is what this backend's `prepare` returned for this
-        // slot's packed RHS (the plan is keyed by these weights' unique id,
-        // m and the features it was chosen with, compared above, and
+        let Some(slot) = self.slots.get(r.slot) else { return false };
+        let b = if r.gemv { slot.gemv.as_deref() } else { Some(&*slot.gemm) };
+        let Some(b) = b else { return false };
+        // SAFETY: `p` is what this backend's `fast()` `prepare` returned for
+        // this slot's packed RHS (the plan is keyed by these weights' unique
+        // id, m and the features it was chosen with, compared above, and
         // weights never change); the features are unchanged, so the CPU
         // runs the kernel, at the vector length it saw (compared above); x
         // and y have the weights' activation type and hold m x k and m x n
         // values (compared above); `r.lhs` has the `p.lhs_bytes` it asked
         // for, 64-byte aligned; the clamp is a valid range (compared above).
-        unsafe { b.run_prepared(p, *x, r.lhs.as_mut_ptr(), &self.slots[r.slot].rhs, y.reborrow(), clamp) };
+        unsafe { b.run_prepared(p, *x, r.lhs.as_mut_ptr(), &slot.rhs, y.reborrow(), clamp) };
         if self.policy == NonFinite::Propagate && !self.non_finite_channels.is_empty() {
             non_finite::fill(m, self.n, y, &[], &self.non_finite_channels);
         }
