@@ -103,33 +103,59 @@ impl PackedWeights {
             scratch.plan = Some(self.plan(m, f, scratch.plan.take()));
         }
         let r = scratch.plan.as_mut()?.ready.as_mut()?;
-        let p = r.prepared;
-        let b = self.backend(r.slot, r.gemv)?;
         // Activations nobody scanned go where the packer's needs are checked.
         if !finite && r.needs_finite {
             return None;
         }
-        let work = p.m.saturating_mul(p.n).saturating_mul(p.k);
-        if crate::par::workers(par, work, r.sme) != 1
-            || x.len() < p.m * p.k
+        // The plan is for these weights, `m` and `f` (made or compared
+        // above); matmul checked the activation type. An invalid clamp goes
+        // to the checked path, which names it.
+        let mut y = y;
+        self.run_ready(r, &x, &mut y, clamp, par, false).then_some(Ok(()))
+    }
+
+    /// The kernel call of a ready plan, unless an operand rules it out
+    /// (lengths, clamp, more than one worker, another vector length, or
+    /// with `scan` a non-finite activation): false then, nothing done.
+    ///
+    /// The caller has checked that `r` is the plan these weights made for
+    /// this `m` and the current features, and that `x` and `y` have the
+    /// weights' activation type.
+    #[inline(always)]
+    fn run_ready(
+        &self,
+        r: &mut Ready,
+        x: &Activation<'_>,
+        y: &mut ActivationMut<'_>,
+        clamp: Clamp,
+        par: Parallelism,
+        scan: bool,
+    ) -> bool {
+        let p = &r.prepared;
+        // `prepare` checked that p.m * p.n * p.k does not overflow.
+        if x.len() < p.m * p.k
             || y.len() < p.m * p.n
+            || !clamp.is_valid()
+            || (par != Parallelism::Sequential && crate::par::workers(par, p.m * p.n * p.k, r.sme) != 1)
             || r.vector_kind.live_bytes() != r.vector_bytes
+            || (scan && !non_finite::all_finite(p.m, p.k, x))
         {
-            return None;
+            return false;
         }
-        if let Err(e) = clamp.check() {
-            return Some(Err(e));
-        }
-        // SAFETY: `p` is what this backend's `prepare` returned for this
-        // slot's packed RHS (the plan is keyed by these weights' unique id,
-        // m and the features it was chosen with, and weights never change);
-        // the features are unchanged, so the CPU runs the kernel, at the
-        // vector length it saw (compared above); x and y have the weights'
-        // activation type (matmul checked) and hold m x k and m x n values
-        // (products that `prepare` checked do not overflow); `r.lhs` has
-        // the `p.lhs_bytes` it asked for, 64-byte aligned; clamp checked.
-        unsafe { b.fast()?.run_prepared(&p, x, r.lhs.as_mut_ptr(), &self.slots[r.slot].rhs, y, clamp) };
-        Some(Ok(()))
+        let Some(slot) = self.slots.get(r.slot) else { return false };
+        let b = if r.gemv { slot.gemv.as_deref() } else { Some(&*slot.gemm) };
+        let Some(b) = b else { return false };
+        // SAFETY: `p` is what this backend's `fast()` `prepare` returned for
+        // this slot's packed RHS (the caller's check: the plan is keyed by
+        // these weights' unique id, m and the features it was chosen with,
+        // and weights never change); the features are unchanged, so the CPU
+        // runs the kernel, at the vector length it saw (compared above); x
+        // and y have the weights' activation type (the caller's check) and
+        // hold m x k and m x n values (compared above); `r.lhs` has the
+        // `p.lhs_bytes` it asked for, 64-byte aligned; the clamp is a valid
+        // range (compared above).
+        unsafe { b.run_prepared(p, *x, r.lhs.as_mut_ptr(), &slot.rhs, y.reborrow(), clamp) };
+        true
     }
 
     /// The hybrid mode (ggml's, for f32 activations): the first slot's SME
@@ -303,41 +329,23 @@ impl PackedWeights {
     ) -> bool {
         let Some(plan) = scratch.plan.as_mut() else { return false };
         let Some(r) = plan.ready.as_mut() else { return false };
-        let p = &r.prepared;
         let scan = match self.policy {
             NonFinite::Propagate => true,
             NonFinite::Error if self.non_finite_channels.is_empty() => true,
             NonFinite::Kernel if !r.needs_finite => false,
             _ => return false,
         };
-        // `prepare` checked that p.m * p.n * p.k does not overflow; the
-        // plan's m is `m` (compared first).
+        // The plan is for these weights, this `m` and (through the mask
+        // that gave them) the current features.
         if plan.weights != self.id
             || plan.m != m
+            || plan.disabled != crate::cpu::disabled_mask()
             || x.dtype() != self.activation
             || y.dtype() != self.activation
-            || x.len() < p.m * p.k
-            || y.len() < p.m * p.n
-            || !clamp.is_valid()
-            || (par != Parallelism::Sequential && crate::par::workers(par, p.m * p.n * p.k, r.sme) != 1)
-            || plan.disabled != crate::cpu::disabled_mask()
-            || r.vector_kind.live_bytes() != r.vector_bytes
-            || (scan && !non_finite::all_finite(p.m, p.k, x))
+            || !self.run_ready(r, x, y, clamp, par, scan)
         {
             return false;
         }
-        let Some(slot) = self.slots.get(r.slot) else { return false };
-        let b = if r.gemv { slot.gemv.as_deref() } else { Some(&*slot.gemm) };
-        let Some(b) = b else { return false };
-        // SAFETY: `p` is what this backend's `fast()` `prepare` returned for
-        // this slot's packed RHS (the plan is keyed by these weights' unique
-        // id, m and the features it was chosen with, compared above, and
-        // weights never change); the features are unchanged, so the CPU
-        // runs the kernel, at the vector length it saw (compared above); x
-        // and y have the weights' activation type and hold m x k and m x n
-        // values (compared above); `r.lhs` has the `p.lhs_bytes` it asked
-        // for, 64-byte aligned; the clamp is a valid range (compared above).
-        unsafe { b.run_prepared(p, *x, r.lhs.as_mut_ptr(), &slot.rhs, y.reborrow(), clamp) };
         if self.policy == NonFinite::Propagate && !self.non_finite_channels.is_empty() {
             non_finite::fill(m, self.n, y, &[], &self.non_finite_channels);
         }
