@@ -2,8 +2,9 @@
 //! than any vector load upstream issues needs).
 
 use core::fmt;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
@@ -52,14 +53,13 @@ impl AlignedBuf {
     /// The bytes.
     #[inline]
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `lines` holds at least `len` initialised bytes (len <= 64 * lines.len()).
-        unsafe { core::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
+        // `len <= 64 * lines.len()` always: the lines' bytes, viewed by zerocopy.
+        &self.lines.as_bytes()[..self.len]
     }
 
     /// The bytes, mutable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`; the borrow is unique.
-        unsafe { core::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len) }
+        &mut self.lines.as_mut_bytes()[..self.len]
     }
 
     /// Pointer to the first byte (64-byte aligned).

@@ -411,9 +411,7 @@ mod detect {
         const PR_SVE_VL_LEN_MASK: libc::c_int = 0xffff;
 
         // SAFETY: getauxval has no preconditions; unknown keys return 0.
-        let hwcap = unsafe { libc::getauxval(libc::AT_HWCAP) } as u64;
-        // SAFETY: as above.
-        let hwcap2 = unsafe { libc::getauxval(libc::AT_HWCAP2) } as u64;
+        let (hwcap, hwcap2) = unsafe { (libc::getauxval(libc::AT_HWCAP), libc::getauxval(libc::AT_HWCAP2)) };
         let mut bits = 0u32;
         let mut set = |cond: bool, f: CpuFeature| {
             if cond {

@@ -734,24 +734,6 @@ mod imp {
                     self.0.prepare(m, rhs)
                 }
 
-                /// `pack_lhs_into` + `run` without their checks.
-                ///
-                /// # Safety
-                /// As `Bf16Kernel::run_prepared`.
-                #[allow(dead_code)] // families the high-level API does not serve
-                pub(crate) unsafe fn run_prepared(
-                    &self,
-                    p: &$crate::families::engine::Prepared,
-                    x: *const $lhs,
-                    lhs: *mut u8,
-                    rhs: &$crate::PackedRhs,
-                    y: *mut $out,
-                    clamp: $crate::Clamp,
-                ) {
-                    // SAFETY: forwarded to the caller.
-                    unsafe { self.0.run_prepared(p, x, lhs, rhs, y, clamp) }
-                }
-
                 $crate::families::engine::run_matmul_methods!(
                     lhs: $lhs,
                     out: $out,

@@ -191,12 +191,14 @@ pub(crate) fn kernel_info(
 /// `info: KernelInfo`): `infos()` for the registry and the `Kernel` type
 /// with `Debug`, `all`, `by_name`, `select` and `info`. `select` takes the
 /// output rows `m`, or with `select_rows: M` only the features (families
-/// whose kernels do not depend on `m`). With `field: VIS` the `Kernel`'s
-/// entry field has that visibility (for tests outside the family's module).
+/// whose kernels do not depend on `m`). The `Kernel`'s entry field is
+/// crate-visible in the first form (the steady state of `PackedWeights`
+/// calls the entry's `run_prepared`, and tests outside the family's module
+/// read it).
 #[cfg(target_arch = "aarch64")]
 macro_rules! kernel_type {
-    ($entry:ty $(, field: $vis:vis)?) => {
-        $crate::families::engine::kernel_type!(@common [$($vis)?] $entry);
+    ($entry:ty) => {
+        $crate::families::engine::kernel_type!(@common [pub(crate)] $entry);
 
         impl Kernel {
             /// The best kernel that can run with `f` for `m` output rows.

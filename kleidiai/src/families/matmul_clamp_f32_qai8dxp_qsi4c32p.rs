@@ -76,7 +76,7 @@ mod imp {
 
     entries!(KERNELS, |(u, i)| Entry::f32_out(u, FAMILY, c32_fns!(i, F32)));
     c32_kernel!(lhs: f32, out: f32, pack_lhs_into: pack_lhs_f32, rhs_note: "");
-    f32_prepared!(prepare_f32, run_prepared_f32);
+    f32_prepared!(prepare_f32);
 }
 
 #[cfg(all(test, target_arch = "aarch64"))]

@@ -76,7 +76,7 @@ mod imp {
         Entry::new::<f32>(u, fns!(i, F32), rhs, &[], false)
     });
     engine::kernel_type!(Entry);
-    f32_prepared!(prepare_f32_qsi4cxp, run_prepared_f32_qsi4cxp);
+    f32_prepared!(prepare_f32_qsi4cxp);
     kernel_methods!(lhs: f32, out: f32, pack_lhs_into: pack_lhs_f32_qsi4cxp, layout_first);
 
     impl Kernel {

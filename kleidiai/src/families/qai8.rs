@@ -619,9 +619,7 @@ mod imp {
             let rp = SendPtr(rhs.data().as_ptr() as *mut u8);
             let dp = SendPtr(dst.as_mut_ptr().cast::<u8>());
             let plain = lhs_plain.is_some();
-            // SAFETY: pure queries on the kernel the CPU runs.
-            let strides =
-                uker.as_ref().map(|u| unsafe { (u.lhs_stride(m, k), u.rhs_stride(n, k), u.dst_stride(m, n)) });
+            let strides = uker.as_ref().map(|u| (u.lhs_stride(m, k), u.rhs_stride(n, k), u.dst_stride(m, n)));
             let call = self.call;
             let uker = uker.as_ref();
             engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {

@@ -1538,24 +1538,6 @@ mod imp {
                 ) -> $crate::Result<Option<$crate::families::engine::Prepared>> {
                     self.0.prepare::<$lhs, $out>(m, rhs)
                 }
-
-                /// `pack_lhs_into` + `run` without their checks.
-                ///
-                /// # Safety
-                /// As `Entry::run_prepared`.
-                #[allow(dead_code)] // families the high-level API does not serve
-                pub(crate) unsafe fn run_prepared(
-                    &self,
-                    p: &$crate::families::engine::Prepared,
-                    x: *const $lhs,
-                    lhs: *mut u8,
-                    rhs: &$crate::PackedRhs,
-                    y: *mut $out,
-                    clamp: $crate::Clamp,
-                ) {
-                    // SAFETY: forwarded to the caller.
-                    unsafe { self.0.run_prepared(p, x, lhs, rhs, y, clamp) }
-                }
             }
 
             /// Weight row `row` of a packed RHS of this family, as f32
@@ -1568,11 +1550,11 @@ mod imp {
     }
     pub(crate) use qai8dxp_kernel;
 
-    /// Defines a family's `Kernel::prepare` and `Kernel::run_prepared` (f32
-    /// LHS, f32 output) forwarding to its entry's `$prepare` and
-    /// `$run_prepared` (the steady-state path of `PackedWeights::matmul`).
+    /// Defines a family's `Kernel::prepare` (f32 LHS, f32 output)
+    /// forwarding to its entry's `$prepare` (the steady-state path of
+    /// `PackedWeights::matmul` then calls the entry's own run directly).
     macro_rules! f32_prepared {
-        ($prepare:ident, $run_prepared:ident) => {
+        ($prepare:ident) => {
             impl Kernel {
                 /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
                 /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`,
@@ -1583,28 +1565,6 @@ mod imp {
                     rhs: &$crate::PackedRhs,
                 ) -> $crate::Result<Option<$crate::families::engine::Prepared>> {
                     self.0.$prepare(m, rhs)
-                }
-
-                /// What `pack_lhs_into` then `run` do on one thread for the
-                /// whole output, without their checks.
-                ///
-                /// # Safety
-                /// `p` is what [`prepare`](Self::prepare) returned for this
-                /// `rhs`; the CPU still runs the kernel at the vector length it
-                /// ran at then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes`
-                /// writable bytes (64-byte aligned), `y` `p.m x p.n` f32;
-                /// `clamp` is valid.
-                pub(crate) unsafe fn run_prepared(
-                    &self,
-                    p: &$crate::families::engine::Prepared,
-                    x: *const f32,
-                    lhs: *mut u8,
-                    rhs: &$crate::PackedRhs,
-                    y: *mut f32,
-                    clamp: $crate::Clamp,
-                ) {
-                    // SAFETY: forwarded to the caller (the same contract).
-                    unsafe { self.0.$run_prepared(p, x, lhs, rhs, y, clamp) }
                 }
             }
         };

@@ -714,8 +714,8 @@ mod imp {
     /// maps `(upstream entry, functions)` to the kernel; `lhs_bl: [bl]`
     /// gives the LHS API a block length argument (`[]`: none), documented
     /// `pack_lhs` by the attributes before it; `fast: true` adds
-    /// `prepare` / `run_prepared` (the steady-state path of
-    /// `PackedWeights`).
+    /// `prepare` (the steady-state path of `PackedWeights`, which then runs
+    /// [`Q4Kernel::run_prepared`]).
     macro_rules! q4_kernel {
         (
             interface: $iface:ident,
@@ -744,29 +744,6 @@ mod imp {
                     rhs: &$crate::packed::PackedRhs,
                 ) -> $crate::Result<Option<$crate::families::engine::Prepared>> {
                     self.0.prepare(m, rhs)
-                }
-
-                /// What `pack_lhs_into` then `run` do on one thread for the
-                /// whole output, without their checks.
-                ///
-                /// # Safety
-                /// As `Q4Kernel::run_prepared`: `p` is what
-                /// [`prepare`](Self::prepare) returned (`Some`) for this
-                /// `rhs`; the CPU still runs the kernel at the vector length
-                /// it ran at then; `x` holds `p.m x p.k` f32, `lhs`
-                /// `p.lhs_bytes` writable bytes (64-byte aligned), `y`
-                /// `p.m x p.n` f32; `clamp` is valid.
-                pub(crate) unsafe fn run_prepared(
-                    &self,
-                    p: &$crate::families::engine::Prepared,
-                    x: *const f32,
-                    lhs: *mut u8,
-                    rhs: &$crate::packed::PackedRhs,
-                    y: *mut f32,
-                    clamp: $crate::packed::Clamp,
-                ) {
-                    // SAFETY: the caller's contract, forwarded unchanged.
-                    unsafe { self.0.run_prepared(p, x, lhs, rhs, y, clamp) }
                 }
             }
         };

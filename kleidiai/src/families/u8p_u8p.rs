@@ -203,8 +203,7 @@ mod imp {
             error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.next_multiple_of(KR), "packed lhs")?;
             // SAFETY: the CPU runs SME (lhs_layout checked the kernel).
             let p = unsafe { PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme) };
-            // SAFETY: size query.
-            let size = unsafe { p.packed_size(m, k) };
+            let size = p.packed_size(m, k);
             out.reset(layout, size);
             let dst = SendPtr(out.data_mut().as_mut_ptr());
             let src = SendPtr(lhs.as_ptr() as *mut u8);
@@ -252,9 +251,8 @@ mod imp {
             };
             let f32_out = matches!(stage, Stage::F32 { .. });
             let (t, _, uker) = self.tiles()?;
-            // SAFETY: pure queries on the kernel the CPU runs.
             let (lhs_stride, rhs_stride, dst_stride) =
-                unsafe { (uker.lhs_stride(m, k), uker.rhs_stride(n, k), uker.dst_stride(m, n)) };
+                (uker.lhs_stride(m, k), uker.rhs_stride(n, k), uker.dst_stride(m, n));
             let (lp, rp) = (SendPtr(lhs.data().as_ptr() as *mut u8), SendPtr(rhs.data().as_ptr() as *mut u8));
             let uker = &uker;
             engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
@@ -339,7 +337,7 @@ mod imp {
                 })
             }
 
-            $crate::families::engine::kernel_type!($crate::families::u8p_u8p::Entry, field: pub(crate));
+            $crate::families::engine::kernel_type!($crate::families::u8p_u8p::Entry);
 
             impl Kernel {
                 /// The packed-RHS layout this kernel reads for `n x k` weights.

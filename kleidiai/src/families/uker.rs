@@ -5,9 +5,14 @@
 //! after the caller has checked the CPU runs it: its functions execute SME
 //! instructions, the getters included.
 //!
-//! All methods are `unsafe`: the caller guarantees the CPU supports the
-//! kernel or packer (`engine::ensure_supported`) and, for the runs, that
-//! the buffers match the shapes.
+//! The constructors are `unsafe`: their caller guarantees the CPU supports
+//! the kernel or packer (`engine::ensure_supported`), and a table exists only
+//! once that was checked. The queries (steps, strides, sizes, offsets) are
+//! then safe: they execute the kernel's instructions on a CPU that has
+//! them, read no memory the caller hands them, and a precondition they
+//! break (an index that is not a multiple of the step) aborts in
+//! upstream's `KAI_ASSUME`, in release builds too. The runs stay `unsafe`:
+//! their caller guarantees the buffers cover the shapes.
 
 use kleidiai_sys as sys;
 
@@ -27,48 +32,41 @@ impl Uker {
     }
 
     /// `(m_step, n_step)`.
-    ///
-    /// # Safety
-    /// As [`Uker::new`].
-    pub(crate) unsafe fn step(&self) -> (usize, usize) {
-        // SAFETY: upstream fills every entry; the CPU supports the kernel.
+    pub(crate) fn step(&self) -> (usize, usize) {
+        // SAFETY: upstream fills every entry; the CPU supports the kernel
+        // (`Uker::new`'s contract); a query of numbers.
         let s = unsafe { self.0.get_step.expect("get_step")(&self.1) };
         (s.m, s.n)
     }
 
-    /// # Safety
-    /// As [`Uker::new`].
-    pub(crate) unsafe fn lhs_stride(&self, m: usize, k: usize) -> sys::kai_matmul_uker_lhs_stride_args {
+    /// The LHS strides for `m x k`.
+    pub(crate) fn lhs_stride(&self, m: usize, k: usize) -> sys::kai_matmul_uker_lhs_stride_args {
         // SAFETY: as `step`; a pure query.
         unsafe { self.0.get_lhs_stride.expect("get_lhs_stride")(&self.1, &sys::kai_matmul_uker_lhs_dim_args { m, k }) }
     }
 
-    /// # Safety
-    /// As [`Uker::new`]; `m_idx` a multiple of the kernel's M step.
-    pub(crate) unsafe fn lhs_offset(&self, m_idx: usize, stride: &sys::kai_matmul_uker_lhs_stride_args) -> usize {
+    /// The LHS offset of row `m_idx` (a multiple of the M step).
+    pub(crate) fn lhs_offset(&self, m_idx: usize, stride: &sys::kai_matmul_uker_lhs_stride_args) -> usize {
         let index = sys::kai_matmul_uker_lhs_dim_args { m: m_idx, k: 0 };
-        // SAFETY: as `step`; the caller meets the index precondition.
+        // SAFETY: as `step`; a wrong index aborts upstream (KAI_ASSUME).
         unsafe { self.0.get_lhs_offset.expect("get_lhs_offset")(&self.1, &index, stride) }
     }
 
-    /// # Safety
-    /// As [`Uker::new`].
-    pub(crate) unsafe fn rhs_stride(&self, n: usize, k: usize) -> sys::kai_matmul_uker_rhs_stride_args {
+    /// The RHS strides for `n x k`.
+    pub(crate) fn rhs_stride(&self, n: usize, k: usize) -> sys::kai_matmul_uker_rhs_stride_args {
         // SAFETY: as `step`; a pure query.
         unsafe { self.0.get_rhs_stride.expect("get_rhs_stride")(&self.1, &sys::kai_matmul_uker_rhs_dim_args { n, k }) }
     }
 
-    /// # Safety
-    /// As [`Uker::new`]; `n_idx` a multiple of the kernel's N step.
-    pub(crate) unsafe fn rhs_offset(&self, n_idx: usize, stride: &sys::kai_matmul_uker_rhs_stride_args) -> usize {
+    /// The RHS offset of column `n_idx` (a multiple of the N step).
+    pub(crate) fn rhs_offset(&self, n_idx: usize, stride: &sys::kai_matmul_uker_rhs_stride_args) -> usize {
         let index = sys::kai_matmul_uker_rhs_dim_args { n: n_idx, k: 0 };
-        // SAFETY: as `step`; the caller meets the index precondition.
+        // SAFETY: as `step`; a wrong index aborts upstream (KAI_ASSUME).
         unsafe { self.0.get_rhs_offset.expect("get_rhs_offset")(&self.1, &index, stride) }
     }
 
-    /// # Safety
-    /// As [`Uker::new`].
-    pub(crate) unsafe fn dst_stride(&self, m: usize, n: usize) -> sys::kai_matmul_uker_dst_stride_args {
+    /// The destination strides for `m x n`.
+    pub(crate) fn dst_stride(&self, m: usize, n: usize) -> sys::kai_matmul_uker_dst_stride_args {
         // SAFETY: as `step`; a pure query.
         unsafe { self.0.get_dst_stride.expect("get_dst_stride")(&self.1, &sys::kai_matmul_uker_dst_dim_args { m, n }) }
     }
@@ -130,46 +128,32 @@ impl PackLhs {
     }
 
     /// Rows per packed block (`mr`).
-    ///
-    /// # Safety
-    /// As [`PackLhs::new`].
-    pub(crate) unsafe fn step_m(&self) -> usize {
+    pub(crate) fn step_m(&self) -> usize {
         // SAFETY: upstream fills every entry; the CPU supports the packer.
         unsafe { self.0.get_step.expect("get_step")(&self.1).m }
     }
 
-    /// # Safety
-    /// As [`PackLhs::new`].
-    pub(crate) unsafe fn packed_stride(
-        &self,
-        m: usize,
-        k: usize,
-    ) -> sys::kai_matmul_pack_lhs_uker_lhs_packed_stride_args {
+    /// The packed strides for `m x k`.
+    pub(crate) fn packed_stride(&self, m: usize, k: usize) -> sys::kai_matmul_pack_lhs_uker_lhs_packed_stride_args {
         let shape = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k };
         // SAFETY: as `step_m`; a pure query.
         unsafe { self.0.get_lhs_packed_stride.expect("get_lhs_packed_stride")(&self.1, &shape) }
     }
 
-    /// # Safety
-    /// As [`PackLhs::new`].
-    pub(crate) unsafe fn packed_size(&self, m: usize, k: usize) -> usize {
+    /// Bytes of the packed `m x k` LHS.
+    pub(crate) fn packed_size(&self, m: usize, k: usize) -> usize {
         let shape = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k };
-        // SAFETY: as `step_m`; pure queries.
-        unsafe {
-            let stride = self.packed_stride(m, k);
-            self.0.get_lhs_packed_size.expect("get_lhs_packed_size")(&self.1, &shape, &stride)
-        }
+        let stride = self.packed_stride(m, k);
+        // SAFETY: as `step_m`; a query of numbers.
+        unsafe { self.0.get_lhs_packed_size.expect("get_lhs_packed_size")(&self.1, &shape, &stride) }
     }
 
-    /// # Safety
-    /// As [`PackLhs::new`]; `m_idx` a multiple of [`PackLhs::step_m`].
-    pub(crate) unsafe fn packed_offset(&self, m_idx: usize, k: usize) -> usize {
+    /// The packed offset of row `m_idx` (a multiple of `mr`).
+    pub(crate) fn packed_offset(&self, m_idx: usize, k: usize) -> usize {
         let index = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m: m_idx, k: 0 };
-        // SAFETY: as `step_m`; the caller meets the index precondition.
-        unsafe {
-            let stride = self.packed_stride(1, k);
-            self.0.get_lhs_packed_offset.expect("get_lhs_packed_offset")(&self.1, &index, &stride)
-        }
+        let stride = self.packed_stride(1, k);
+        // SAFETY: as `step_m`; a wrong index aborts upstream (KAI_ASSUME).
+        unsafe { self.0.get_lhs_packed_offset.expect("get_lhs_packed_offset")(&self.1, &index, &stride) }
     }
 
     /// Packs `m` rows of `k` bytes, `stride` bytes apart, to `out`.
@@ -184,11 +168,9 @@ impl PackLhs {
         args.operand.lhs.ptr = lhs.cast();
         args.operand.lhs.stride.m = stride;
         args.operand.lhs_packed.ptr = out.cast();
+        args.operand.lhs_packed.stride = self.packed_stride(m, k);
         // SAFETY: forwarded to the caller.
-        unsafe {
-            args.operand.lhs_packed.stride = self.packed_stride(m, k);
-            self.0.run.expect("run")(&self.1, &args);
-        }
+        unsafe { self.0.run.expect("run")(&self.1, &args) }
     }
 }
 
@@ -204,17 +186,13 @@ impl PackRhs {
     }
 
     /// Columns per packed block (`nr`).
-    ///
-    /// # Safety
-    /// As [`PackRhs::new`].
-    pub(crate) unsafe fn step_n(&self) -> usize {
+    pub(crate) fn step_n(&self) -> usize {
         // SAFETY: upstream fills every entry; the CPU supports the packer.
         unsafe { self.0.get_step.expect("get_step")(&self.1).n }
     }
 
-    /// # Safety
-    /// As [`PackRhs::new`].
-    pub(crate) unsafe fn rhs_stride(&self, n: usize, k: usize) -> sys::kai_matmul_pack_rhs_uker_rhs_stride_args {
+    /// The strides of the unpacked `n x k` RHS the packer reads.
+    pub(crate) fn rhs_stride(&self, n: usize, k: usize) -> sys::kai_matmul_pack_rhs_uker_rhs_stride_args {
         // SAFETY: as `step_n`; a pure query.
         unsafe {
             self.0.get_rhs_stride.expect("get_rhs_stride")(
@@ -224,27 +202,19 @@ impl PackRhs {
         }
     }
 
-    /// # Safety
-    /// As [`PackRhs::new`].
-    pub(crate) unsafe fn packed_stride(
-        &self,
-        n: usize,
-        k: usize,
-    ) -> sys::kai_matmul_pack_rhs_uker_rhs_packed_stride_args {
+    /// The packed strides for `n x k`.
+    pub(crate) fn packed_stride(&self, n: usize, k: usize) -> sys::kai_matmul_pack_rhs_uker_rhs_packed_stride_args {
         let shape = sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k };
         // SAFETY: as `step_n`; a pure query.
         unsafe { self.0.get_rhs_packed_stride.expect("get_rhs_packed_stride")(&self.1, &shape) }
     }
 
-    /// # Safety
-    /// As [`PackRhs::new`].
-    pub(crate) unsafe fn packed_size(&self, n: usize, k: usize) -> usize {
+    /// Bytes of the packed `n x k` RHS.
+    pub(crate) fn packed_size(&self, n: usize, k: usize) -> usize {
         let shape = sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k };
-        // SAFETY: as `step_n`; pure queries.
-        unsafe {
-            let stride = self.packed_stride(n, k);
-            self.0.get_rhs_packed_size.expect("get_rhs_packed_size")(&self.1, &shape, &stride)
-        }
+        let stride = self.packed_stride(n, k);
+        // SAFETY: as `step_n`; a query of numbers.
+        unsafe { self.0.get_rhs_packed_size.expect("get_rhs_packed_size")(&self.1, &shape, &stride) }
     }
 
     /// Runs the packer on `args` (shape and operands filled by the caller,
@@ -255,11 +225,9 @@ impl PackRhs {
     /// packed size.
     pub(crate) unsafe fn run(&self, args: &mut sys::kai_matmul_pack_rhs_uker_args) {
         let (n, k) = (args.shape.n, args.shape.k);
+        args.operand.rhs.stride = self.rhs_stride(n, k);
+        args.operand.rhs_packed.stride = self.packed_stride(n, k);
         // SAFETY: forwarded to the caller.
-        unsafe {
-            args.operand.rhs.stride = self.rhs_stride(n, k);
-            args.operand.rhs_packed.stride = self.packed_stride(n, k);
-            self.0.run.expect("run")(&self.1, args);
-        }
+        unsafe { self.0.run.expect("run")(&self.1, args) }
     }
 }

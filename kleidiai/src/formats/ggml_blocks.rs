@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use half::f16;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Values per Q4_0 block.
 pub const QK4_0: usize = 32;
@@ -14,7 +15,7 @@ pub const QK8_0: usize = 32;
 /// `j` in its low nibble and value `j + 16` in its high nibble, each stored
 /// as `q + 8` (so `x = d * (nibble - 8)`). 18 bytes, 2-byte aligned.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct BlockQ4_0 {
     /// Scale.
     pub d: f16,
@@ -25,7 +26,7 @@ pub struct BlockQ4_0 {
 /// ggml `block_q8_0`: one f16 scale `d`, then 32 signed bytes
 /// (`x = d * q`). 34 bytes, 2-byte aligned.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct BlockQ8_0 {
     /// Scale.
     pub d: f16,
@@ -115,10 +116,8 @@ macro_rules! byte_views {
     ($block:ty, $as_bytes:ident, $from_bytes:ident, $name:literal) => {
         /// The blocks as their raw bytes (ggml's in-memory layout).
         pub fn $as_bytes(blocks: &[$block]) -> &[u8] {
-            // SAFETY: the block is repr(C) with no padding (size asserted
-            // above equals the sum of its fields), so every byte is
-            // initialised; u8 has no alignment requirement.
-            unsafe { core::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), core::mem::size_of_val(blocks)) }
+            // No padding (zerocopy's IntoBytes derive proves it).
+            blocks.as_bytes()
         }
 
         /// Views raw bytes as blocks (no copy): the length must be a whole
@@ -144,10 +143,12 @@ macro_rules! byte_views {
                     align: core::mem::align_of::<$block>(),
                 });
             }
-            // SAFETY: length is a whole number of blocks and the pointer is
-            // aligned for the block (checked above); any bit pattern is a
-            // valid block (f16 and integer fields only).
-            Ok(unsafe { core::slice::from_raw_parts(bytes.as_ptr().cast::<$block>(), bytes.len() / size) })
+            // Length and alignment checked above (for the errors' sake):
+            // zerocopy checks both again and cannot fail here.
+            <[$block]>::ref_from_bytes(bytes).map_err(|_| Error::Misaligned {
+                what: concat!($name, " block data"),
+                align: core::mem::align_of::<$block>(),
+            })
         }
     };
 }

@@ -212,13 +212,8 @@ fn pack(
 
 /// Bytes of the work buffer (64-byte aligned regions) as f32.
 fn f32s(bytes: &mut [u8]) -> Result<&mut [f32]> {
-    // SAFETY: every bit pattern is a valid f32; align_to_mut hands out only
-    // the aligned middle, checked to be all of it.
-    let (head, mid, tail) = unsafe { bytes.align_to_mut::<f32>() };
-    if !head.is_empty() || !tail.is_empty() {
-        return Err(Error::Misaligned { what: "work buffer region", align: 4 });
-    }
-    Ok(mid)
+    <[f32] as zerocopy::FromBytes>::mut_from_bytes(bytes)
+        .map_err(|_| Error::Misaligned { what: "work buffer region", align: 4 })
 }
 
 /// Thread `ith`'s columns (ggml's static split) of batch `b`.

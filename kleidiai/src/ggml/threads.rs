@@ -600,10 +600,7 @@ fn f32_view(bytes: &[u8]) -> Option<&[f32]> {
     if !cfg!(target_endian = "little") || bytes.len() % 4 != 0 {
         return None;
     }
-    // SAFETY: every bit pattern is a valid f32, and align_to only hands out
-    // the aligned middle part (checked to be all of it below).
-    let (head, mid, tail) = unsafe { bytes.align_to::<f32>() };
-    (head.is_empty() && tail.is_empty()).then_some(mid)
+    <[f32] as zerocopy::FromBytes>::ref_from_bytes(bytes).ok()
 }
 
 pub(super) fn align64(v: usize) -> usize {

@@ -202,17 +202,25 @@ mod families {
         };
     }
 
-    /// [`Fast`] for a family: `$prepare` and `$run` are its own
-    /// `prepare`/`run_prepared` (element-typed pointers).
+    /// [`Fast`] for a family: its `Kernel::prepare`, and the `run_prepared`
+    /// (element-typed pointers) of the kernel itself, or with `entry` of
+    /// the entry it wraps (`entry $run`: the entry's method of that name),
+    /// called directly.
     macro_rules! fast {
         ($module:ident, $act:ident) => {
-            fast!(@impl $module, $act, |k| k, |k, m, rhs| k.prepare(m, rhs));
+            fast!(@impl $module, $act, |k| k, run_prepared, |k, m, rhs| k.prepare(m, rhs));
+        };
+        ($module:ident, $act:ident, entry) => {
+            fast!(@impl $module, $act, |k| k.0, run_prepared, |k, m, rhs| k.prepare(m, rhs));
+        };
+        ($module:ident, $act:ident, entry $run:ident) => {
+            fast!(@impl $module, $act, |k| k.0, $run, |k, m, rhs| k.prepare(m, rhs));
         };
         // The float families: their shared glue, generic over the element.
         ($module:ident, $act:ident, float $t:ty) => {
-            fast!(@impl $module, $act, |k| k.float_kernel(), |k, m, rhs| k.float_kernel().prepare::<$t>(m, rhs));
+            fast!(@impl $module, $act, |k| k.float_kernel(), run_prepared, |k, m, rhs| k.float_kernel().prepare::<$t>(m, rhs));
         };
-        (@impl $module:ident, $act:ident, |$k:ident| $glue:expr, |$pk:ident, $m:ident, $r:ident| $prep:expr) => {
+        (@impl $module:ident, $act:ident, |$k:ident| $glue:expr, $run:ident, |$pk:ident, $m:ident, $r:ident| $prep:expr) => {
             impl Fast for fam::$module::Kernel {
                 fn prepare(&self, $m: usize, $r: &PackedRhs) -> Result<Option<Prepared>> {
                     let $pk = self;
@@ -234,7 +242,7 @@ mod families {
                     let $k = self;
                     // SAFETY: forwarded to the caller (the pointers are
                     // those of slices of the activation type it vouches for).
-                    unsafe { $glue.run_prepared(p, x.as_ptr(), lhs, rhs, y.as_mut_ptr(), clamp) }
+                    unsafe { $glue.$run(p, x.as_ptr(), lhs, rhs, y.as_mut_ptr(), clamp) }
                 }
             }
         };
@@ -391,15 +399,15 @@ mod families {
     fast!(matmul_clamp_f32_f32_f32p, F32, float f32);
     fast!(matmul_clamp_f16_f16p_f16p, F16, float half::f16);
     fast!(matmul_clamp_f16_f16_f16p, F16, float half::f16);
-    fast!(matmul_clamp_f32_qai8dxp_qsi8cxp, F32);
-    fast!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32);
-    fast!(matmul_clamp_fp32_bf16p_bf16p, F32);
-    fast!(matmul_clamp_f32_bf16p_bf16p, F32);
+    fast!(matmul_clamp_f32_qai8dxp_qsi8cxp, F32, entry);
+    fast!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32, entry run_prepared_f32_qsi4cxp);
+    fast!(matmul_clamp_fp32_bf16p_bf16p, F32, entry);
+    fast!(matmul_clamp_f32_bf16p_bf16p, F32, entry);
     fast!(matmul_clamp_f32_qsi8d32p_qai4c32p, F32);
     fast!(matmul_clamp_f16_qsi8d32p_qai4c32p, F16);
-    fast!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16);
-    fast!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32);
-    fast!(matmul_clamp_f32_qsi8d32p_qsi4c32p, F32);
+    fast!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16, entry);
+    fast!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32, entry run_prepared_f32);
+    fast!(matmul_clamp_f32_qsi8d32p_qsi4c32p, F32, entry);
 
     /// The kernels of `it`, boxed (a loop: no iterator chain instantiated
     /// per family).
