@@ -63,7 +63,7 @@ mod imp {
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::{CpuFeature, Features};
     use crate::error::{self, Result};
-    use crate::families::engine::{self, Prepared, Tiles};
+    use crate::families::engine::{self, Gate, Prepared, Tiles, query};
     use crate::formats::{FloatElement, FloatWeights};
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -298,23 +298,10 @@ mod imp {
         }
 
         /// Blocking parameters, and the features in force.
-        fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.info)?;
+        fn tiles(&self) -> Result<(Tiles, Gate)> {
+            let g = engine::ensure_supported(&self.info)?;
             let i = &self.fns;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so its getters (SME ones included) may
-            // run; they take no arguments.
-            let t = unsafe {
-                Tiles {
-                    m_step: (i.m_step)(),
-                    n_step: (i.n_step)(),
-                    mr: (i.mr)(),
-                    nr: (i.nr)(),
-                    kr: (i.kr)(),
-                    sr: (i.sr)(),
-                }
-            };
-            Ok((t, f))
+            Ok((g.tiles([i.m_step, i.n_step, i.mr, i.nr, i.kr, i.sr]), g))
         }
 
         /// The packed-RHS layout this kernel reads for `n x k` weights (for
@@ -353,6 +340,7 @@ mod imp {
         pub(crate) fn pack_rhs<T: FloatElement>(&self, w: &FloatWeights<'_, T>, f16: bool) -> Result<PackedRhs> {
             w.validate()?;
             let layout = self.rhs_layout(w.n, w.k)?;
+            let g = engine::ensure_supported(&self.info)?;
             let p = if f16 {
                 let p = self.packers.rhs_f16.expect("the family declares an f16 RHS packer");
                 need_fp16(p.name)?;
@@ -362,9 +350,7 @@ mod imp {
             };
             let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
             if let Some(n_step) = p.n_step {
-                // SAFETY: the kernel's features (SME) were checked by
-                // rhs_layout; the getter only reads the streaming vector length.
-                let packer_nr = unsafe { n_step() };
+                let packer_nr = query!(&g, n_step);
                 if packer_nr != nr {
                     return Err(crate::Error::PackerMismatch {
                         kernel: self.info.name,
@@ -390,13 +376,10 @@ mod imp {
                 (None, Some(b)) => b.as_ptr().cast::<c_void>(),
                 (None, None) => core::ptr::null(),
             };
-            // SAFETY: size query, arithmetic only (no overflow: checked
-            // above); an SME packer's query runs on a CPU with SME (rhs_layout).
-            let size = unsafe {
-                match p.size {
-                    RhsSize::Nk(f) => f(n, k),
-                    RhsSize::NkNrKr(f) => f(n, k, nr, kr),
-                }
+            // No overflow: checked above.
+            let size = match p.size {
+                RhsSize::Nk(f) => query!(&g, f, n, k),
+                RhsSize::NkNrKr(f) => query!(&g, f, n, k, nr, kr),
             };
             let mut buf = AlignedBuf::zeroed(size);
             // SAFETY: `kxn` holds k rows of n `T` `stride` bytes apart, the
@@ -484,9 +467,8 @@ mod imp {
                     let kp = row_bytes / 2;
                     let mut padded = if kp == k { Vec::new() } else { vec![T::ZERO; kp] };
                     for r in rows {
-                        // SAFETY: (slice) row r < m lies inside `lhs` (length
-                        // checked above).
-                        let row = unsafe { core::slice::from_raw_parts(src.0.add(r * lhs_stride), k) };
+                        // Row r < m lies inside `lhs` (length checked above).
+                        let row = &lhs[r * lhs_stride..][..k];
                         let (x, kk) = if padded.is_empty() {
                             (row.as_ptr(), k)
                         } else {

@@ -89,7 +89,6 @@ macro_rules! dwconv_module {
         mod imp {
             use super::*;
             use $crate::buffer::SendPtr;
-            use $crate::cpu::Features;
             use $crate::error;
             use $crate::families::depthwise::dwconv_family;
             use $crate::families::engine::{self, Tiles};
@@ -163,15 +162,14 @@ mod imp {
 
             impl Kernel {
                 /// The features in force, once the CPU is known to run the kernel.
-                fn checked(&self) -> Result<Features> {
+                fn checked(&self) -> Result<engine::Gate> {
                     engine::ensure_supported(&self.0.info)
                 }
 
                 /// Output rows per call.
                 fn m_step(&self) -> Result<usize> {
-                    self.checked()?;
-                    // SAFETY: the CPU has SME2 (checked): the getter may run.
-                    Ok(unsafe { self.0.iface.get_m_step.expect("m_step")() })
+                    let g = self.checked()?;
+                    Ok(engine::query!(&g, self.0.iface.get_m_step.expect("m_step")))
                 }
 
                 /// The convolution: `src` is `in_h x in_w x channels`, `dst`
@@ -245,11 +243,11 @@ mod imp {
             impl Kernel {
                 /// The features in force, once the CPU is known to run the kernel
                 /// and its filter is 3x3.
-                fn checked(&self) -> Result<Features> {
-                    let f = engine::ensure_supported(&self.0.info)?;
+                fn checked(&self) -> Result<engine::Gate> {
+                    let g = engine::ensure_supported(&self.0.info)?;
                     let i = self.0.iface;
-                    // SAFETY: the CPU has SME2 (ensure_supported); plain getters.
-                    let (fh, fw) = unsafe { (i.get_filter_height.expect("fh")(), i.get_filter_width.expect("fw")()) };
+                    let fh = engine::query!(&g, i.get_filter_height.expect("fh"));
+                    let fw = engine::query!(&g, i.get_filter_width.expect("fw"));
                     if (fh, fw) != (3, 3) {
                         return Err(crate::Error::bad_value(
                             "filter",
@@ -257,7 +255,7 @@ mod imp {
                             format!("{} takes 3x3", self.0.info.name),
                         ));
                     }
-                    Ok(f)
+                    Ok(g)
                 }
 
                 /// The convolution: `src` is `in_h x in_w x channels`, `dst`
@@ -403,6 +401,7 @@ mod imp {
                 pub fn pack_rhs(&self, w: &DepthwiseWeights<'_, $t>) -> Result<PackedRhs> {
                     w.validate()?;
                     let layout = self.rhs_layout(w.channels)?;
+                    let g = self.checked()?;
                     let c = w.channels;
                     // SAFETY: SME instruction (RDSVL) on a CPU with SME2 (rhs_layout).
                     let vl = unsafe { kleidiai_sys::kai_get_sme_vector_length_u8() } as usize / ESIZE;
@@ -424,8 +423,8 @@ mod imp {
                             &zeros[..]
                         }
                     };
-                    // SAFETY: size query (reads the SME vector length; SME2 present).
-                    let size = unsafe { kleidiai_sys::$packer_size(3, 3, c) };
+                    // Reads the SME vector length; c is nonzero (validate).
+                    let size = engine::query!(&g, kleidiai_sys::$packer_size, 3, 3, c);
                     if size != need {
                         return Err(crate::Error::PackerMismatch {
                             kernel: self.0.info.name,

@@ -20,13 +20,130 @@ pub(crate) struct Tiles {
     pub sr: usize,
 }
 
-/// The features in force now, or why `info` cannot run with them. Every
-/// FFI call of a family goes through this first: it is what makes calling an
-/// SME getter (which executes SME instructions) sound.
-pub(crate) fn ensure_supported(info: &KernelInfo) -> Result<Features> {
-    let f = Features::current();
-    info.supported(&f).map_err(|why| Error::Unsupported { kernel: info.name, why })?;
-    Ok(f)
+/// The features in force now as a [`Gate`] for `info`, or why `info`
+/// cannot run with them. Every FFI call of a family goes through this first:
+/// it is what makes calling an SME getter (which executes SME instructions)
+/// sound.
+pub(crate) fn ensure_supported(info: &KernelInfo) -> Result<Gate> {
+    gate_with(info, &Features::current())
+}
+
+/// [`ensure_supported`] with the features `f` instead of those in force: a
+/// [`Features`] never claims more than the CPU has (it comes from detection,
+/// minus features), so a set that runs `info` proves the CPU does.
+pub(crate) fn gate_with(info: &KernelInfo, f: &Features) -> Result<Gate> {
+    info.supported(f).map_err(|why| Error::Unsupported { kernel: info.name, why })?;
+    Ok(Gate { features: *f })
+}
+
+/// Proof that the CPU runs one kernel and its packers now: made only by
+/// [`ensure_supported`], which checked the kernel's features (a kernel's
+/// features include those of the packers it reads from). Upstream's queries
+/// (getters, sizes, offsets, strides: functions of numbers only) are called
+/// through it, with [`query!`] and [`Gate::tiles`]; it reads as the
+/// [`Features`] it checked.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Gate {
+    features: Features,
+}
+
+impl core::ops::Deref for Gate {
+    type Target = Features;
+
+    fn deref(&self) -> &Features {
+        &self.features
+    }
+}
+
+/// An upstream query: an `extern "C"` function of integers only (no
+/// pointers) returning a `usize`. Calling one reads and writes no memory of
+/// ours; what makes it `unsafe` is that it may execute the instructions of
+/// its kernel's tier, which the [`Gate`] it takes vouches for, and that
+/// upstream divides by its block parameters. Every query's parameters are
+/// a dimension or index, then `k`, then block parameters (`mr`/`nr`, `kr`,
+/// `sr`, `bl`, a chunk length, a data type); upstream divides by none of the
+/// first two (an index or size of 0 is fine) and `call` panics on a zero
+/// block parameter (an internal error: the families check their blocking
+/// first). A precondition upstream asserts (an index that is not a multiple
+/// of the step) aborts in `KAI_ASSUME`, in release builds too.
+#[cfg(target_arch = "aarch64")]
+pub(crate) trait Query<A> {
+    /// Calls the query with `args`.
+    fn call(self, gate: &Gate, args: A) -> usize;
+}
+
+/// [`Query`] for the function-pointer types of queries of the given
+/// integer parameters: the two free ones, then the block parameters.
+#[cfg(target_arch = "aarch64")]
+macro_rules! impl_query {
+    ($( ($($arg:ident: $t:ty),*; $($div:ident: $dt:ty),*) )*) => {$(
+        impl Query<($($t,)* $($dt,)*)> for unsafe extern "C" fn($($t,)* $($dt),*) -> usize {
+            #[inline]
+            fn call(self, _gate: &Gate, ($($arg,)* $($div,)*): ($($t,)* $($dt,)*)) -> usize {
+                $(assert!($div != 0, "internal error: an upstream query with a zero block parameter");)*
+                // SAFETY: the gate proves the CPU runs the kernel this query
+                // belongs to (its callers pass a query of the kernel they
+                // gated, or of one of its packers); the parameters are
+                // integers, so the query touches no memory of ours; the
+                // ones upstream divides by are nonzero (asserted above); a
+                // broken precondition aborts upstream (`KAI_ASSUME`).
+                unsafe { self($($arg,)* $($div),*) }
+            }
+        }
+    )*};
+}
+
+#[cfg(target_arch = "aarch64")]
+impl_query! {
+    (;)
+    (a: usize;)
+    (a: usize, b: usize;)
+    (a: usize, b: usize; c: usize)
+    (a: usize, b: usize; c: usize, d: usize)
+    (a: usize, b: usize; c: usize, d: usize, e: usize)
+    (a: usize, b: usize; c: usize, d: usize, e: usize, f: usize)
+    (a: usize, b: usize; c: usize, d: usize, e: usize, f: usize, g: kleidiai_sys::kai_datatype)
+}
+
+/// `query!(gate, f, args...)`: calls upstream query `f` (a function item or
+/// pointer of integer parameters returning `usize`) through `gate` (see
+/// [`Query`]).
+#[cfg(target_arch = "aarch64")]
+macro_rules! query {
+    (@any $arg:expr) => { _ };
+    ($gate:expr, $f:expr $(, $arg:expr)* $(,)?) => {
+        $crate::families::engine::Query::call(
+            $f as unsafe extern "C" fn($($crate::families::engine::query!(@any $arg)),*) -> usize,
+            $gate,
+            ($($arg,)*),
+        )
+    };
+}
+#[cfg(target_arch = "aarch64")]
+pub(crate) use query;
+
+/// The six tile getters of an upstream kernel interface.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type Getter = unsafe extern "C" fn() -> usize;
+
+#[cfg(target_arch = "aarch64")]
+impl Gate {
+    /// The table upstream's constructor `ctor` fills (one of
+    /// `kai_matmul_uker_api`, `kai_matmul_pack_lhs_uker_api`,
+    /// `kai_matmul_pack_rhs_uker_api`) for the gated kernel or its packers.
+    pub(crate) fn table<T>(&self, ctor: unsafe extern "C" fn() -> T) -> T {
+        // SAFETY: a constructor without parameters only fills a table of
+        // function pointers; the gate proves the CPU runs the kernel it
+        // belongs to (its code is compiled for the kernel's tier).
+        unsafe { ctor() }
+    }
+
+    /// The blocking parameters the getters `[m_step, n_step, mr, nr, kr,
+    /// sr]` of the gated kernel report.
+    pub(crate) fn tiles(&self, [m_step, n_step, mr, nr, kr, sr]: [Getter; 6]) -> Tiles {
+        let get = |f: Getter| f.call(self, ());
+        Tiles { m_step: get(m_step), n_step: get(n_step), mr: get(mr), nr: get(nr), kr: get(kr), sr: get(sr) }
+    }
 }
 
 /// The vector length a packed layout for `info` depends on: the SME
@@ -400,3 +517,44 @@ macro_rules! lhs_methods {
 }
 #[cfg(target_arch = "aarch64")]
 pub(crate) use lhs_methods;
+
+#[cfg(all(test, target_arch = "aarch64"))]
+mod tests {
+    use super::*;
+    use kleidiai_sys as sys;
+
+    /// A gate of a kernel the CPU runs (every aarch64 CPU runs a NEON one).
+    fn some_gate() -> Gate {
+        let f = Features::current();
+        let info = crate::families::all_kernel_infos().into_iter().find(|i| i.supported(&f).is_ok());
+        gate_with(info.expect("a kernel runs on every aarch64 CPU"), &f).unwrap()
+    }
+
+    #[test]
+    fn a_gate_needs_a_kernel_the_features_run() {
+        let none = Features::none();
+        for info in crate::families::all_kernel_infos() {
+            assert!(matches!(gate_with(info, &none), Err(Error::Unsupported { .. })), "{}", info.name);
+        }
+    }
+
+    #[test]
+    fn queries_answer_through_a_gate_and_refuse_a_zero_block_parameter() {
+        let g = some_gate();
+        // The qai8dxp LHS packer (plain C): 4 rows of k = 64 in blocks of
+        // mr = 4 take 4 * (64 + 8) bytes (k padded to 32, a zero point and
+        // a scale per row).
+        let size = query!(&g, sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32, 4, 64, 4, 4, 1);
+        assert_eq!(size, 4 * (64 + 8));
+        // m and k may be anything (an index of 0 is fine)...
+        assert_eq!(query!(&g, sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32, 0, 64, 4, 4, 1), 0);
+        // ...but upstream divides by the block parameters: a zero one panics
+        // here instead of dividing by zero in C.
+        for bad in [(0, 4, 1), (4, 0, 1), (4, 4, 0)] {
+            let r = std::panic::catch_unwind(|| {
+                query!(&g, sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32, 4, 64, bad.0, bad.1, bad.2)
+            });
+            assert!(r.is_err(), "{bad:?}");
+        }
+    }
+}

@@ -139,9 +139,8 @@ mod glue {
     use super::*;
     use crate::Error;
     use crate::buffer::SendPtr;
-    use crate::cpu::Features;
-    use crate::families::engine::{self, Tiles};
-    use crate::families::uker::Uker;
+    use crate::families::engine::{self, Gate, Tiles, query};
+    use crate::families::uker::{PackLhs, PackRhs, Uker};
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -533,38 +532,25 @@ mod glue {
         }
 
         /// Blocking parameters (for the direct families `mr` is `m_step`).
-        pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.info)?;
-            // SAFETY: the CPU has every feature the kernel (and so its
-            // getters, SME ones included) needs: ensure_supported above. The
-            // API tables only return function pointers that upstream fills.
-            let t = unsafe {
-                match self.imp {
-                    Imp::Direct { m_step, n_step, nr, kr, sr, .. } => {
-                        Tiles { m_step: m_step(), n_step: n_step(), mr: m_step(), nr: nr(), kr: kr(), sr: sr() }
-                    }
-                    Imp::Packed { m_step, n_step, mr, nr, kr, sr, .. } => {
-                        Tiles { m_step: m_step(), n_step: n_step(), mr: mr(), nr: nr(), kr: kr(), sr: sr() }
-                    }
-                    Imp::DirectApi(api) | Imp::PackedApi(api) => {
-                        let a = api();
-                        let step = a.get_step.expect("get_step")(&sys::kai_matmul_uker_config::default());
-                        let mr = match self.lhs.map(|l| l.packer) {
-                            Some(LhsPacker::Api(p)) => {
-                                let pa = p();
-                                pa.get_step.expect("lhs get_step")(&Default::default()).m
-                            }
-                            _ => step.m,
-                        };
-                        // The packed-LHS entry point (`8vsx8vs`) covers a
-                        // tile with six sub-kernels chosen by the tile's
-                        // extent in multiples of 1, 2 and 4 steps, and they
-                        // round differently. Cutting only at multiples of 4
-                        // steps gives every output element the same
-                        // sub-kernel for any thread count.
-                        let wide = if matches!(self.imp, Imp::PackedApi(_)) { 4 } else { 1 };
-                        Tiles { m_step: wide * step.m, n_step: wide * step.n, mr, nr: step.n, kr: self.rhs.kr, sr: 1 }
-                    }
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Gate)> {
+            let g = engine::ensure_supported(&self.info)?;
+            let t = match self.imp {
+                Imp::Direct { m_step, n_step, nr, kr, sr, .. } => g.tiles([m_step, n_step, m_step, nr, kr, sr]),
+                Imp::Packed { m_step, n_step, mr, nr, kr, sr, .. } => g.tiles([m_step, n_step, mr, nr, kr, sr]),
+                Imp::DirectApi(api) | Imp::PackedApi(api) => {
+                    let (m_step, n_step) = Uker::new(api, &g).step();
+                    let mr = match self.lhs.map(|l| l.packer) {
+                        Some(LhsPacker::Api(p)) => PackLhs::new(p, &g).step_m(),
+                        _ => m_step,
+                    };
+                    // The packed-LHS entry point (`8vsx8vs`) covers a
+                    // tile with six sub-kernels chosen by the tile's
+                    // extent in multiples of 1, 2 and 4 steps, and they
+                    // round differently. Cutting only at multiples of 4
+                    // steps gives every output element the same
+                    // sub-kernel for any thread count.
+                    let wide = if matches!(self.imp, Imp::PackedApi(_)) { 4 } else { 1 };
+                    Tiles { m_step: wide * m_step, n_step: wide * n_step, mr, nr: n_step, kr: self.rhs.kr, sr: 1 }
                 }
             };
             // Invariants the offset getters assume of tile starts that are
@@ -581,7 +567,7 @@ mod glue {
                     why: format!("unexpected blocking {t:?}"),
                 });
             }
-            Ok((t, f))
+            Ok((t, g))
         }
 
         /// The packed-RHS layout this kernel reads for `n x k` weights.
@@ -642,6 +628,7 @@ mod glue {
                 return Err(Error::WrongFamily { kernel: self.info.name, why: "element type".into() });
             }
             let layout = self.rhs_layout(w.n, w.k)?;
+            let g = engine::ensure_supported(&self.info)?;
             let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
             let eb = T::BYTES;
             // The packed size, in checked arithmetic (upstream's queries
@@ -682,10 +669,7 @@ mod glue {
             let row_stride = if order == Order::NxK { k * eb } else { n * eb };
             match packer {
                 RhsPacker::Fn { run, size, n_step } => {
-                    // SAFETY: the kernel's features (which include the
-                    // packer's: NEON, SVE or SME) are present: rhs_layout ran
-                    // ensure_supported. n_step and size are queries.
-                    let (step, bytes) = unsafe { (n_step(), size(n, k)) };
+                    let (step, bytes) = (query!(&g, n_step), query!(&g, size, n, k));
                     if step != nr || bytes != packed_size {
                         return Err(Error::PackerMismatch {
                             kernel: self.info.name,
@@ -722,39 +706,25 @@ mod glue {
                     let cfg = sys::kai_matmul_pack_rhs_uker_config {
                         format: sys::kai_matmul_pack_rhs_uker_format_config { nr, kr, sr, bl: 0 },
                     };
-                    // SAFETY: features present (rhs_layout); these calls
-                    // are pure queries on (n, k).
-                    let (step, in_stride, packed_stride, bytes) = unsafe {
-                        let a = api();
-                        let step = a.get_step.expect("get_step")(&cfg);
-                        let in_stride = a.get_rhs_stride.expect("rhs stride")(
-                            &cfg,
-                            &sys::kai_matmul_pack_rhs_uker_rhs_dim_args { n, k },
-                        );
-                        let pshape = sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k };
-                        let ps = a.get_rhs_packed_stride.expect("packed stride")(&cfg, &pshape);
-                        let bytes = a.get_rhs_packed_size.expect("packed size")(&cfg, &pshape, &ps);
-                        (step, in_stride, ps, bytes)
-                    };
+                    let p = PackRhs::with_config(api, cfg, &g);
+                    let (step, in_stride) = (p.step_n(), p.rhs_stride(n, k));
+                    let (packed_stride, bytes) = (p.packed_stride(n, k), p.packed_size(n, k));
                     let want_in = match order {
                         Order::NxK => sys::kai_matmul_pack_rhs_uker_rhs_stride_args { n: k * eb, k: eb },
                         Order::KxN => sys::kai_matmul_pack_rhs_uker_rhs_stride_args { n: eb, k: n * eb },
                     };
                     let want_packed = nr * (eb + k.div_ceil(kr) * kr * eb);
-                    if step.n != nr
+                    if step != nr
                         || (in_stride.n, in_stride.k) != (want_in.n, want_in.k)
                         || packed_stride.n != want_packed
                         || bytes != packed_size
                     {
                         return Err(Error::PackerMismatch {
                             kernel: self.info.name,
-                            why: format!(
-                                "packer disagrees on the layout (step {}, stride {})",
-                                step.n, packed_stride.n
-                            ),
+                            why: format!("packer disagrees on the layout (step {}, stride {})", step, packed_stride.n),
                         });
                     }
-                    self.check_api_rhs_stride(n, k, packed_stride.n)?;
+                    self.check_api_rhs_stride(n, k, packed_stride.n, &g)?;
                     out.reset(layout, bytes);
                     let buf = out.data_mut();
                     let mut args = sys::kai_matmul_pack_rhs_uker_args {
@@ -762,15 +732,13 @@ mod glue {
                         ..Default::default()
                     };
                     args.operand.rhs.ptr = data.as_ptr().cast();
-                    args.operand.rhs.stride = in_stride;
                     args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
-                    args.operand.rhs_packed.stride = packed_stride;
                     args.operand.bias_n.ptr = bias.as_ptr().cast();
                     // SAFETY: as for the named packers: the source holds
                     // n x k elements with the strides the packer itself
-                    // reported, the bias n elements, the destination the
-                    // size it reported; features present.
-                    unsafe { api().run.expect("run")(&cfg, &args) };
+                    // reported (`run` passes them), the bias n elements, the
+                    // destination the size it reported; features present.
+                    unsafe { p.run(&mut args) };
                 }
             }
             Ok(())
@@ -778,15 +746,9 @@ mod glue {
 
         /// For `kai_matmul_uker_api` kernels: the kernel reads packed RHS
         /// blocks `stride` bytes apart.
-        fn check_api_rhs_stride(&self, n: usize, k: usize, stride: usize) -> Result<()> {
+        fn check_api_rhs_stride(&self, n: usize, k: usize, stride: usize, g: &Gate) -> Result<()> {
             if let Imp::DirectApi(api) | Imp::PackedApi(api) = self.imp {
-                // SAFETY: features present (callers ran tiles()); a query.
-                let s = unsafe {
-                    api().get_rhs_stride.expect("rhs stride")(
-                        &Default::default(),
-                        &sys::kai_matmul_uker_rhs_dim_args { n, k },
-                    )
-                };
+                let s = Uker::new(api, g).rhs_stride(n, k);
                 if s.n != stride {
                     return Err(Error::PackerMismatch {
                         kernel: self.info.name,
@@ -814,6 +776,7 @@ mod glue {
             let eb = T::BYTES;
             let stride_bytes = error::mul(lhs_stride, eb, "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
+            let g = engine::ensure_supported(&self.info)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
             let fmt = self.lhs.expect("lhs_layout checked");
             // Packed size, computed in checked arithmetic before asking.
@@ -831,8 +794,7 @@ mod glue {
             let src = SendPtr(lhs.as_ptr() as *mut T);
             match fmt.packer {
                 LhsPacker::Fn { run, size, offset } => {
-                    // SAFETY: a size query; features present (lhs_layout).
-                    let bytes = unsafe { size(m, k, mr, kr, sr) };
+                    let bytes = query!(&g, size, m, k, mr, kr, sr);
                     size_ok(bytes)?;
                     out.reset(layout, bytes);
                     let dst = SendPtr(out.data_mut().as_mut_ptr());
@@ -864,42 +826,34 @@ mod glue {
                     let cfg = sys::kai_matmul_pack_lhs_uker_config {
                         format: sys::kai_matmul_pack_lhs_uker_format_config { mr, kr, sr },
                     };
-                    let shape = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k };
-                    // SAFETY: queries; features present (lhs_layout).
-                    let (pstride, bytes) = unsafe {
-                        let a = api();
-                        let ps = a.get_lhs_packed_stride.expect("packed stride")(&cfg, &shape);
-                        (ps, a.get_lhs_packed_size.expect("packed size")(&cfg, &shape, &ps))
-                    };
+                    let p = PackLhs::with_config(api, cfg, &g);
+                    let (pstride, bytes) = (p.packed_stride(m, k), p.packed_size(m, k));
                     if pstride.m != mr * k.div_ceil(kr) * kr * eb {
                         return Err(Error::PackerMismatch {
                             kernel: self.info.name,
                             why: format!("LHS packer stride {}", pstride.m),
                         });
                     }
-                    self.check_api_lhs_stride(m, k, pstride.m)?;
+                    self.check_api_lhs_stride(m, k, pstride.m, &g)?;
                     size_ok(bytes)?;
                     out.reset(layout, bytes);
                     let dst = SendPtr(out.data_mut().as_mut_ptr());
                     engine::run_rows(par, &self.info, m, k, mr, |rows| {
                         let (src, dst) = (src, dst);
+                        let off = p.packed_offset_with(rows.start, &pstride);
                         // SAFETY: as for the named packers: rows start at a
                         // multiple of mr, the packer's own offset for that
-                        // row locates its blocks, the source rows lie in
+                        // row locates its blocks (its packed stride does
+                        // not depend on the rows), the source rows lie in
                         // `lhs`, features are present.
                         unsafe {
-                            let a = api();
-                            let idx = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m: rows.start, k: 0 };
-                            let off = a.get_lhs_packed_offset.expect("packed offset")(&cfg, &idx, &pstride);
-                            let mut args = sys::kai_matmul_pack_lhs_uker_args {
-                                shape: sys::kai_matmul_pack_lhs_uker_dim_args { m: rows.len(), k },
-                                ..Default::default()
-                            };
-                            args.operand.lhs.ptr = src.0.add(rows.start * lhs_stride).cast();
-                            args.operand.lhs.stride = sys::kai_matmul_pack_lhs_uker_lhs_stride_args { m: stride_bytes };
-                            args.operand.lhs_packed.ptr = dst.0.add(off).cast();
-                            args.operand.lhs_packed.stride = pstride;
-                            a.run.expect("run")(&cfg, &args);
+                            p.run(
+                                rows.len(),
+                                k,
+                                src.0.add(rows.start * lhs_stride).cast(),
+                                stride_bytes,
+                                dst.0.add(off),
+                            )
                         }
                     });
                 }
@@ -928,15 +882,14 @@ mod glue {
             error::mul(error::mul(m, n, "dst")?, eb, "dst")?;
             error::mul(k, eb, "lhs stride")?;
             error::mul(n, eb, "dst stride")?;
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             let lhs_bytes = match self.lhs.map(|l| l.packer) {
                 Some(LhsPacker::Fn { size, .. }) => {
                     let (mr, kr, sr) = (t.mr, t.kr, t.sr);
                     let want =
                         error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.div_ceil(kr) * kr, "packed lhs")
                             .and_then(|x| error::mul(x, eb, "packed lhs"))?;
-                    // SAFETY: a size query; features present (tiles()).
-                    let bytes = unsafe { size(m, k, mr, kr, sr) };
+                    let bytes = query!(&g, size, m, k, mr, kr, sr);
                     if bytes != want {
                         return Err(Error::PackerMismatch {
                             kernel: self.info.name,
@@ -996,15 +949,9 @@ mod glue {
             }
         }
 
-        fn check_api_lhs_stride(&self, m: usize, k: usize, stride: usize) -> Result<()> {
+        fn check_api_lhs_stride(&self, m: usize, k: usize, stride: usize, g: &Gate) -> Result<()> {
             if let Imp::PackedApi(api) = self.imp {
-                // SAFETY: a query; features present (callers ran tiles()).
-                let s = unsafe {
-                    api().get_lhs_stride.expect("lhs stride")(
-                        &Default::default(),
-                        &sys::kai_matmul_uker_lhs_dim_args { m, k },
-                    )
-                };
+                let s = Uker::new(api, g).lhs_stride(m, k);
                 if s.m != stride {
                     return Err(Error::PackerMismatch {
                         kernel: self.info.name,
@@ -1038,7 +985,7 @@ mod glue {
             let eb = T::BYTES;
             error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
             let (lhs_sb, dst_sb) = (error::mul(lhs_stride, eb, "lhs stride")?, error::mul(n, eb, "dst stride")?);
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             let one_row = self.info.tile == TileKind::Gemv;
             let (lp, rp, dp) =
                 (SendPtr(lhs.as_ptr() as *mut T), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
@@ -1078,12 +1025,8 @@ mod glue {
                     });
                 }
                 Imp::DirectApi(api) => {
-                    // SAFETY: the CPU supports the kernel (tiles()); a query.
-                    let (u, rhs_stride) = unsafe {
-                        let u = Uker::new(api);
-                        let s = u.rhs_stride(n, k);
-                        (u, s)
-                    };
+                    let u = Uker::new(api, &g);
+                    let rhs_stride = u.rhs_stride(n, k);
                     let lhs_sa = sys::kai_matmul_uker_lhs_stride_args { m: lhs_sb };
                     engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
                         let (lp, rp, dp) = (lp, rp, dp);
@@ -1133,7 +1076,7 @@ mod glue {
             let eb = T::BYTES;
             error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
             let dst_sb = error::mul(n, eb, "dst stride")?;
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             let (lp, rp, dp) = (
                 SendPtr(lhs.data().as_ptr() as *mut u8),
                 SendPtr(rhs.data().as_ptr() as *mut u8),
@@ -1169,12 +1112,8 @@ mod glue {
                     });
                 }
                 Imp::PackedApi(api) => {
-                    // SAFETY: the CPU supports the kernel (tiles()); queries.
-                    let (u, lhs_stride, rhs_stride) = unsafe {
-                        let u = Uker::new(api);
-                        let (l, r) = (u.lhs_stride(m, k), u.rhs_stride(n, k));
-                        (u, l, r)
-                    };
+                    let u = Uker::new(api, &g);
+                    let (lhs_stride, rhs_stride) = (u.lhs_stride(m, k), u.rhs_stride(n, k));
                     engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
                         let (lp, rp, dp) = (lp, rp, dp);
                         // SAFETY: as for the interface kernels, with the

@@ -111,9 +111,8 @@ mod imp {
     use super::check_k;
     use crate::Error;
     use crate::buffer::{AlignedBuf, SendPtr};
-    use crate::cpu::Features;
     use crate::error::{self, Result};
-    use crate::families::engine::{self, Tiles};
+    use crate::families::engine::{self, Gate, Tiles, query};
     use crate::formats::Indirection;
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -378,13 +377,11 @@ mod imp {
             Entry { info, fns, rhs, lhs }
         }
 
-        pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.info)?;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so its getters (SVE or SME ones) may run.
-            let (m_step, n_step) = unsafe { ((self.fns.m_step)(), (self.fns.n_step)()) };
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Gate)> {
+            let g = engine::ensure_supported(&self.info)?;
+            let (m_step, n_step) = (query!(&g, self.fns.m_step), query!(&g, self.fns.n_step));
             let kr = self.rhs.kr;
-            Ok((Tiles { m_step, n_step, mr: m_step, nr: n_step, kr, sr: 1 }, f))
+            Ok((Tiles { m_step, n_step, mr: m_step, nr: n_step, kr, sr: 1 }, g))
         }
 
         fn layout(&self, format: &'static str, rows: usize, kcc: usize, kcl: usize, lhs: bool) -> Result<PackedLayout> {
@@ -435,10 +432,9 @@ mod imp {
                 check_u32(kcc, kcl)?;
             }
             let layout = self.rhs_layout(n, kcc, kcl)?;
+            let g = engine::ensure_supported(&self.info)?;
             let f = self.rhs;
-            // SAFETY: the kernel's features (which include the packer's: SVE
-            // or SME) were checked by rhs_layout.
-            let packer_nr = unsafe { (f.n_step)() };
+            let packer_nr = query!(&g, f.n_step);
             if packer_nr != layout.r {
                 return Err(Error::PackerMismatch {
                     kernel: self.info.name,
@@ -467,9 +463,8 @@ mod imp {
                 "{}: RHS operands do not match the packer",
                 self.info.name
             );
-            // SAFETY: size query on a CPU with the packer's features
-            // (rhs_layout); no overflow (checked above).
-            let size = unsafe { (f.size)(n, kcc, kcl) };
+            // No overflow: checked above.
+            let size = query!(&g, f.size, n, kcc, kcl);
             let mut buf = AlignedBuf::zeroed(size);
             // SAFETY: `kxn` holds k = kcc * kcl rows of n elements `stride`
             // bytes apart, `bias` n values (never null, as the packers
@@ -509,10 +504,10 @@ mod imp {
             lhs.validate()?;
             let (m, kcc, kcl) = (lhs.m, lhs.k_chunk_count, lhs.k_chunk_length);
             let layout = self.lhs_layout(m, kcc, kcl)?;
+            let g = engine::ensure_supported(&self.info)?;
             let packer = self.lhs.expect("lhs_layout checked it");
             let m_step = layout.r;
-            // SAFETY: the kernel's features (SME) were checked by lhs_layout.
-            let packer_m_step = unsafe { (packer.m_step)() };
+            let packer_m_step = query!(&g, packer.m_step);
             if packer_m_step != m_step {
                 return Err(Error::PackerMismatch {
                     kernel: self.info.name,

@@ -136,7 +136,7 @@ mod imp {
     use super::*;
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::{CpuFeature, Features};
-    use crate::families::engine::{self, Tiles};
+    use crate::families::engine::{self, Gate, Tiles, query};
     use crate::families::uker::{PackLhs, PackRhs, Uker, UkerCtor};
     use crate::formats::{Int4Encoding, Order};
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
@@ -304,58 +304,56 @@ mod imp {
 
     impl Entry {
         /// Tiles, features, and the table of a uker kernel.
-        pub(crate) fn tiles(&self) -> Result<(Tiles, Features, Option<Uker>)> {
-            let f = engine::ensure_supported(&self.info)?;
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Gate, Option<Uker>)> {
+            let g = engine::ensure_supported(&self.info)?;
+            // Every kernel here needs SME, which is all the packers queried
+            // need.
             debug_assert!(self.info.features.contains(&CpuFeature::Sme));
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported); the packers queried need SME only, which
-            // every kernel here needs too. Getters take no pointers.
-            unsafe {
-                match self.call {
-                    Call::Iface(x) => {
-                        let t = Tiles {
-                            m_step: (x.m_step)(),
-                            n_step: (x.n_step)(),
-                            mr: x.mr.map_or(1, |g| g()),
-                            nr: (x.nr)(),
-                            kr: (x.kr)(),
-                            sr: (x.sr)(),
-                        };
-                        Ok((t, f, None))
-                    }
-                    Call::Uker(ctor) => {
-                        let uker = Uker::new(ctor);
-                        let (m_step, n_step) = uker.step();
-                        let mr = match self.lhs {
-                            Lhs::Unpacked => 1,
-                            Lhs::X8p2vlx4 => mr_2vlx4(&f),
-                            Lhs::X8p4vsx4 => PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme).step_m(),
-                        };
-                        let nr = match self.rhs {
-                            Rhs::Qsi8cxp2vlx4sb => sys::kai_get_n_step_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme(),
-                            Rhs::Qsi8cxp4vsx4 => {
-                                PackRhs::new(sys::kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme)
-                                    .step_n()
-                            }
-                            Rhs::Qsi4cxp8vsx4 => {
-                                PackRhs::new(sys::kai_matmul_pack_rhs_nxk_qsi4cxp8vsx4sf32bi32_qsi4cx_f32_i32_sme)
-                                    .step_n()
-                            }
-                        };
-                        Ok((Tiles { m_step, n_step, mr, nr, kr: KR, sr: 1 }, f, Some(uker)))
-                    }
+            match self.call {
+                Call::Iface(x) => {
+                    let t = Tiles {
+                        m_step: query!(&g, x.m_step),
+                        n_step: query!(&g, x.n_step),
+                        mr: x.mr.map_or(1, |mr| query!(&g, mr)),
+                        nr: query!(&g, x.nr),
+                        kr: query!(&g, x.kr),
+                        sr: query!(&g, x.sr),
+                    };
+                    Ok((t, g, None))
+                }
+                Call::Uker(ctor) => {
+                    let uker = Uker::new(ctor, &g);
+                    let (m_step, n_step) = uker.step();
+                    let mr = match self.lhs {
+                        Lhs::Unpacked => 1,
+                        Lhs::X8p2vlx4 => mr_2vlx4(&g),
+                        Lhs::X8p4vsx4 => PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme, &g).step_m(),
+                    };
+                    let nr = match self.rhs {
+                        Rhs::Qsi8cxp2vlx4sb => {
+                            query!(&g, sys::kai_get_n_step_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme)
+                        }
+                        Rhs::Qsi8cxp4vsx4 => {
+                            PackRhs::new(sys::kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme, &g)
+                                .step_n()
+                        }
+                        Rhs::Qsi4cxp8vsx4 => {
+                            PackRhs::new(sys::kai_matmul_pack_rhs_nxk_qsi4cxp8vsx4sf32bi32_qsi4cx_f32_i32_sme, &g)
+                                .step_n()
+                        }
+                    };
+                    Ok((Tiles { m_step, n_step, mr, nr, kr: KR, sr: 1 }, g, Some(uker)))
                 }
             }
         }
 
-        fn check_tiles(&self, t: &Tiles, f: &Features) -> Result<()> {
+        fn check_tiles(&self, t: &Tiles, g: &Gate) -> Result<()> {
             // The packers' own block sizes must be the kernel's.
             let packer_nr = match self.rhs {
-                // SAFETY: a getter of an SME packer; the caller checked the CPU.
-                Rhs::Qsi8cxp2vlx4sb => unsafe { sys::kai_get_n_step_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme() },
+                Rhs::Qsi8cxp2vlx4sb => query!(g, sys::kai_get_n_step_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme),
                 _ => t.nr,
             };
-            let packer_mr = if self.lhs == Lhs::X8p2vlx4 { mr_2vlx4(f) } else { t.mr };
+            let packer_mr = if self.lhs == Lhs::X8p2vlx4 { mr_2vlx4(g) } else { t.mr };
             if t.kr != KR || t.sr != 1 || packer_nr != t.nr || packer_mr != t.mr {
                 return Err(crate::Error::WrongFamily {
                     kernel: self.info.name,
@@ -495,7 +493,8 @@ mod imp {
                     (ctor, w4.data.as_ptr().cast())
                 }
             };
-            // SAFETY: the CPU runs SME (rhs_layout); `values` holds the int8
+            let p = PackRhs::new(ctor, &engine::ensure_supported(&self.info)?);
+            // SAFETY: `values` holds the int8
             // weights K x N with rows n bytes apart (kxn), or the int4 nibbles
             // in the order and encoding of the packer picked, rows padded to
             // whole bytes as its stride query says (validated); bias and
@@ -504,7 +503,6 @@ mod imp {
             // (channel_params), so the packer's C arithmetic does not
             // overflow.
             let buf = unsafe {
-                let p = PackRhs::new(ctor);
                 let mut buf = AlignedBuf::zeroed(p.packed_size(n, k));
                 let mut args = sys::kai_matmul_pack_rhs_uker_args::default();
                 args.shape.n = n;
@@ -534,15 +532,12 @@ mod imp {
             let layout = self.lhs_layout(m, k)?;
             let mr = layout.r;
             error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.next_multiple_of(KR), "packed lhs")?;
-            // SAFETY: the CPU runs SME (lhs_layout); a table constructor.
-            let p = (self.lhs == Lhs::X8p4vsx4)
-                .then(|| unsafe { PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme) });
-            // SAFETY: size queries; mr is the packer's (check_tiles), kr 4, sr 1.
-            let size = unsafe {
-                match &p {
-                    Some(p) => p.packed_size(m, k),
-                    None => sys::kai_get_lhs_packed_size_lhs_pack_x8p2vlx4_x8_sme(m, k, mr, KR, 1),
-                }
+            let g = engine::ensure_supported(&self.info)?;
+            let p = (self.lhs == Lhs::X8p4vsx4).then(|| PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme, &g));
+            // mr is the packer's (check_tiles), kr 4, sr 1.
+            let size = match &p {
+                Some(p) => p.packed_size(m, k),
+                None => query!(&g, sys::kai_get_lhs_packed_size_lhs_pack_x8p2vlx4_x8_sme, m, k, mr, KR, 1),
             };
             let p = &p;
             out.reset(layout, size);

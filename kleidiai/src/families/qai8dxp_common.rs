@@ -86,13 +86,21 @@ pub(crate) trait LhsElem: OutElem {
         error::multiple_of(kr, sr, "kr", "sr must divide kr")
     }
 
-    /// The packer's size query.
+    /// The packer's size query, through the gate of a kernel that reads
+    /// from it.
     #[cfg(target_arch = "aarch64")]
-    fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize;
+    fn packed_size(g: &crate::families::engine::Gate, m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize;
 
-    /// The packer's offset query.
+    /// The packer's offset query, as [`packed_size`](Self::packed_size).
     #[cfg(target_arch = "aarch64")]
-    fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize;
+    fn packed_offset(
+        g: &crate::families::engine::Gate,
+        m_idx: usize,
+        k: usize,
+        mr: usize,
+        kr: usize,
+        sr: usize,
+    ) -> usize;
 
     /// Runs the packer on `m` rows, `stride` bytes apart, the first going to
     /// slot `m_idx_start` of the row block `dst` points to.
@@ -121,14 +129,26 @@ pub(crate) trait LhsElem: OutElem {
 #[cfg(target_arch = "aarch64")]
 macro_rules! lhs_packer_fns {
     ($size:ident, $offset:ident, $run:ident) => {
-        fn packed_size(m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            // SAFETY: size query, pure arithmetic.
-            unsafe { kleidiai_sys::$size(m, k, mr, kr, sr) }
+        fn packed_size(
+            g: &$crate::families::engine::Gate,
+            m: usize,
+            k: usize,
+            mr: usize,
+            kr: usize,
+            sr: usize,
+        ) -> usize {
+            $crate::families::engine::query!(g, kleidiai_sys::$size, m, k, mr, kr, sr)
         }
 
-        fn packed_offset(m_idx: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            // SAFETY: offset query, pure arithmetic.
-            unsafe { kleidiai_sys::$offset(m_idx, k, mr, kr, sr) }
+        fn packed_offset(
+            g: &$crate::families::engine::Gate,
+            m_idx: usize,
+            k: usize,
+            mr: usize,
+            kr: usize,
+            sr: usize,
+        ) -> usize {
+            $crate::families::engine::query!(g, kleidiai_sys::$offset, m_idx, k, mr, kr, sr)
         }
 
         unsafe fn pack(
@@ -429,8 +449,8 @@ pub(crate) use imp::*;
 mod imp {
     use super::*;
     use crate::buffer::{AlignedBuf, SendPtr};
-    use crate::cpu::{CpuFeature, Features};
-    use crate::families::engine::{self, Tiles};
+    use crate::cpu::CpuFeature;
+    use crate::families::engine::{self, Gate, Tiles, query};
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -497,21 +517,9 @@ mod imp {
     impl<O, R> Fns<O, R> {
         /// The kernel's tiles and the CPU's features, or an error if the CPU
         /// does not run the kernel `info` describes.
-        pub(crate) fn tiles(&self, info: &KernelInfo) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(info)?;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so even SME getters may run.
-            let t = unsafe {
-                Tiles {
-                    m_step: (self.m_step)(),
-                    n_step: (self.n_step)(),
-                    mr: (self.mr)(),
-                    nr: (self.nr)(),
-                    kr: (self.kr)(),
-                    sr: (self.sr)(),
-                }
-            };
-            Ok((t, f))
+        pub(crate) fn tiles(&self, info: &KernelInfo) -> Result<(Tiles, Gate)> {
+            let g = engine::ensure_supported(info)?;
+            Ok((g.tiles([self.m_step, self.n_step, self.mr, self.nr, self.kr, self.sr]), g))
         }
     }
 
@@ -543,23 +551,17 @@ mod imp {
     /// Runs `call(rows, lhs_offset, first_row)` over `m` rows whose LHS was
     /// packed in one call: one call for all rows (offset 0, row 0), or with
     /// `single_row` one call per row, in row order, at the packer's offset
-    /// of that row (0 for row 0, else `lhs_offset(row, k)`).
-    ///
-    /// # Safety
-    /// `lhs_offset` is the kernel's LHS offset function and the CPU runs
-    /// the kernel.
-    pub(crate) unsafe fn prepared_rows(
+    /// of that row (0 for row 0, else `lhs_offset(row)`).
+    #[inline(always)]
+    pub(crate) fn prepared_rows(
         m: usize,
-        k: usize,
         single_row: bool,
-        lhs_offset: Offset,
+        lhs_offset: impl Fn(usize) -> usize,
         mut call: impl FnMut(usize, usize, usize),
     ) {
         if single_row {
             for r in 0..m {
-                // SAFETY: the caller's contract (an offset query of the
-                // kernel, which the CPU runs).
-                let lo = if r == 0 { 0 } else { unsafe { lhs_offset(r, k) } };
+                let lo = if r == 0 { 0 } else { lhs_offset(r) };
                 call(1, lo, r);
             }
         } else {
@@ -631,17 +633,25 @@ mod imp {
             matches!(self, RhsFormat::Qsu2cxp4x4 | RhsFormat::Qsu2cxp4vlx4)
         }
 
-        /// Bytes per packed row (without the 2-bit formats' table), from
-        /// checked arithmetic; it must agree with the packer's own query.
-        fn checked_size(self, n: usize, k: usize, nr: usize, kr: usize, sr: usize) -> Result<usize> {
+        /// Bytes of the packed `n x k` weights (without the 2-bit formats'
+        /// table), from checked arithmetic.
+        fn layout_size(self, n: usize, k: usize, nr: usize) -> Result<usize> {
             let k_internal = roundup(k, 32, "k")?;
             let per_row = match self {
                 RhsFormat::Qsi4cxp | RhsFormat::Qsi4cxps1s0 => k_internal / 2,
                 RhsFormat::Qsi8cxp => k_internal,
                 RhsFormat::Qsu2cxp4x4 | RhsFormat::Qsu2cxp4vlx4 => k_internal / 4,
             } + 12;
-            let size = error::mul(roundup(n, nr, "n")?, per_row, "packed rhs")?;
-            let query = self.packer_size(n, k, nr, kr, sr);
+            error::mul(roundup(n, nr, "n")?, per_row, "packed rhs")
+        }
+
+        /// [`layout_size`](Self::layout_size), which must agree with the
+        /// packer's own query (asked through the gate `g` of a kernel that
+        /// reads this format).
+        #[allow(clippy::too_many_arguments)]
+        fn checked_size(self, g: &Gate, n: usize, k: usize, nr: usize, kr: usize, sr: usize) -> Result<usize> {
+            let size = self.layout_size(n, k, nr)?;
+            let query = self.packer_size(g, n, k, nr, kr, sr);
             if query != size {
                 return Err(crate::Error::PackerMismatch {
                     kernel: self.id(),
@@ -651,26 +661,17 @@ mod imp {
             Ok(size)
         }
 
-        /// The packer's size query for `n x k` weights.
-        fn packer_size(self, n: usize, k: usize, nr: usize, kr: usize, sr: usize) -> usize {
-            // SAFETY: size queries, pure arithmetic.
-            unsafe {
-                match self {
-                    RhsFormat::Qsi4cxp => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxp_qs4cxs1s0(n, k, nr, kr, sr),
-                    RhsFormat::Qsi4cxps1s0 => {
-                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon(n, k, nr, kr, sr)
-                    }
-                    RhsFormat::Qsi8cxp => {
-                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi8cxp_qsi8cx_neon(n, k, nr, kr, sr)
-                    }
-                    RhsFormat::Qsu2cxp4x4 => {
-                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon(n, k, nr, kr, sr)
-                    }
-                    RhsFormat::Qsu2cxp4vlx4 => {
-                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon(n, k, nr, kr, sr)
-                    }
-                }
-            }
+        /// The packer's size query for `n x k` weights, through the gate of
+        /// a kernel that reads this format.
+        fn packer_size(self, g: &Gate, n: usize, k: usize, nr: usize, kr: usize, sr: usize) -> usize {
+            let size: Int4PackedSize = match self {
+                RhsFormat::Qsi4cxp => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxp_qs4cxs1s0,
+                RhsFormat::Qsi4cxps1s0 => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon,
+                RhsFormat::Qsi8cxp => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi8cxp_qsi8cx_neon,
+                RhsFormat::Qsu2cxp4x4 => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon,
+                RhsFormat::Qsu2cxp4vlx4 => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon,
+            };
+            query!(g, size, n, k, nr, kr, sr)
         }
     }
 
@@ -686,6 +687,7 @@ mod imp {
     /// ([`LhsElem::check_block`]); the CPU has the packer's features.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn pack_lhs_rows<L: LhsElem>(
+        g: &Gate,
         info: &KernelInfo,
         layout: PackedLayout,
         size: usize,
@@ -704,7 +706,7 @@ mod imp {
             let (pieces, height) = if L::ROW_BY_ROW { (rows.len(), 1) } else { (1, rows.len()) };
             for p in 0..pieces {
                 let first = rows.start + p * height;
-                let off = L::packed_offset(first, k, mr, kr, sr);
+                let off = L::packed_offset(g, first, k, mr, kr, sr);
                 // SAFETY: `rows` starts at a multiple of mr (split_aligned),
                 // so its row blocks are written by this range only; `first`
                 // is rows.start or, row by row, any row of it, going to slot
@@ -845,7 +847,7 @@ mod imp {
             }
         }
 
-        pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Gate)> {
             self.fns.tiles(&self.info)
         }
 
@@ -869,6 +871,7 @@ mod imp {
             w.validate()?;
             let (n, k) = w.shape();
             let layout = self.rhs_layout(n, k)?;
+            let g = engine::ensure_supported(&self.info)?;
             let (nr, kr, sr) = (layout.r, layout.kr, layout.sr);
             error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
             let wrong = |what: &str| crate::Error::WrongFamily {
@@ -885,7 +888,7 @@ mod imp {
                     })
                 }
             };
-            let size = self.rhs.checked_size(n, k, nr, kr, sr)?;
+            let size = self.rhs.checked_size(&g, n, k, nr, kr, sr)?;
             let mut buf;
             match (self.rhs, w) {
                 (RhsFormat::Qsi4cxp | RhsFormat::Qsi4cxps1s0, Weights::Int4(w)) => {
@@ -1006,20 +1009,21 @@ mod imp {
             engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
             let stride_bytes = error::mul(lhs_stride, core::mem::size_of::<L>(), "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
+            let g = engine::ensure_supported(&self.info)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
             L::check_block(kr, sr)?;
             // k_internal bytes plus a zero point and a scale per row: reject
             // a size the packer's query would wrap.
             let per_row = roundup(k, 32, "k")?.checked_add(8).ok_or_else(|| crate::Error::Overflow("k".into()))?;
             let size = error::mul(roundup(m, mr, "m")?, per_row, "packed lhs")?;
-            if L::packed_size(m, k, mr, kr, sr) != size {
+            if L::packed_size(&g, m, k, mr, kr, sr) != size {
                 return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
             }
             // SAFETY: the rows lie inside `lhs` (checked above), `size` is
             // the packer's own size for the layout's blocks, check_block
             // passed, and the CPU has the kernel's features, which include
             // the packer's.
-            unsafe { pack_lhs_rows(&self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
+            unsafe { pack_lhs_rows(&g, &self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
             Ok(())
         }
 
@@ -1041,7 +1045,7 @@ mod imp {
             error::nonzero(m, "m")?;
             error::nonzero(k, "k")?;
             rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             if self.one_row && t.mr != 1 {
                 return Ok(None);
             }
@@ -1050,7 +1054,7 @@ mod imp {
             error::mul(error::mul(m, n, "dst")?, core::mem::size_of::<O>(), "dst")?;
             let per_row = roundup(k, 32, "k")?.checked_add(8).ok_or_else(|| crate::Error::Overflow("k".into()))?;
             let lhs_bytes = error::mul(roundup(m, t.mr, "m")?, per_row, "packed lhs")?;
-            if L::packed_size(m, k, t.mr, t.kr, t.sr) != lhs_bytes {
+            if L::packed_size(&g, m, k, t.mr, t.kr, t.sr) != lhs_bytes {
                 return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
             }
             Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
@@ -1252,12 +1256,13 @@ mod imp {
             engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
             let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
+            let g = engine::ensure_supported(&self.info)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
-            let size = <f32 as LhsElem>::packed_size(m, k, mr, kr, sr);
+            let size = <f32 as LhsElem>::packed_size(&g, m, k, mr, kr, sr);
             // SAFETY: the rows lie inside `lhs` (checked above), `size` is
             // the packer's own size for the kernel's blocks, which upstream
             // pairs with this plain C packer.
-            unsafe { pack_lhs_rows(&self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
+            unsafe { pack_lhs_rows(&g, &self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
             Ok(())
         }
 
@@ -1272,12 +1277,12 @@ mod imp {
             let (n, k) = (l.rows, l.k);
             engine::check_prepared_sizes(m, n, k)?;
             rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
             if !matches!(self.fns.run, Run::F32(_)) {
                 return Ok(None);
             }
-            let lhs_bytes = <f32 as LhsElem>::packed_size(m, k, t.mr, t.kr, t.sr);
+            let lhs_bytes = <f32 as LhsElem>::packed_size(&g, m, k, t.mr, t.kr, t.sr);
             Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
         }
 
@@ -1310,7 +1315,8 @@ mod imp {
             // call at the packer's offset of that row.
             unsafe {
                 <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
-                prepared_rows(m, k, t.mr == 1, self.fns.lhs_offset, |h, lo, r| {
+                let offset = |r| (self.fns.lhs_offset)(r, k);
+                prepared_rows(m, t.mr == 1, offset, |h, lo, r| {
                     run(h, n, k, lhs.add(lo).cast(), rp.cast(), y.add(r * n), n * 4, 4, clamp.min, clamp.max)
                 });
             }
@@ -1331,7 +1337,7 @@ mod imp {
     fn rhs_lut(rhs: &PackedRhs) -> Result<[i32; 16]> {
         let l = rhs.layout();
         let f = RhsFormat::from_id(l.format).filter(|f| f.is_2bit());
-        let size = f.map(|f| f.packer_size(l.rows, l.k, l.r, l.kr, l.sr));
+        let size = f.map(|f| f.layout_size(l.rows, l.k, l.r)).transpose()?;
         let bytes = rhs.as_bytes();
         match size {
             Some(s) if s.checked_add(LUT_BYTES) == Some(bytes.len()) => {

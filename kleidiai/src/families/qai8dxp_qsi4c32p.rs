@@ -427,7 +427,7 @@ mod imp {
             Entry { info, fns, format: FORMAT_QSI4C32P, sized: false, one_row: false }
         }
 
-        pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
+        pub(crate) fn tiles(&self) -> Result<(Tiles, engine::Gate)> {
             self.fns.tiles(&self.info)
         }
 
@@ -482,6 +482,7 @@ mod imp {
             engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
             let stride_bytes = error::mul(lhs_stride, 2, "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
+            let g = engine::ensure_supported(&self.info)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
             if sr == 0 || kr % sr != 0 || kr / sr != 8 {
                 return Err(crate::Error::bad_value(
@@ -490,11 +491,11 @@ mod imp {
                     format!("{} needs 8", <bf16 as LhsElem>::PACKER),
                 ));
             }
-            let size = <bf16 as LhsElem>::packed_size(m, k, mr, kr, sr);
+            let size = <bf16 as LhsElem>::packed_size(&g, m, k, mr, kr, sr);
             // SAFETY: the rows lie inside `lhs` (checked), `size` is the
             // packer's own size for the layout's blocks, kr / sr = 8 as the
             // packer asserts (checked). It is NEON code, always available.
-            unsafe { pack_lhs_rows(&self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
+            unsafe { pack_lhs_rows(&g, &self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
             Ok(())
         }
 
@@ -569,13 +570,13 @@ mod imp {
             let (n, k, bl) = (l.rows, l.k, l.bl);
             engine::check_prepared_sizes(m, n, k)?;
             rhs.expect(&self.rhs_layout(n, k, bl)?, self.info.name)?;
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             check_bl(k, bl, t.kr)?;
             error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
             if self.fns.run.dst_bytes() != 4 {
                 return Ok(None);
             }
-            let lhs_bytes = <f32 as LhsElem>::packed_size(m, k, t.mr, t.kr, t.sr);
+            let lhs_bytes = <f32 as LhsElem>::packed_size(&g, m, k, t.mr, t.kr, t.sr);
             Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
         }
 
@@ -607,7 +608,8 @@ mod imp {
             // call at the packer's offset of that row, as in `run`.
             unsafe {
                 <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
-                prepared_rows(m, k, self.one_row && t.mr == 1, self.fns.lhs_offset, |h, lo, r| {
+                let offset = |r| (self.fns.lhs_offset)(r, k);
+                prepared_rows(m, self.one_row && t.mr == 1, offset, |h, lo, r| {
                     run(h, n, k, bl, lhs.add(lo).cast(), rp.cast(), y.add(r * n), n * 4, 4, clamp.min, clamp.max)
                 });
             }
@@ -635,11 +637,12 @@ mod imp {
             error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
         error::at_least(lhs.len(), need, "lhs")?;
         let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
-        let size = <f32 as LhsElem>::packed_size(m, k, mr, kr, sr);
+        let g = engine::ensure_supported(info)?;
+        let size = <f32 as LhsElem>::packed_size(&g, m, k, mr, kr, sr);
         // SAFETY: the rows lie inside `lhs` (checked above), `size` is the
         // packer's own size for the layout's blocks (kr % sr == 0 checked);
         // the packer is plain C.
-        unsafe { pack_lhs_rows(info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
+        unsafe { pack_lhs_rows(&g, info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
         Ok(())
     }
 

@@ -200,7 +200,10 @@ mod imp {
     use super::*;
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::{CpuFeature, Features};
-    use crate::families::engine::{self, Tiles};
+    use crate::families::engine::{self, Gate, Tiles, query};
+
+    /// A query of `(m or row, k, bl, mr, kr, sr)`.
+    type Query6 = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize) -> usize;
     use crate::families::qsi8d32p_qsi4c32p::{self as q4, Run};
     use crate::formats::NibbleOrder;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
@@ -280,41 +283,26 @@ mod imp {
             }
         }
 
-        /// `kai_get_lhs_packed_size_*`.
-        ///
-        /// # Safety
-        /// Arguments meet the packer's preconditions (`k % bl == 0`,
-        /// `k % kr == 0`).
-        unsafe fn size(self, m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            // SAFETY: the caller's contract; a pure arithmetic query.
-            unsafe {
-                match self {
-                    LhsQuant::F32 => {
-                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f32_neon(m, k, bl, mr, kr, sr)
-                    }
-                    LhsQuant::F16 => {
-                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f16_neon(m, k, bl, mr, kr, sr)
-                    }
-                }
-            }
+        /// `kai_get_lhs_packed_size_*`, through the gate of a kernel that
+        /// reads this packer's output (`k % bl == 0`, `k % kr == 0`, or
+        /// upstream aborts).
+        #[allow(clippy::too_many_arguments)]
+        fn size(self, g: &Gate, m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
+            let size: Query6 = match self {
+                LhsQuant::F32 => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f32_neon,
+                LhsQuant::F16 => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f16_neon,
+            };
+            query!(g, size, m, k, bl, mr, kr, sr)
         }
 
-        /// `kai_get_lhs_packed_offset_*`.
-        ///
-        /// # Safety
-        /// Arguments meet the packer's preconditions.
-        unsafe fn offset(self, m_idx: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            // SAFETY: the caller's contract; a pure arithmetic query.
-            unsafe {
-                match self {
-                    LhsQuant::F32 => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f32_neon(
-                        m_idx, k, bl, mr, kr, sr,
-                    ),
-                    LhsQuant::F16 => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f16_neon(
-                        m_idx, k, bl, mr, kr, sr,
-                    ),
-                }
-            }
+        /// `kai_get_lhs_packed_offset_*`, as [`size`](Self::size).
+        #[allow(clippy::too_many_arguments)]
+        fn offset(self, g: &Gate, m_idx: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
+            let offset: Query6 = match self {
+                LhsQuant::F32 => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f32_neon,
+                LhsQuant::F16 => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f16_neon,
+            };
+            query!(g, offset, m_idx, k, bl, mr, kr, sr)
         }
 
         /// `kai_run_lhs_quant_pack_*` (`m_idx_start` 0).
@@ -504,12 +492,9 @@ mod imp {
             &self.0.info
         }
 
-        pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.0.info)?;
-            // SAFETY: the CPU has every feature the kernel needs
-            // (ensure_supported), so even SME getters may run.
-            let t = unsafe { self.0.fns.tiles() };
-            Ok((t, f))
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Gate)> {
+            let g = engine::ensure_supported(&self.0.info)?;
+            Ok((self.0.fns.tiles(&g), g))
         }
 
         fn check_k(&self, k: usize, bl: usize, t: &Tiles) -> Result<()> {
@@ -672,17 +657,18 @@ mod imp {
             check_lhs::<V>(m, k, lhs, lhs_stride)?;
             let stride_bytes = error::mul(lhs_stride, core::mem::size_of::<V::Lhs>(), "lhs stride")?;
             let layout = self.lhs_layout(m, k, bl)?;
+            let g = engine::ensure_supported(&self.0.info)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
             // The packed size must not overflow: padded rows * (k + 8 per block).
             error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k + (k / bl) * 8, "packed lhs")?;
-            // SAFETY: size query, pure arithmetic; k % bl == 0 and
-            // k % kr == 0 (check_k).
-            let size = unsafe { V::LHS.size(m, k, bl, mr, kr, sr) };
+            // k % bl == 0 and k % kr == 0: check_k.
+            let size = V::LHS.size(&g, m, k, bl, mr, kr, sr);
             out.reset(layout, size);
             let dst = SendPtr(out.data_mut().as_mut_ptr());
             let src = SendPtr(lhs.as_ptr() as *mut V::Lhs);
             engine::run_rows(par, &self.0.info, m, k, mr, |rows| {
                 let (src, dst) = (src, dst);
+                let off = V::LHS.offset(&g, rows.start, k, bl, mr, kr, sr);
                 // SAFETY: `rows` starts at a multiple of mr (split_aligned), so
                 // the packer's offset for rows.start is the start of a whole
                 // row block no other range writes; the pointer is pre-offset,
@@ -692,7 +678,6 @@ mod imp {
                 // {4, 8} (check_k). The LHS packer's features are part of
                 // the kernel's (build_entries), checked by lhs_layout.
                 unsafe {
-                    let off = V::LHS.offset(rows.start, k, bl, mr, kr, sr);
                     V::LHS.pack(
                         rows.len(),
                         k,
@@ -720,11 +705,10 @@ mod imp {
             engine::check_prepared_sizes(m, n, k)?;
             rhs.expect(&self.rhs_layout(n, k, bl)?, self.0.info.name)?;
             let layout = self.lhs_layout(m, k, bl)?;
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             error::mul(error::mul(m.div_ceil(layout.r), layout.r, "packed lhs")?, k + (k / bl) * 8, "packed lhs")?;
-            // SAFETY: size query, pure arithmetic; k % bl == 0 and
-            // k % kr == 0 (lhs_layout's check_k).
-            let lhs_bytes = unsafe { V::LHS.size(m, k, bl, t.mr, t.kr, t.sr) };
+            // k % bl == 0 and k % kr == 0: lhs_layout's check_k.
+            let lhs_bytes = V::LHS.size(&g, m, k, bl, t.mr, t.kr, t.sr);
             Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
         }
 

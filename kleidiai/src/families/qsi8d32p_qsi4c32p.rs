@@ -35,9 +35,9 @@ pub use imp::*;
 mod imp {
     use super::*;
     use crate::buffer::{AlignedBuf, SendPtr};
-    use crate::cpu::{CpuFeature, Features};
+    use crate::cpu::CpuFeature;
     use crate::error;
-    use crate::families::engine::{self, Prepared, Tiles};
+    use crate::families::engine::{self, Gate, Prepared, Tiles, query};
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::quant::Rounding;
@@ -229,23 +229,10 @@ mod imp {
     }
 
     impl<R> Fns<R> {
-        /// The kernel's tile sizes.
-        ///
-        /// # Safety
-        /// The CPU has every feature the kernel needs (SME getters read
-        /// the vector length).
-        pub(crate) unsafe fn tiles(&self) -> Tiles {
-            // SAFETY: the caller's contract; the getters take no arguments.
-            unsafe {
-                Tiles {
-                    m_step: (self.m_step)(),
-                    n_step: (self.n_step)(),
-                    mr: (self.mr)(),
-                    nr: (self.nr)(),
-                    kr: (self.kr)(),
-                    sr: (self.sr)(),
-                }
-            }
+        /// The kernel's tile sizes (SME getters read the vector length),
+        /// through the kernel's gate.
+        pub(crate) fn tiles(&self, g: &Gate) -> Tiles {
+            g.tiles([self.m_step, self.n_step, self.mr, self.nr, self.kr, self.sr])
         }
     }
 
@@ -331,26 +318,18 @@ mod imp {
             }
         }
 
-        /// `kai_get_lhs_packed_size_*` (pure arithmetic).
-        ///
-        /// # Safety
-        /// `k % bl == 0` and `k % kr == 0` (`check_bl`): the packers'
-        /// divisions assume them.
-        unsafe fn size(self, m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            // SAFETY: the caller's contract; size queries are plain C
-            // arithmetic.
-            unsafe {
-                match self {
-                    LhsPacker::Scalar => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32(m, k, bl, mr, kr, sr),
-                    LhsPacker::Neon => {
-                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon(m, k, bl, mr, kr, sr)
-                    }
-                    LhsPacker::Sb4x8 => {
-                        sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, bl, mr, kr, sr)
-                    }
-                    LhsPacker::F16 => sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon(m, k, bl, mr, kr, sr),
-                }
-            }
+        /// `kai_get_lhs_packed_size_*`, through the gate of a kernel that
+        /// reads this packer's output (`k % bl == 0` and `k % kr == 0`,
+        /// which `check_bl` checks, or upstream aborts).
+        #[allow(clippy::too_many_arguments)]
+        fn size(self, g: &Gate, m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
+            let size: unsafe extern "C" fn(usize, usize, usize, usize, usize, usize) -> usize = match self {
+                LhsPacker::Scalar => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32,
+                LhsPacker::Neon => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon,
+                LhsPacker::Sb4x8 => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon,
+                LhsPacker::F16 => sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon,
+            };
+            query!(g, size, m, k, bl, mr, kr, sr)
         }
 
         /// Packs `m` rows (`k` f32 each, dense) from `src` into `dst`,
@@ -470,11 +449,9 @@ mod imp {
             if self.bl_32_only { 32 } else { max_bl(self.rhs_format) }
         }
 
-        pub(crate) fn tiles(&self) -> Result<(Tiles, Features)> {
-            let f = engine::ensure_supported(&self.info)?;
-            // SAFETY: the CPU has every feature (and the SVE vector length)
-            // the kernel and its LHS packer need (ensure_supported).
-            Ok((unsafe { self.fns.tiles() }, f))
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Gate)> {
+            let g = engine::ensure_supported(&self.info)?;
+            Ok((self.fns.tiles(&g), g))
         }
 
         fn check(&self, k: usize, bl: usize, t: &Tiles) -> Result<()> {
@@ -537,7 +514,7 @@ mod imp {
         ) -> Result<()> {
             let dense = dense_lhs(m, k, lhs, lhs_stride)?;
             let layout = self.lhs_layout(m, k, bl)?;
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             let packer = self.lhs;
             let bl = packer.bl(bl);
             if packer == LhsPacker::F16 {
@@ -547,9 +524,8 @@ mod imp {
             }
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
             packer.check(mr, kr, sr, bl)?;
-            // SAFETY: size query, pure arithmetic (k % bl, k % kr checked
-            // above by check_bl).
-            let size = unsafe { packer.size(m, k, bl, mr, kr, sr) };
+            // k % bl, k % kr: checked above by check_bl.
+            let size = packer.size(&g, m, k, bl, mr, kr, sr);
             out.reset(layout, size);
             let dst = SendPtr(out.data_mut().as_mut_ptr());
             let src = SendPtr(dense.as_ptr() as *mut f32);
@@ -655,7 +631,7 @@ mod imp {
             error::nonzero(m, "m")?;
             error::nonzero(k, "k")?;
             rhs.expect(&self.rhs_layout(n, k, bl)?, self.info.name)?;
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             self.check(k, bl, &t)?;
             let layout = self.lhs_layout(m, k, bl)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
@@ -664,8 +640,8 @@ mod imp {
             }
             error::mul(error::mul(m, k, "lhs")?, 4, "lhs")?;
             error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
-            // SAFETY: size query, pure arithmetic (k % bl, k % kr checked).
-            let lhs_bytes = unsafe { self.lhs.size(m, k, bl, mr, kr, sr) };
+            // k % bl, k % kr: checked.
+            let lhs_bytes = self.lhs.size(&g, m, k, bl, mr, kr, sr);
             Ok(Some(Prepared { m, n, k, bl, t, lhs_bytes }))
         }
 

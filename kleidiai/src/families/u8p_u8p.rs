@@ -81,8 +81,7 @@ pub(crate) use imp::*;
 mod imp {
     use super::*;
     use crate::buffer::{AlignedBuf, SendPtr};
-    use crate::cpu::Features;
-    use crate::families::engine::{self, Tiles};
+    use crate::families::engine::{self, Gate, Tiles};
     use crate::families::uker::{PackLhs, PackRhs, Uker, UkerCtor};
     use crate::formats::Order;
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
@@ -122,18 +121,14 @@ mod imp {
 
     impl Entry {
         /// Tiles, features, and the kernel's table.
-        pub(crate) fn tiles(&self) -> Result<(Tiles, Features, Uker)> {
-            let f = engine::ensure_supported(&self.info)?;
-            // SAFETY: the CPU runs the kernel (ensure_supported); its packers
-            // need SME only, which every kernel here requires too. The
-            // getters take no pointers.
-            unsafe {
-                let uker = Uker::new(self.ctor);
-                let (m_step, n_step) = uker.step();
-                let mr = PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme).step_m();
-                let nr = PackRhs::new(sys::kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme).step_n();
-                Ok((Tiles { m_step, n_step, mr, nr, kr: KR, sr: 1 }, f, uker))
-            }
+        pub(crate) fn tiles(&self) -> Result<(Tiles, Gate, Uker)> {
+            // The packers need SME only, which every kernel here requires too.
+            let g = engine::ensure_supported(&self.info)?;
+            let uker = Uker::new(self.ctor, &g);
+            let (m_step, n_step) = uker.step();
+            let mr = PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme, &g).step_m();
+            let nr = PackRhs::new(sys::kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme, &g).step_n();
+            Ok((Tiles { m_step, n_step, mr, nr, kr: KR, sr: 1 }, g, uker))
         }
 
         fn layout(&self, rows: usize, k: usize, lhs: bool) -> Result<PackedLayout> {
@@ -168,15 +163,15 @@ mod imp {
                 error::mul(layout.r, k.next_multiple_of(KR), "packed rhs")?,
                 "packed rhs",
             )?;
-            // SAFETY: the CPU runs SME (rhs_layout checked the kernel); the
-            // data holds n x k bytes in the order of the packer picked (its
-            // strides come from its own query); the buffer has the packer's
-            // size for (n, k).
+            let g = engine::ensure_supported(&self.info)?;
+            let p = match w.order {
+                Order::NxK => PackRhs::new(sys::kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme, &g),
+                Order::KxN => PackRhs::new(sys::kai_matmul_pack_rhs_kxn_x8p4vsx4_x8_sme, &g),
+            };
+            // SAFETY: the data holds n x k bytes in the order of the packer
+            // picked (its strides come from its own query); the buffer has
+            // the packer's size for (n, k).
             unsafe {
-                let p = match w.order {
-                    Order::NxK => PackRhs::new(sys::kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme),
-                    Order::KxN => PackRhs::new(sys::kai_matmul_pack_rhs_kxn_x8p4vsx4_x8_sme),
-                };
                 let mut buf = AlignedBuf::zeroed(p.packed_size(n, k));
                 let mut args = sys::kai_matmul_pack_rhs_uker_args::default();
                 args.shape.n = n;
@@ -201,8 +196,7 @@ mod imp {
             let layout = self.lhs_layout(m, k)?;
             let mr = layout.r;
             error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.next_multiple_of(KR), "packed lhs")?;
-            // SAFETY: the CPU runs SME (lhs_layout checked the kernel).
-            let p = unsafe { PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme) };
+            let p = PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme, &engine::ensure_supported(&self.info)?);
             let size = p.packed_size(m, k);
             out.reset(layout, size);
             let dst = SendPtr(out.data_mut().as_mut_ptr());

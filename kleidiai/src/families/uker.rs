@@ -5,70 +5,179 @@
 //! after the caller has checked the CPU runs it: its functions execute SME
 //! instructions, the getters included.
 //!
-//! The constructors are `unsafe`: their caller guarantees the CPU supports
-//! the kernel or packer (`engine::ensure_supported`), and a table exists only
-//! once that was checked. The queries (steps, strides, sizes, offsets) are
-//! then safe: they execute the kernel's instructions on a CPU that has
-//! them, read no memory the caller hands them, and a precondition they
-//! break (an index that is not a multiple of the step) aborts in
-//! upstream's `KAI_ASSUME`, in release builds too. The runs stay `unsafe`:
-//! their caller guarantees the buffers cover the shapes.
+//! The constructors take the [`Gate`] of the kernel (whose features
+//! include its packers'), so a table exists only once the CPU was checked
+//! (`engine::ensure_supported`). The queries (steps, strides, sizes,
+//! offsets) are then safe: they execute the kernel's instructions on a CPU
+//! that has them, read only the values they borrow, and a precondition
+//! they break (an index that is not a multiple of the step) aborts in
+//! upstream's `KAI_ASSUME`, in release builds too. All of them go through
+//! [`Table`]'s three `ask` methods. The runs stay `unsafe`: their caller
+//! guarantees the buffers cover the shapes.
 
+use crate::families::engine::Gate;
 use kleidiai_sys as sys;
+
+/// What the tables' queries answer: a number (a size, an offset) or a
+/// struct of numbers (steps, strides). A run answers nothing, so no run
+/// goes through the `ask` methods.
+trait Answer: Copy {}
+impl Answer for usize {}
+impl Answer for sys::kai_matmul_uker_dim_args {}
+impl Answer for sys::kai_matmul_uker_lhs_stride_args {}
+impl Answer for sys::kai_matmul_uker_rhs_stride_args {}
+impl Answer for sys::kai_matmul_uker_dst_stride_args {}
+impl Answer for sys::kai_matmul_pack_lhs_uker_dim_args {}
+impl Answer for sys::kai_matmul_pack_lhs_uker_lhs_packed_stride_args {}
+impl Answer for sys::kai_matmul_pack_rhs_uker_dim_args {}
+impl Answer for sys::kai_matmul_pack_rhs_uker_rhs_stride_args {}
+impl Answer for sys::kai_matmul_pack_rhs_uker_rhs_packed_stride_args {}
+
+/// What picks one entry `F` from a table's API (`|a| a.get_step`).
+type Get<Api, F> = fn(&Api) -> Option<F>;
+
+/// An upstream table with its configuration. A value exists only once the
+/// gate of its kernel was checked (the constructors take it).
+trait Table {
+    /// The upstream table.
+    type Api;
+    /// Its configuration.
+    type Config;
+    /// The arguments of its run.
+    type Args;
+
+    fn api(&self) -> &Self::Api;
+    fn config(&self) -> &Self::Config;
+    fn run_entry(api: &Self::Api) -> Option<unsafe extern "C" fn(*const Self::Config, *const Self::Args)>;
+
+    /// The query `get` picks from the table, on the configuration.
+    fn ask1<R: Answer>(&self, get: Get<Self::Api, unsafe extern "C" fn(*const Self::Config) -> R>) -> R {
+        let f = get(self.api()).expect("upstream fills every entry of its tables");
+        // SAFETY: an entry of this table (taking its configuration type,
+        // answering numbers: a query, not a run), which exists only once
+        // the CPU was checked (the gate its constructor took); it reads
+        // only the configuration it borrows.
+        unsafe { f(self.config()) }
+    }
+
+    /// As [`ask1`](Self::ask1), with one more borrowed argument.
+    fn ask2<A, R: Answer>(
+        &self,
+        get: Get<Self::Api, unsafe extern "C" fn(*const Self::Config, *const A) -> R>,
+        a: &A,
+    ) -> R {
+        let f = get(self.api()).expect("upstream fills every entry of its tables");
+        // SAFETY: as in `ask1`; it reads only the values it borrows.
+        unsafe { f(self.config(), a) }
+    }
+
+    /// As [`ask1`](Self::ask1), with two more borrowed arguments (a wrong
+    /// index aborts upstream: `KAI_ASSUME`).
+    fn ask3<A, B, R: Answer>(
+        &self,
+        get: Get<Self::Api, unsafe extern "C" fn(*const Self::Config, *const A, *const B) -> R>,
+        a: &A,
+        b: &B,
+    ) -> R {
+        let f = get(self.api()).expect("upstream fills every entry of its tables");
+        // SAFETY: as in `ask1`; it reads only the values it borrows.
+        unsafe { f(self.config(), a, b) }
+    }
+
+    /// Runs the table's kernel or packer on `args`.
+    ///
+    /// # Safety
+    /// Every pointer in `args` covers what the kernel or packer reads or
+    /// writes for `args`' shape, with `args`' strides.
+    unsafe fn run_args(&self, args: &Self::Args) {
+        let f = Self::run_entry(self.api()).expect("upstream fills every entry of its tables");
+        // SAFETY: the caller's contract; the CPU runs the table's code (the
+        // gate its constructor took).
+        unsafe { f(self.config(), args) }
+    }
+}
+
+/// [`Table`] for a table type `$t` (fields: the API, then the
+/// configuration).
+macro_rules! table {
+    ($t:ty, $api:ty, $config:ty, $args:ty) => {
+        impl Table for $t {
+            type Api = $api;
+            type Config = $config;
+            type Args = $args;
+
+            fn api(&self) -> &$api {
+                &self.0
+            }
+
+            fn config(&self) -> &$config {
+                &self.1
+            }
+
+            fn run_entry(api: &$api) -> Option<unsafe extern "C" fn(*const $config, *const $args)> {
+                api.run
+            }
+        }
+    };
+    ($t:ident, $api:ty, $config:ty, $args:ty, packer) => {
+        table!($t, $api, $config, $args);
+
+        impl $t {
+            /// The table of `ctor`, a packer of the kernel `gate` checked.
+            pub(crate) fn new(ctor: unsafe extern "C" fn() -> $api, gate: &Gate) -> $t {
+                Self::with_config(ctor, Default::default(), gate)
+            }
+
+            /// As [`new`](Self::new), with the configuration `config`.
+            pub(crate) fn with_config(ctor: unsafe extern "C" fn() -> $api, config: $config, gate: &Gate) -> $t {
+                $t(gate.table(ctor), config)
+            }
+        }
+    };
+}
 
 /// Constructor of a kernel's table.
 pub(crate) type UkerCtor = unsafe extern "C" fn() -> sys::kai_matmul_uker_api;
 
 /// A matmul kernel's table.
 pub(crate) struct Uker(sys::kai_matmul_uker_api, sys::kai_matmul_uker_config);
+table!(Uker, sys::kai_matmul_uker_api, sys::kai_matmul_uker_config, sys::kai_matmul_uker_args);
 
 impl Uker {
-    /// # Safety
-    /// The CPU supports the kernel.
-    pub(crate) unsafe fn new(ctor: UkerCtor) -> Uker {
-        // SAFETY: the constructor only fills a table; the caller checked
-        // the CPU (the table's code is compiled for the kernel's tier).
-        Uker(unsafe { ctor() }, sys::kai_matmul_uker_config::default())
+    /// The table of `ctor`, the constructor of the kernel `gate` checked.
+    pub(crate) fn new(ctor: UkerCtor, gate: &Gate) -> Uker {
+        Uker(gate.table(ctor), sys::kai_matmul_uker_config::default())
     }
 
     /// `(m_step, n_step)`.
     pub(crate) fn step(&self) -> (usize, usize) {
-        // SAFETY: upstream fills every entry; the CPU supports the kernel
-        // (`Uker::new`'s contract); a query of numbers.
-        let s = unsafe { self.0.get_step.expect("get_step")(&self.1) };
+        let s = self.ask1(|a| a.get_step);
         (s.m, s.n)
     }
 
     /// The LHS strides for `m x k`.
     pub(crate) fn lhs_stride(&self, m: usize, k: usize) -> sys::kai_matmul_uker_lhs_stride_args {
-        // SAFETY: as `step`; a pure query.
-        unsafe { self.0.get_lhs_stride.expect("get_lhs_stride")(&self.1, &sys::kai_matmul_uker_lhs_dim_args { m, k }) }
+        self.ask2(|a| a.get_lhs_stride, &sys::kai_matmul_uker_lhs_dim_args { m, k })
     }
 
     /// The LHS offset of row `m_idx` (a multiple of the M step).
     pub(crate) fn lhs_offset(&self, m_idx: usize, stride: &sys::kai_matmul_uker_lhs_stride_args) -> usize {
-        let index = sys::kai_matmul_uker_lhs_dim_args { m: m_idx, k: 0 };
-        // SAFETY: as `step`; a wrong index aborts upstream (KAI_ASSUME).
-        unsafe { self.0.get_lhs_offset.expect("get_lhs_offset")(&self.1, &index, stride) }
+        self.ask3(|a| a.get_lhs_offset, &sys::kai_matmul_uker_lhs_dim_args { m: m_idx, k: 0 }, stride)
     }
 
     /// The RHS strides for `n x k`.
     pub(crate) fn rhs_stride(&self, n: usize, k: usize) -> sys::kai_matmul_uker_rhs_stride_args {
-        // SAFETY: as `step`; a pure query.
-        unsafe { self.0.get_rhs_stride.expect("get_rhs_stride")(&self.1, &sys::kai_matmul_uker_rhs_dim_args { n, k }) }
+        self.ask2(|a| a.get_rhs_stride, &sys::kai_matmul_uker_rhs_dim_args { n, k })
     }
 
     /// The RHS offset of column `n_idx` (a multiple of the N step).
     pub(crate) fn rhs_offset(&self, n_idx: usize, stride: &sys::kai_matmul_uker_rhs_stride_args) -> usize {
-        let index = sys::kai_matmul_uker_rhs_dim_args { n: n_idx, k: 0 };
-        // SAFETY: as `step`; a wrong index aborts upstream (KAI_ASSUME).
-        unsafe { self.0.get_rhs_offset.expect("get_rhs_offset")(&self.1, &index, stride) }
+        self.ask3(|a| a.get_rhs_offset, &sys::kai_matmul_uker_rhs_dim_args { n: n_idx, k: 0 }, stride)
     }
 
     /// The destination strides for `m x n`.
     pub(crate) fn dst_stride(&self, m: usize, n: usize) -> sys::kai_matmul_uker_dst_stride_args {
-        // SAFETY: as `step`; a pure query.
-        unsafe { self.0.get_dst_stride.expect("get_dst_stride")(&self.1, &sys::kai_matmul_uker_dst_dim_args { m, n }) }
+        self.ask2(|a| a.get_dst_stride, &sys::kai_matmul_uker_dst_dim_args { m, n })
     }
 
     /// Runs `m x n` outputs over `k` with the clamp flag (the float
@@ -77,8 +186,8 @@ impl Uker {
     /// apart, clamped to `[min, max]`.
     ///
     /// # Safety
-    /// As [`Uker::new`]; `lhs`, `rhs` and `dst` cover what the kernel reads
-    /// and writes for that shape and those strides.
+    /// `lhs`, `rhs` and `dst` cover what the kernel reads and writes for
+    /// that shape and those strides.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn run_clamped(
         &self,
@@ -104,63 +213,68 @@ impl Uker {
         args.operand.dst.stride = sys::kai_matmul_uker_dst_stride_args { m: dst_row_bytes };
         // SAFETY: forwarded to the caller; the clamp pointers are two live
         // f32s and only the clamp flag is set.
-        unsafe { self.run(&args) }
+        unsafe { self.run_args(&args) }
     }
 
+    /// Runs the kernel on `args`.
+    ///
     /// # Safety
-    /// As [`Uker::new`]; every pointer in `args` covers what the kernel
-    /// reads or writes for `args.shape`.
+    /// Every pointer in `args` covers what the kernel reads or writes for
+    /// `args.shape`.
     pub(crate) unsafe fn run(&self, args: &sys::kai_matmul_uker_args) {
         // SAFETY: forwarded to the caller.
-        unsafe { self.0.run.expect("run")(&self.1, args) }
+        unsafe { self.run_args(args) }
     }
 }
 
 /// An LHS packer's table.
 pub(crate) struct PackLhs(sys::kai_matmul_pack_lhs_uker_api, sys::kai_matmul_pack_lhs_uker_config);
+table!(
+    PackLhs,
+    sys::kai_matmul_pack_lhs_uker_api,
+    sys::kai_matmul_pack_lhs_uker_config,
+    sys::kai_matmul_pack_lhs_uker_args,
+    packer
+);
 
 impl PackLhs {
-    /// # Safety
-    /// The CPU supports the packer.
-    pub(crate) unsafe fn new(ctor: unsafe extern "C" fn() -> sys::kai_matmul_pack_lhs_uker_api) -> PackLhs {
-        // SAFETY: see `Uker::new`.
-        PackLhs(unsafe { ctor() }, sys::kai_matmul_pack_lhs_uker_config::default())
-    }
-
     /// Rows per packed block (`mr`).
     pub(crate) fn step_m(&self) -> usize {
-        // SAFETY: upstream fills every entry; the CPU supports the packer.
-        unsafe { self.0.get_step.expect("get_step")(&self.1).m }
+        self.ask1(|a| a.get_step).m
     }
 
     /// The packed strides for `m x k`.
     pub(crate) fn packed_stride(&self, m: usize, k: usize) -> sys::kai_matmul_pack_lhs_uker_lhs_packed_stride_args {
-        let shape = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k };
-        // SAFETY: as `step_m`; a pure query.
-        unsafe { self.0.get_lhs_packed_stride.expect("get_lhs_packed_stride")(&self.1, &shape) }
+        self.ask2(|a| a.get_lhs_packed_stride, &sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k })
     }
 
     /// Bytes of the packed `m x k` LHS.
     pub(crate) fn packed_size(&self, m: usize, k: usize) -> usize {
         let shape = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k };
-        let stride = self.packed_stride(m, k);
-        // SAFETY: as `step_m`; a query of numbers.
-        unsafe { self.0.get_lhs_packed_size.expect("get_lhs_packed_size")(&self.1, &shape, &stride) }
+        self.ask3(|a| a.get_lhs_packed_size, &shape, &self.packed_stride(m, k))
     }
 
     /// The packed offset of row `m_idx` (a multiple of `mr`).
     pub(crate) fn packed_offset(&self, m_idx: usize, k: usize) -> usize {
         let index = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m: m_idx, k: 0 };
-        let stride = self.packed_stride(1, k);
-        // SAFETY: as `step_m`; a wrong index aborts upstream (KAI_ASSUME).
-        unsafe { self.0.get_lhs_packed_offset.expect("get_lhs_packed_offset")(&self.1, &index, &stride) }
+        self.ask3(|a| a.get_lhs_packed_offset, &index, &self.packed_stride(1, k))
+    }
+
+    /// The packed offset of row `m_idx` (a multiple of `mr`) with the
+    /// packed strides `stride`.
+    pub(crate) fn packed_offset_with(
+        &self,
+        m_idx: usize,
+        stride: &sys::kai_matmul_pack_lhs_uker_lhs_packed_stride_args,
+    ) -> usize {
+        let index = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m: m_idx, k: 0 };
+        self.ask3(|a| a.get_lhs_packed_offset, &index, stride)
     }
 
     /// Packs `m` rows of `k` bytes, `stride` bytes apart, to `out`.
     ///
     /// # Safety
-    /// As [`PackLhs::new`]; `lhs` holds the rows, `out` the packed size of
-    /// `m x k`.
+    /// `lhs` holds the rows, `out` the packed size of `m x k`.
     pub(crate) unsafe fn run(&self, m: usize, k: usize, lhs: *const u8, stride: usize, out: *mut u8) {
         let mut args = sys::kai_matmul_pack_lhs_uker_args::default();
         args.shape.m = m;
@@ -170,64 +284,52 @@ impl PackLhs {
         args.operand.lhs_packed.ptr = out.cast();
         args.operand.lhs_packed.stride = self.packed_stride(m, k);
         // SAFETY: forwarded to the caller.
-        unsafe { self.0.run.expect("run")(&self.1, &args) }
+        unsafe { self.run_args(&args) }
     }
 }
 
 /// An RHS packer's table.
 pub(crate) struct PackRhs(sys::kai_matmul_pack_rhs_uker_api, sys::kai_matmul_pack_rhs_uker_config);
+table!(
+    PackRhs,
+    sys::kai_matmul_pack_rhs_uker_api,
+    sys::kai_matmul_pack_rhs_uker_config,
+    sys::kai_matmul_pack_rhs_uker_args,
+    packer
+);
 
 impl PackRhs {
-    /// # Safety
-    /// The CPU supports the packer.
-    pub(crate) unsafe fn new(ctor: unsafe extern "C" fn() -> sys::kai_matmul_pack_rhs_uker_api) -> PackRhs {
-        // SAFETY: see `Uker::new`.
-        PackRhs(unsafe { ctor() }, sys::kai_matmul_pack_rhs_uker_config::default())
-    }
-
     /// Columns per packed block (`nr`).
     pub(crate) fn step_n(&self) -> usize {
-        // SAFETY: upstream fills every entry; the CPU supports the packer.
-        unsafe { self.0.get_step.expect("get_step")(&self.1).n }
+        self.ask1(|a| a.get_step).n
     }
 
     /// The strides of the unpacked `n x k` RHS the packer reads.
     pub(crate) fn rhs_stride(&self, n: usize, k: usize) -> sys::kai_matmul_pack_rhs_uker_rhs_stride_args {
-        // SAFETY: as `step_n`; a pure query.
-        unsafe {
-            self.0.get_rhs_stride.expect("get_rhs_stride")(
-                &self.1,
-                &sys::kai_matmul_pack_rhs_uker_rhs_dim_args { n, k },
-            )
-        }
+        self.ask2(|a| a.get_rhs_stride, &sys::kai_matmul_pack_rhs_uker_rhs_dim_args { n, k })
     }
 
     /// The packed strides for `n x k`.
     pub(crate) fn packed_stride(&self, n: usize, k: usize) -> sys::kai_matmul_pack_rhs_uker_rhs_packed_stride_args {
-        let shape = sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k };
-        // SAFETY: as `step_n`; a pure query.
-        unsafe { self.0.get_rhs_packed_stride.expect("get_rhs_packed_stride")(&self.1, &shape) }
+        self.ask2(|a| a.get_rhs_packed_stride, &sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k })
     }
 
     /// Bytes of the packed `n x k` RHS.
     pub(crate) fn packed_size(&self, n: usize, k: usize) -> usize {
         let shape = sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k };
-        let stride = self.packed_stride(n, k);
-        // SAFETY: as `step_n`; a query of numbers.
-        unsafe { self.0.get_rhs_packed_size.expect("get_rhs_packed_size")(&self.1, &shape, &stride) }
+        self.ask3(|a| a.get_rhs_packed_size, &shape, &self.packed_stride(n, k))
     }
 
     /// Runs the packer on `args` (shape and operands filled by the caller,
     /// strides filled here).
     ///
     /// # Safety
-    /// As [`PackRhs::new`]; the operands cover `args.shape`, the output the
-    /// packed size.
+    /// The operands cover `args.shape`, the output the packed size.
     pub(crate) unsafe fn run(&self, args: &mut sys::kai_matmul_pack_rhs_uker_args) {
         let (n, k) = (args.shape.n, args.shape.k);
         args.operand.rhs.stride = self.rhs_stride(n, k);
         args.operand.rhs_packed.stride = self.packed_stride(n, k);
         // SAFETY: forwarded to the caller.
-        unsafe { self.0.run.expect("run")(&self.1, args) }
+        unsafe { self.run_args(args) }
     }
 }

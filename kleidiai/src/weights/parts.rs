@@ -148,6 +148,9 @@ pub struct PartKernel {
     rhs_len: usize,
     #[cfg(target_arch = "aarch64")]
     f: ffi::Fns,
+    /// Proof that the CPU runs the kernel (for its packer's queries).
+    #[cfg(target_arch = "aarch64")]
+    gate: crate::families::engine::Gate,
 }
 
 /// One packed layout with its kernels, ready for per-thread calls (see

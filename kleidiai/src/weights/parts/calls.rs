@@ -52,8 +52,8 @@ impl PartKernel {
     pub fn lhs_size(&self, m: usize) -> usize {
         #[cfg(target_arch = "aarch64")]
         {
-            // SAFETY: size query of a packer whose parameters passed `check`.
-            unsafe { ffi::lhs_size(self.packer, m.max(1), self.k, self.lhs_bl, &self.t) }
+            // A packer whose parameters passed `check`.
+            ffi::lhs_size(&self.gate, self.packer, m.max(1), self.k, self.lhs_bl, &self.t)
         }
         #[cfg(not(target_arch = "aarch64"))]
         {
@@ -66,8 +66,8 @@ impl PartKernel {
     pub fn lhs_offset(&self, row: usize) -> usize {
         #[cfg(target_arch = "aarch64")]
         {
-            // SAFETY: offset query of a packer whose parameters passed `check`.
-            unsafe { ffi::lhs_offset(self.packer, row, self.k, self.lhs_bl, &self.t) }
+            // A packer whose parameters passed `check`.
+            ffi::lhs_offset(&self.gate, self.packer, row, self.k, self.lhs_bl, &self.t)
         }
         #[cfg(not(target_arch = "aarch64"))]
         {

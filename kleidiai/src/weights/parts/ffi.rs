@@ -1,7 +1,7 @@
 //! The upstream functions of the families with a per-thread form.
 use super::{LhsPacker, PartKernel};
 use crate::error::{Error, Result};
-use crate::families::engine::Tiles;
+use crate::families::engine::{Gate, Tiles, query};
 use crate::registry::KernelInfo;
 use crate::sys;
 use crate::sys::interfaces as ifc;
@@ -36,67 +36,61 @@ fn get<T>(v: Option<T>, info: &KernelInfo, what: &str) -> Result<T> {
 }
 
 macro_rules! resolve_in {
-    ($fam:ident, $info:ident, |$i:ident| $fns:expr) => {{
+    ($g:ident, $fam:ident, $info:ident, |$i:ident| $fns:expr) => {{
         let Some((_, $i)) = ifc::$fam::KERNELS.iter().find(|(u, _)| u.name == $info.name) else {
             return Err(Error::UnknownKernel($info.name.to_string()));
         };
-        let t = Tiles {
-            m_step: get($i.get_m_step, $info, "m_step")?(),
-            n_step: get($i.get_n_step, $info, "n_step")?(),
-            mr: get($i.get_mr, $info, "mr")?(),
-            nr: get($i.get_nr, $info, "nr")?(),
-            kr: get($i.get_kr, $info, "kr")?(),
-            sr: get($i.get_sr, $info, "sr")?(),
-        };
+        let t = $g.tiles([
+            get($i.get_m_step, $info, "m_step")?,
+            get($i.get_n_step, $info, "n_step")?,
+            get($i.get_mr, $info, "mr")?,
+            get($i.get_nr, $info, "nr")?,
+            get($i.get_kr, $info, "kr")?,
+            get($i.get_sr, $info, "sr")?,
+        ]);
         (($fns), t)
     }};
 }
 
-/// The functions and blocking of `info`.
-///
-/// # Safety
-/// The CPU has the kernel's features (its getters may execute SME).
-pub(super) unsafe fn resolve(info: &KernelInfo) -> Result<(Fns, Tiles)> {
-    // SAFETY: (getter calls inside the macro) the caller's guarantee.
-    Ok(unsafe {
-        match info.family {
-            "matmul_clamp_f32_qsi8d32p_qsi4c32p" => resolve_in!(matmul_clamp_f32_qsi8d32p_qsi4c32p, info, |i| {
-                Fns::Bl(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
-            }),
-            "matmul_clamp_f32_f16p_qsi4c32p" => resolve_in!(matmul_clamp_f32_f16p_qsi4c32p, info, |i| {
-                Fns::Bl(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
-            }),
-            "matmul_clamp_f32_qai8dxp_qsi8cxp" => resolve_in!(matmul_clamp_f32_qai8dxp_qsi8cxp, info, |i| {
-                Fns::Q(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
-            }),
-            "matmul_clamp_fp32_bf16p_bf16p" => resolve_in!(matmul_clamp_fp32_bf16p_bf16p, info, |i| {
-                Fns::F(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
-            }),
-            "matmul_clamp_f32_f32p_f32p" => resolve_in!(matmul_clamp_f32_f32p_f32p, info, |i| {
-                Fns::F(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
-            }),
-            "matmul_clamp_f32_f32_f32p" => {
-                let Some((_, i)) = ifc::matmul_clamp_f32_f32_f32p::KERNELS.iter().find(|(u, _)| u.name == info.name)
-                else {
-                    return Err(Error::UnknownKernel(info.name.to_string()));
-                };
-                // The direct-LHS interface has no get_mr: one row per step.
-                let t = Tiles {
-                    m_step: get(i.get_m_step, info, "m_step")?(),
-                    n_step: get(i.get_n_step, info, "n_step")?(),
-                    mr: 1,
-                    nr: get(i.get_nr, info, "nr")?(),
-                    kr: get(i.get_kr, info, "kr")?(),
-                    sr: get(i.get_sr, info, "sr")?(),
-                };
-                (Fns::D(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?), t)
-            }
-            other => {
-                return Err(Error::Unsupported {
-                    kernel: info.name,
-                    why: format!("family {other} has no per-thread form"),
-                });
-            }
+/// The functions and blocking of `info`, whose gate `g` is (its getters may
+/// execute SME).
+pub(super) fn resolve(g: &Gate, info: &KernelInfo) -> Result<(Fns, Tiles)> {
+    Ok(match info.family {
+        "matmul_clamp_f32_qsi8d32p_qsi4c32p" => resolve_in!(g, matmul_clamp_f32_qsi8d32p_qsi4c32p, info, |i| {
+            Fns::Bl(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
+        }),
+        "matmul_clamp_f32_f16p_qsi4c32p" => resolve_in!(g, matmul_clamp_f32_f16p_qsi4c32p, info, |i| {
+            Fns::Bl(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
+        }),
+        "matmul_clamp_f32_qai8dxp_qsi8cxp" => resolve_in!(g, matmul_clamp_f32_qai8dxp_qsi8cxp, info, |i| {
+            Fns::Q(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
+        }),
+        "matmul_clamp_fp32_bf16p_bf16p" => resolve_in!(g, matmul_clamp_fp32_bf16p_bf16p, info, |i| {
+            Fns::F(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
+        }),
+        "matmul_clamp_f32_f32p_f32p" => resolve_in!(g, matmul_clamp_f32_f32p_f32p, info, |i| {
+            Fns::F(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
+        }),
+        "matmul_clamp_f32_f32_f32p" => {
+            let Some((_, i)) = ifc::matmul_clamp_f32_f32_f32p::KERNELS.iter().find(|(u, _)| u.name == info.name) else {
+                return Err(Error::UnknownKernel(info.name.to_string()));
+            };
+            // The direct-LHS interface has no get_mr: one row per step.
+            let t = Tiles {
+                m_step: query!(g, get(i.get_m_step, info, "m_step")?),
+                n_step: query!(g, get(i.get_n_step, info, "n_step")?),
+                mr: 1,
+                nr: query!(g, get(i.get_nr, info, "nr")?),
+                kr: query!(g, get(i.get_kr, info, "kr")?),
+                sr: query!(g, get(i.get_sr, info, "sr")?),
+            };
+            (Fns::D(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?), t)
+        }
+        other => {
+            return Err(Error::Unsupported {
+                kernel: info.name,
+                why: format!("family {other} has no per-thread form"),
+            });
         }
     })
 }
@@ -187,41 +181,28 @@ const fn lhs_fns(p: LhsPacker) -> Option<&'static LhsFns> {
 }
 
 impl Query {
-    /// Calls the query with `(m_or_row, k, [bl,] t.mr, t.kr, t.sr)`.
-    ///
-    /// # Safety
-    /// `k`, `bl` and `t` passed `LhsPacker::check` for the packer this
-    /// query is of.
-    unsafe fn call(self, m_or_row: usize, k: usize, bl: usize, t: &Tiles) -> usize {
+    /// Calls the query with `(m_or_row, k, [bl,] t.mr, t.kr, t.sr)`, through
+    /// the gate of the kernel that reads the packer's output (parameters
+    /// that passed `LhsPacker::check`, or upstream aborts).
+    fn call(self, g: &Gate, m_or_row: usize, k: usize, bl: usize, t: &Tiles) -> usize {
         let (mr, kr, sr) = (t.mr, t.kr, t.sr);
-        // SAFETY: size and offset queries are arithmetic on parameters
-        // that passed `LhsPacker::check` (the caller's guarantee; the SME
-        // packers' queries read the streaming vector length, which the
-        // kernel's support check made sure exists).
-        unsafe {
-            match self {
-                Query::Bl(f) => f(m_or_row, k, bl, mr, kr, sr),
-                Query::NoBl(f) => f(m_or_row, k, mr, kr, sr),
-            }
+        match self {
+            Query::Bl(f) => query!(g, f, m_or_row, k, bl, mr, kr, sr),
+            Query::NoBl(f) => query!(g, f, m_or_row, k, mr, kr, sr),
         }
     }
 }
 
-/// # Safety
-/// The packer's parameters passed `LhsPacker::check`.
-pub(super) unsafe fn lhs_size(p: LhsPacker, m: usize, k: usize, bl: usize, t: &Tiles) -> usize {
+/// Bytes `m` rows of `p` pack to (`g`: the gate of its kernel).
+pub(super) fn lhs_size(g: &Gate, p: LhsPacker, m: usize, k: usize, bl: usize, t: &Tiles) -> usize {
     let Some(f) = lhs_fns(p) else { return 0 }; // `Direct`: nothing packed
-    // SAFETY: `p`'s own query; its parameters passed `LhsPacker::check`
-    // (the caller's guarantee), which is what `Query::call` needs.
-    unsafe { f.size.call(m, k, bl, t) }
+    f.size.call(g, m, k, bl, t)
 }
 
-/// # Safety
-/// As [`lhs_size`].
-pub(super) unsafe fn lhs_offset(p: LhsPacker, row: usize, k: usize, bl: usize, t: &Tiles) -> usize {
+/// The offset of row `row` in `p`'s packed LHS, as [`lhs_size`].
+pub(super) fn lhs_offset(g: &Gate, p: LhsPacker, row: usize, k: usize, bl: usize, t: &Tiles) -> usize {
     let Some(f) = lhs_fns(p) else { return 0 }; // `Direct`: nothing packed
-    // SAFETY: as in lhs_size.
-    unsafe { f.offset.call(row, k, bl, t) }
+    f.offset.call(g, row, k, bl, t)
 }
 
 /// Packs `h` rows (m_idx_start 0, pointers pre-offset).
@@ -316,16 +297,13 @@ mod tests {
                 continue;
             }
             let ks = [256, 4096];
-            // SAFETY: the kernel runs with the CPU's features (checked
-            // above), so its getters may run; offset getters only compute.
             // `run` only ever gets kernels that resolve.
-            let offs = unsafe {
-                let Ok((fns, _)) = resolve(info) else { continue };
-                ks.map(|k| match fns {
-                    Fns::Bl(_, off) => off(0, k, 32),
-                    Fns::Q(_, off) | Fns::F(_, off) | Fns::D(_, off) => off(0, k),
-                })
-            };
+            let g = crate::families::engine::gate_with(info, &f).unwrap();
+            let Ok((fns, _)) = resolve(&g, info) else { continue };
+            let offs = ks.map(|k| match fns {
+                Fns::Bl(_, off) => query!(&g, off, 0, k, 32),
+                Fns::Q(_, off) | Fns::F(_, off) | Fns::D(_, off) => query!(&g, off, 0, k),
+            });
             assert_eq!(offs, [0, 0], "{} k={ks:?}", info.name);
             checked.push(info.name);
         }

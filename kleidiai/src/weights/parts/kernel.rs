@@ -11,16 +11,14 @@ impl PartKernel {
         rhs_len: usize,
         f: &Features,
     ) -> Result<PartKernel> {
-        info.supported(f).map_err(|why| Error::Unsupported { kernel: info.name, why })?;
+        let gate = crate::families::engine::gate_with(info, f)?;
         let packer = LhsPacker::from_info(info).ok_or_else(|| Error::Unsupported {
             kernel: info.name,
             why: format!("no per-thread form for its LHS packer {:?}", info.lhs_packer),
         })?;
         #[cfg(target_arch = "aarch64")]
         {
-            // SAFETY: `info.supported(f)` passed with the features in force,
-            // so the kernel's getters (SME ones execute SME instructions) may run.
-            let (fns, t) = unsafe { ffi::resolve(info)? };
+            let (fns, t) = ffi::resolve(&gate, info)?;
             if (t.nr, t.kr, t.sr) != (rhs.r, rhs.kr, rhs.sr) {
                 return Err(Error::LayoutMismatch {
                     what: "RHS",
@@ -50,11 +48,12 @@ impl PartKernel {
                 bl: rhs.bl,
                 rhs_len,
                 f: fns,
+                gate,
             })
         }
         #[cfg(not(target_arch = "aarch64"))]
         {
-            let _ = (rhs, rhs_len, packer);
+            let _ = (rhs, rhs_len, packer, gate);
             Err(Error::Unsupported { kernel: info.name, why: "kernels run on aarch64 only".into() })
         }
     }
@@ -93,20 +92,14 @@ impl PartKernel {
         if info.family != "matmul_clamp_fp32_bf16p_bf16p" {
             return Err(Error::Unsupported { kernel: info.name, why: "not a bf16 kernel packed per call".into() });
         }
-        info.supported(f).map_err(|why| Error::Unsupported { kernel: info.name, why })?;
+        let g = crate::families::engine::gate_with(info, f)?;
         #[cfg(target_arch = "aarch64")]
         {
-            // SAFETY: the kernel runs with `f` (checked above), so its SME
-            // getters may run; the size query is arithmetic on n, k and the
-            // streaming vector length (SME present).
-            let (t, size, packer_nr) = unsafe {
-                let (_, t) = ffi::resolve(info)?;
-                (
-                    t,
-                    crate::sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme(n, k),
-                    crate::sys::kai_get_n_step_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme(),
-                )
-            };
+            use crate::families::engine::query;
+            let (_, t) = ffi::resolve(&g, info)?;
+            // Arithmetic on n, k and the streaming vector length.
+            let size = query!(&g, crate::sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme, n, k);
+            let packer_nr = query!(&g, crate::sys::kai_get_n_step_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme);
             if packer_nr != t.nr {
                 return Err(Error::ShapeMismatch {
                     what: "RHS packer block (the kernel's nr)",
@@ -130,7 +123,10 @@ impl PartKernel {
             Ok(kern)
         }
         #[cfg(not(target_arch = "aarch64"))]
-        Err(Error::Unsupported { kernel: info.name, why: "kernels run on aarch64 only".into() })
+        {
+            let _ = g;
+            Err(Error::Unsupported { kernel: info.name, why: "kernels run on aarch64 only".into() })
+        }
     }
 
     /// Bytes of the packed weights this kernel reads.
