@@ -308,31 +308,13 @@ mod imp {
         /// the SME kernels it depends on the vector length in force).
         pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.packers.rhs.format,
-                rows: n,
-                k,
-                r: t.nr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(f.layout(&self.info, self.packers.rhs.format, (n, k, 0), t.nr, &t))
         }
 
         /// The packed-LHS layout this kernel reads for an `m x k` input.
         pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.packers.lhs.format,
-                rows: m,
-                k,
-                r: t.mr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(f.layout(&self.info, self.packers.lhs.format, (m, k, 0), t.mr, &t))
         }
 
         /// Rounds the weights to bf16 and packs them with the bias: with the

@@ -128,6 +128,19 @@ pub(crate) type Getter = unsafe extern "C" fn() -> usize;
 
 #[cfg(target_arch = "aarch64")]
 impl Gate {
+    /// [`layout`] with the vector length the gated kernel `info` packs for
+    /// ([`layout_vector_bytes`]).
+    pub(crate) fn layout(
+        &self,
+        info: &KernelInfo,
+        format: &'static str,
+        dims: (usize, usize, usize),
+        r: usize,
+        t: &Tiles,
+    ) -> crate::packed::PackedLayout {
+        layout(format, dims, r, t, layout_vector_bytes(info, self))
+    }
+
     /// The table upstream's constructor `ctor` fills (one of
     /// `kai_matmul_uker_api`, `kai_matmul_pack_lhs_uker_api`,
     /// `kai_matmul_pack_rhs_uker_api`) for the gated kernel or its packers.
@@ -144,6 +157,19 @@ impl Gate {
         let get = |f: Getter| f.call(self, ());
         Tiles { m_step: get(m_step), n_step: get(n_step), mr: get(mr), nr: get(nr), kr: get(kr), sr: get(sr) }
     }
+}
+
+/// The layout of a packed operand in `format` of `rows` rows (`r` of them
+/// per block: `mr` or `nr` of `t`) for `k` and `bl`, packed for
+/// `vector_bytes` ([`layout_vector_bytes`]).
+pub(crate) fn layout(
+    format: &'static str,
+    (rows, k, bl): (usize, usize, usize),
+    r: usize,
+    t: &Tiles,
+    vector_bytes: usize,
+) -> crate::packed::PackedLayout {
+    crate::packed::PackedLayout { format, rows, k, r, kr: t.kr, sr: t.sr, bl, vector_bytes }
 }
 
 /// The vector length a packed layout for `info` depends on: the SME

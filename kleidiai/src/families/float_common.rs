@@ -573,16 +573,7 @@ mod glue {
         /// The packed-RHS layout this kernel reads for `n x k` weights.
         pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.rhs.name,
-                rows: n,
-                k,
-                r: t.nr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(f.layout(&self.info, self.rhs.name, (n, k, 0), t.nr, &t))
         }
 
         /// The packed-LHS layout this kernel reads for an `m x k` input.
@@ -591,16 +582,7 @@ mod glue {
                 return Err(Error::WrongFamily { kernel: self.info.name, why: "reads an unpacked LHS".into() });
             };
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: fmt.name,
-                rows: m,
-                k,
-                r: t.mr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(f.layout(&self.info, fmt.name, (m, k, 0), t.mr, &t))
         }
 
         /// The order of weights the packer reads without a transposed

@@ -386,16 +386,13 @@ mod imp {
 
         fn layout(&self, format: &'static str, rows: usize, kcc: usize, kcl: usize, lhs: bool) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
+            Ok(f.layout(
+                &self.info,
                 format,
-                rows,
-                k: error::mul(kcc, kcl, "k_chunk_count * k_chunk_length")?,
-                r: if lhs { t.m_step } else { t.n_step },
-                kr: t.kr,
-                sr: 1,
-                bl: kcl,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+                (rows, error::mul(kcc, kcl, "k_chunk_count * k_chunk_length")?, kcl),
+                if lhs { t.m_step } else { t.n_step },
+                &t,
+            ))
         }
 
         /// The packed-RHS layout for `n` channels of `kcc` chunks of `kcl`.

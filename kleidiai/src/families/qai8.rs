@@ -369,16 +369,7 @@ mod imp {
         pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
             let (t, f, _) = self.tiles()?;
             self.check_tiles(&t, &f)?;
-            Ok(PackedLayout {
-                format: self.rhs.format(),
-                rows: n,
-                k,
-                r: t.nr,
-                kr: KR,
-                sr: 1,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(f.layout(&self.info, self.rhs.format(), (n, k, 0), t.nr, &t))
         }
 
         pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
@@ -394,16 +385,7 @@ mod imp {
                 Lhs::X8p2vlx4 => LHS_FORMAT_2VLX4,
                 Lhs::X8p4vsx4 => LHS_FORMAT_4VSX4,
             };
-            Ok(PackedLayout {
-                format,
-                rows: m,
-                k,
-                r: t.mr,
-                kr: KR,
-                sr: 1,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(f.layout(&self.info, format, (m, k, 0), t.mr, &t))
         }
 
         /// Packs the weights with the quantisation `q` baked in.

@@ -523,18 +523,6 @@ mod imp {
         }
     }
 
-    /// The layout of a packed operand in `format` of `rows` rows (`r` of
-    /// them per block: `mr` or `nr` of `t`) for `k` and `bl`.
-    pub(crate) fn layout(
-        format: &'static str,
-        (rows, k, bl): (usize, usize, usize),
-        r: usize,
-        t: &Tiles,
-        vector_bytes: usize,
-    ) -> PackedLayout {
-        PackedLayout { format, rows, k, r, kr: t.kr, sr: t.sr, bl, vector_bytes }
-    }
-
     /// [`Fns`] from a family's generated interface struct; `$run` is the
     /// [`Run`] variant matching its `run_matmul` signature (`@run`: the
     /// constructor of another run type).
@@ -675,29 +663,33 @@ mod imp {
         }
     }
 
-    /// The packing half of [`Entry::pack_lhs_into`], after its checks:
-    /// resets `out` to `layout` and `size` bytes and runs `L`'s packer over
-    /// the layout's `rows x k` values of `lhs` (rows `lhs_stride` values,
-    /// `stride_bytes` bytes apart), the row blocks split over `par`.
-    ///
-    /// # Safety
-    /// `lhs` holds `(rows - 1) * lhs_stride + k` values and `stride_bytes`
-    /// is `lhs_stride` in bytes; `size` is the packer's own size for the
-    /// layout's (rows, k, r, kr, sr), blocks that meet the packer's rules
-    /// ([`LhsElem::check_block`]); the CPU has the packer's features.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn pack_lhs_rows<L: LhsElem>(
+    /// Packs the layout's `rows x k` values of `lhs` (rows `lhs_stride`
+    /// values apart) with `L`'s packer into `out` (reset to `layout` and the
+    /// packer's size), the row blocks split over `par`, for the kernel
+    /// `info` whose gate `g` is: every packing of a qai8dxp LHS. Checks the
+    /// rows lie inside `lhs`, the blocks meet the packer's rules
+    /// ([`LhsElem::check_block`]) and its size query agrees with checked
+    /// arithmetic (`k` padded to 32 plus a zero point and a scale per row,
+    /// for every row of the padded row blocks) before it packs.
+    pub(crate) fn pack_lhs_rows<L: LhsElem>(
         g: &Gate,
         info: &KernelInfo,
         layout: PackedLayout,
-        size: usize,
         lhs: &[L],
         lhs_stride: usize,
-        stride_bytes: usize,
         par: Parallelism,
         out: &mut PackedLhs,
-    ) {
+    ) -> Result<()> {
         let (m, k, mr, kr, sr) = (layout.rows, layout.k, layout.r, layout.kr, layout.sr);
+        engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
+        let stride_bytes = error::mul(lhs_stride, core::mem::size_of::<L>(), "lhs stride")?;
+        L::check_block(kr, sr)?;
+        // Reject a size the packer's query would wrap.
+        let per_row = roundup(k, 32, "k")?.checked_add(8).ok_or_else(|| crate::Error::Overflow("k".into()))?;
+        let size = error::mul(roundup(m, mr, "m")?, per_row, "packed lhs")?;
+        if L::packed_size(g, m, k, mr, kr, sr) != size {
+            return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
+        }
         out.reset(layout, size);
         let dst = SendPtr(out.data_mut().as_mut_ptr());
         let src = SendPtr(lhs.as_ptr() as *mut L);
@@ -712,8 +704,10 @@ mod imp {
                 // is rows.start or, row by row, any row of it, going to slot
                 // first % mr of the block the packer's offset points to.
                 // Source rows lie inside `lhs`, the destination inside the
-                // `size` bytes reserved, the blocks meet the packer's rules
-                // and the CPU has its features (the caller's contract).
+                // `size` bytes reserved (the packer's own size: all checked
+                // above), the blocks meet the packer's rules (check_block)
+                // and the CPU has its features (the gate of a kernel that
+                // reads it).
                 unsafe {
                     L::pack(
                         height,
@@ -729,6 +723,7 @@ mod imp {
                 }
             }
         });
+        Ok(())
     }
 
     /// An int4 per-channel RHS packer's size query.
@@ -853,12 +848,12 @@ mod imp {
 
         pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(layout(self.rhs.id(), (n, k, 0), t.nr, &t, engine::layout_vector_bytes(&self.info, &f)))
+            Ok(f.layout(&self.info, self.rhs.id(), (n, k, 0), t.nr, &t))
         }
 
         pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(layout("qai8dxp", (m, k, 0), t.mr, &t, engine::layout_vector_bytes(&self.info, &f)))
+            Ok(f.layout(&self.info, "qai8dxp", (m, k, 0), t.mr, &t))
         }
 
         /// The block length the f16 LHS packer rounds by for this kernel.
@@ -1007,24 +1002,10 @@ mod imp {
             out: &mut PackedLhs,
         ) -> Result<()> {
             engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
-            let stride_bytes = error::mul(lhs_stride, core::mem::size_of::<L>(), "lhs stride")?;
+            error::mul(lhs_stride, core::mem::size_of::<L>(), "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
             let g = engine::ensure_supported(&self.info)?;
-            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
-            L::check_block(kr, sr)?;
-            // k_internal bytes plus a zero point and a scale per row: reject
-            // a size the packer's query would wrap.
-            let per_row = roundup(k, 32, "k")?.checked_add(8).ok_or_else(|| crate::Error::Overflow("k".into()))?;
-            let size = error::mul(roundup(m, mr, "m")?, per_row, "packed lhs")?;
-            if L::packed_size(&g, m, k, mr, kr, sr) != size {
-                return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
-            }
-            // SAFETY: the rows lie inside `lhs` (checked above), `size` is
-            // the packer's own size for the layout's blocks, check_block
-            // passed, and the CPU has the kernel's features, which include
-            // the packer's.
-            unsafe { pack_lhs_rows(&g, &self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
-            Ok(())
+            pack_lhs_rows(&g, &self.info, layout, lhs, lhs_stride, par, out)
         }
 
         /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
@@ -1254,16 +1235,10 @@ mod imp {
             out: &mut PackedLhs,
         ) -> Result<()> {
             engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
-            let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
+            error::mul(lhs_stride, 4, "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
             let g = engine::ensure_supported(&self.info)?;
-            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
-            let size = <f32 as LhsElem>::packed_size(&g, m, k, mr, kr, sr);
-            // SAFETY: the rows lie inside `lhs` (checked above), `size` is
-            // the packer's own size for the kernel's blocks, which upstream
-            // pairs with this plain C packer.
-            unsafe { pack_lhs_rows(&g, &self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
-            Ok(())
+            pack_lhs_rows(&g, &self.info, layout, lhs, lhs_stride, par, out)
         }
 
         /// Every check `matmul_clamp_f32_qai8dxp_qsi4cxp`'s `pack_lhs_into`

@@ -62,7 +62,7 @@ mod imp {
     use crate::cpu::{CpuFeature, Features};
     use crate::error;
     use crate::families::engine::{self, Tiles};
-    use crate::families::qai8dxp_common::{LhsElem, layout, pack_lhs_rows, prepared_rows};
+    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows, prepared_rows};
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -439,13 +439,13 @@ mod imp {
         /// blocks of `bl`.
         pub(crate) fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(layout(self.format, (n, k, bl), t.nr, &t, self.vector_bytes(&f)))
+            Ok(engine::layout(self.format, (n, k, bl), t.nr, &t, self.vector_bytes(&f)))
         }
 
         /// The packed-LHS layout this kernel reads for an `m x k` input.
         pub(crate) fn lhs_layout(&self, m: usize, k: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(layout(LHS_FORMAT, (m, k, 0), t.mr, &t, self.vector_bytes(&f)))
+            Ok(engine::layout(LHS_FORMAT, (m, k, 0), t.mr, &t, self.vector_bytes(&f)))
         }
 
         /// Packs the weights for this kernel (bf16 scales).
@@ -480,10 +480,10 @@ mod imp {
             out: &mut PackedLhs,
         ) -> Result<()> {
             engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
-            let stride_bytes = error::mul(lhs_stride, 2, "lhs stride")?;
+            error::mul(lhs_stride, 2, "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
             let g = engine::ensure_supported(&self.info)?;
-            let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
+            let (kr, sr) = (layout.kr, layout.sr);
             if sr == 0 || kr % sr != 0 || kr / sr != 8 {
                 return Err(crate::Error::bad_value(
                     "kr / sr",
@@ -491,12 +491,7 @@ mod imp {
                     format!("{} needs 8", <bf16 as LhsElem>::PACKER),
                 ));
             }
-            let size = <bf16 as LhsElem>::packed_size(&g, m, k, mr, kr, sr);
-            // SAFETY: the rows lie inside `lhs` (checked), `size` is the
-            // packer's own size for the layout's blocks, kr / sr = 8 as the
-            // packer asserts (checked). It is NEON code, always available.
-            unsafe { pack_lhs_rows(&g, &self.info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
-            Ok(())
+            pack_lhs_rows(&g, &self.info, layout, lhs, lhs_stride, par, out)
         }
 
         /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n` values of the
@@ -626,24 +621,8 @@ mod imp {
         par: Parallelism,
         out: &mut PackedLhs,
     ) -> Result<()> {
-        let (m, k, mr, kr, sr) = (layout.rows, layout.k, layout.r, layout.kr, layout.sr);
-        error::nonzero(m, "m")?;
-        error::nonzero(k, "k")?;
-        error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
-        if lhs_stride < k {
-            return Err(crate::Error::bad_value("lhs_stride", lhs_stride, format!("less than k = {k}")));
-        }
-        let need =
-            error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| crate::Error::Overflow("lhs".into()))?;
-        error::at_least(lhs.len(), need, "lhs")?;
-        let stride_bytes = error::mul(lhs_stride, 4, "lhs stride")?;
         let g = engine::ensure_supported(info)?;
-        let size = <f32 as LhsElem>::packed_size(&g, m, k, mr, kr, sr);
-        // SAFETY: the rows lie inside `lhs` (checked above), `size` is the
-        // packer's own size for the layout's blocks (kr % sr == 0 checked);
-        // the packer is plain C.
-        unsafe { pack_lhs_rows(&g, info, layout, size, lhs, lhs_stride, stride_bytes, par, out) };
-        Ok(())
+        pack_lhs_rows(&g, info, layout, lhs, lhs_stride, par, out)
     }
 
     /// Test weights: N x K, signed, one block of 32 values per row (`k` 32,

@@ -518,32 +518,14 @@ mod imp {
         pub fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
             self.check_k(k, bl, &t)?;
-            Ok(PackedLayout {
-                format: self.0.format,
-                rows: n,
-                k,
-                r: t.nr,
-                kr: t.kr,
-                sr: t.sr,
-                bl,
-                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
-            })
+            Ok(f.layout(&self.0.info, self.0.format, (n, k, bl), t.nr, &t))
         }
 
         /// The packed-LHS layout this kernel reads for an `m x k` input.
         pub fn lhs_layout(&self, m: usize, k: usize, bl: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
             self.check_k(k, bl, &t)?;
-            Ok(PackedLayout {
-                format: LHS_FORMAT,
-                rows: m,
-                k,
-                r: t.mr,
-                kr: t.kr,
-                sr: t.sr,
-                bl,
-                vector_bytes: engine::layout_vector_bytes(&self.0.info, &f),
-            })
+            Ok(f.layout(&self.0.info, LHS_FORMAT, (m, k, bl), t.mr, &t))
         }
 
         /// Packs the weights for this kernel (and every kernel with the same

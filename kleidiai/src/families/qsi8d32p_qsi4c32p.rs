@@ -462,32 +462,20 @@ mod imp {
         /// blocks of `bl`.
         pub(crate) fn rhs_layout(&self, n: usize, k: usize, bl: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.rhs_format,
-                rows: n,
-                k,
-                r: t.nr,
-                kr: t.kr,
-                sr: t.sr,
-                bl,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(f.layout(&self.info, self.rhs_format, (n, k, bl), t.nr, &t))
         }
 
         /// The packed-LHS layout this kernel reads for an `m x k` input
         /// quantised in blocks of `bl` (ignored, 0, for the f16 packer).
         pub(crate) fn lhs_layout(&self, m: usize, k: usize, bl: usize) -> Result<PackedLayout> {
             let (t, f) = self.tiles()?;
-            Ok(PackedLayout {
-                format: self.lhs.format(),
-                rows: m,
-                k,
-                r: t.mr,
-                kr: t.kr,
-                sr: t.sr,
-                bl: if self.lhs == LhsPacker::F16 { 0 } else { bl },
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(f.layout(
+                &self.info,
+                self.lhs.format(),
+                (m, k, if self.lhs == LhsPacker::F16 { 0 } else { bl }),
+                t.mr,
+                &t,
+            ))
         }
 
         /// Packs the weights (no bias) for this kernel and every kernel with

@@ -134,16 +134,7 @@ mod imp {
         fn layout(&self, rows: usize, k: usize, lhs: bool) -> Result<PackedLayout> {
             error::nonzero(k, "k")?;
             let (t, f, _) = self.tiles()?;
-            Ok(PackedLayout {
-                format: FORMAT,
-                rows,
-                k,
-                r: if lhs { t.mr } else { t.nr },
-                kr: KR,
-                sr: 1,
-                bl: 0,
-                vector_bytes: engine::layout_vector_bytes(&self.info, &f),
-            })
+            Ok(f.layout(&self.info, FORMAT, (rows, k, 0), if lhs { t.mr } else { t.nr }, &t))
         }
 
         pub(crate) fn rhs_layout(&self, n: usize, k: usize) -> Result<PackedLayout> {
