@@ -264,6 +264,8 @@ mod imp {
         pub info: KernelInfo,
         fns: Fns,
         packers: Packers,
+        /// Bytes of the kernel's output element (its family's).
+        out_bytes: usize,
     }
 
     /// `roundup(v, m)`, or an overflow error.
@@ -285,11 +287,20 @@ mod imp {
     }
 
     impl Bf16Kernel {
-        pub(crate) fn new(u: &'static sys::Ukernel, family: &'static str, fns: Fns, packers: Packers) -> Bf16Kernel {
+        /// Kernel `u` of `family` (whose output elements have `out_bytes`
+        /// bytes) with its functions and packers.
+        pub(crate) fn new(
+            u: &'static sys::Ukernel,
+            family: &'static str,
+            fns: Fns,
+            packers: Packers,
+            out_bytes: usize,
+        ) -> Bf16Kernel {
             Bf16Kernel {
                 info: engine::kernel_info(u, family, Some(packers.lhs.name), packers.rhs.format_packers),
                 fns,
                 packers,
+                out_bytes,
             }
         }
 
@@ -554,61 +565,31 @@ mod imp {
                 }
             }
         }
+    }
 
-        /// `dst = clamp(lhs · wᵀ + bias)` (rounded to `O`): `dst` is `m x n`,
-        /// rows `n` apart.
-        pub(crate) fn run<O: FloatElement>(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [O],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            clamp.check()?;
-            let (m, n, k) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k);
-            rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
-            lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _) = self.tiles()?;
-            let Fns { lhs_offset, rhs_offset, run, .. } = self.fns;
+    // SAFETY: the layouts are the kernel's (its tiles, its packers'
+    // formats), the functions its own interface's, writing its family's
+    // output type (`out_bytes`). The GEMV kernel takes one row per call (it
+    // asserts m == 1 and its offset getter m_idx == 0): row r of its packed
+    // LHS starts at r * roundup(k, kr) * 2 bytes (the packer's layout for
+    // mr 1).
+    unsafe impl engine::PackedKernel for Bf16Kernel {
+        fn info(&self) -> &KernelInfo {
+            &self.info
+        }
+
+        fn plan(&self, _: &PackedRhs, (m, n, k, _): (usize, usize, usize, usize)) -> Result<engine::PackedPlan> {
+            let layouts = (self.lhs_layout(m, k)?, self.rhs_layout(n, k)?);
+            let (t, g) = self.tiles()?;
             let gemv = self.is_gemv();
-            let lhs_row_bytes = k.div_ceil(t.kr) * t.kr * 2;
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dp);
-                let (cs, ds) = (O::BYTES, n * O::BYTES);
-                // SAFETY: both packed buffers have exactly the layouts this
-                // kernel computes for (m, n, k) at the current vector length
-                // (checked above), so the offsets of a row start that is a
-                // multiple of m_step and a column start that is a multiple of
-                // n_step (a multiple of nr: plan_grid) lie inside them; dst
-                // holds m x n values of `O` (the column stride the kernel
-                // asserts) and tiles are disjoint; the CPU supports the
-                // kernel (tiles()). The GEMV kernel takes one row per call
-                // (it asserts m == 1 and its offset getter m_idx == 0): row r
-                // of its packed LHS starts at r * lhs_row_bytes (the packer's
-                // layout for mr 1).
-                unsafe {
-                    let ro = rhs_offset(cols.start, k);
-                    let (b, w) = (rp.0.add(ro).cast(), cols.len());
-                    if gemv {
-                        for r in rows {
-                            let (a, d) = (lp.0.add(r * lhs_row_bytes).cast(), dp.0.add(r * n + cols.start).cast());
-                            run(1, w, k, a, b, d, ds, cs, clamp.min, clamp.max);
-                        }
-                    } else {
-                        let a = lp.0.add(lhs_offset(rows.start, k)).cast();
-                        let d = dp.0.add(rows.start * n + cols.start).cast();
-                        run(rows.len(), w, k, a, b, d, ds, cs, clamp.min, clamp.max);
-                    }
-                }
-            });
-            Ok(())
+            let lhs_offset = if gemv {
+                engine::Offset::Rows(k.div_ceil(t.kr) * t.kr * 2)
+            } else {
+                engine::Offset::K(self.fns.lhs_offset)
+            };
+            let offsets = (lhs_offset, engine::Offset::K(self.fns.rhs_offset));
+            let fns = engine::PackedFns::new(engine::PackedRun::Plain(self.fns.run), offsets, gemv, self.out_bytes);
+            Ok(engine::PackedPlan { layouts, tiles: (t, g), fns })
         }
     }
 
@@ -649,7 +630,7 @@ mod imp {
                         .iter()
                         .map(|($u, i)| {
                             let fns = $crate::families::bf16p_bf16p::fns!(i);
-                            $crate::families::bf16p_bf16p::Bf16Kernel::new($u, FAMILY, fns, $packers)
+                            $crate::families::bf16p_bf16p::Bf16Kernel::new($u, FAMILY, fns, $packers, core::mem::size_of::<$out>())
                         })
                         .collect()
                 })

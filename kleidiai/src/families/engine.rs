@@ -3,10 +3,13 @@
 // Off aarch64 only the plan types are used (no kernel runs there).
 #![cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 
+use crate::buffer::SendPtr;
 use crate::cpu::{CpuFeature, Features};
 use crate::error::{Error, Result};
+use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
 use crate::par::{self, Parallelism};
 use crate::registry::info::KernelInfo;
+use core::ffi::c_void;
 use core::ops::Range;
 
 /// A kernel's blocking parameters, read from its getters.
@@ -198,6 +201,210 @@ where
         let (r, c) = grid.get(i);
         tile(r, c)
     });
+}
+
+/// `run_matmul` without a block length, writing `D`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type RunPlain<D> =
+    unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut D, usize, usize, f32, f32);
+/// `run_matmul` with the block length after `k`, writing `D`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type RunBl<D> =
+    unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut D, usize, usize, f32, f32);
+/// `run_matmul` of 2-bit weights: f32 output, the 16-entry table last.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type RunLut = unsafe extern "C" fn(
+    usize,
+    usize,
+    usize,
+    *const c_void,
+    *const c_void,
+    *mut f32,
+    usize,
+    usize,
+    f32,
+    f32,
+    *const i32,
+);
+
+/// `run_matmul` of a kernel that reads a packed LHS and a packed RHS, by
+/// signature: `(m, n, k, [bl,] lhs_packed, rhs_packed, dst, dst_stride_row,
+/// dst_stride_col, clamp_min, clamp_max [, lut])`.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum PackedRun {
+    /// No block length; any output type.
+    Plain(RunPlain<c_void>),
+    /// No block length; f32 output.
+    PlainF32(RunPlain<f32>),
+    /// No block length; f32 output; the 2-bit weights' table.
+    PlainF32Lut(RunLut),
+    /// With the block length; any output type.
+    Bl(RunBl<c_void>),
+    /// With the block length; f32 output.
+    BlF32(RunBl<f32>),
+}
+
+/// Where a tile's rows (or columns) start in a packed operand.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum Offset {
+    /// The kernel's offset query `(index, k)`.
+    K(unsafe extern "C" fn(usize, usize) -> usize),
+    /// The kernel's offset query `(index, k, bl)`.
+    KBl(unsafe extern "C" fn(usize, usize, usize) -> usize),
+    /// Rows this many bytes apart (GEMV kernels whose query takes row 0 only).
+    Rows(usize),
+}
+
+#[cfg(target_arch = "aarch64")]
+impl Offset {
+    fn at(self, g: &Gate, index: usize, k: usize, bl: usize) -> usize {
+        match self {
+            Offset::K(f) => query!(g, f, index, k),
+            // bl is nonzero wherever a kernel takes it (its layout checks).
+            Offset::KBl(f) => query!(g, f, index, k, bl),
+            Offset::Rows(bytes) => index * bytes,
+        }
+    }
+}
+
+/// The functions of a [`PackedKernel`] and how it takes a tile.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) struct PackedFns {
+    /// The kernel's run.
+    run: PackedRun,
+    /// Where row `r` starts in the packed LHS.
+    lhs_offset: Offset,
+    /// Where column `c` starts in the packed RHS.
+    rhs_offset: Offset,
+    /// Rows per call: 1 for kernels that take one row at a time, else
+    /// `usize::MAX` (the whole tile).
+    rows_per_call: usize,
+    /// Bytes of an output element.
+    out_bytes: usize,
+    /// The 16-entry table of 2-bit weights ([`PackedRun::PlainF32Lut`]).
+    lut: [i32; 16],
+}
+
+#[cfg(target_arch = "aarch64")]
+impl PackedFns {
+    /// `run` with its LHS and RHS offsets, taking one row per call if
+    /// `one_row` (else the whole tile), writing elements of `out_bytes`
+    /// bytes.
+    pub(crate) fn new(run: PackedRun, offsets: (Offset, Offset), one_row: bool, out_bytes: usize) -> Self {
+        let rows_per_call = if one_row { 1 } else { usize::MAX };
+        PackedFns { run, lhs_offset: offsets.0, rhs_offset: offsets.1, rows_per_call, out_bytes, lut: [0; 16] }
+    }
+
+    /// With the 2-bit weights' table `lut`.
+    pub(crate) fn with_lut(self, lut: [i32; 16]) -> Self {
+        PackedFns { lut, ..self }
+    }
+}
+
+/// What [`run_packed`] needs of a [`PackedKernel`] for one call.
+#[cfg(target_arch = "aarch64")]
+pub(crate) struct PackedPlan {
+    /// The packed-LHS and packed-RHS layouts the kernel reads.
+    pub layouts: (PackedLayout, PackedLayout),
+    /// Its blocking and the gate of its features.
+    pub tiles: (Tiles, Gate),
+    /// Its functions.
+    pub fns: PackedFns,
+}
+
+/// A kernel that reads a packed LHS and a packed RHS, run by
+/// [`run_packed`].
+///
+/// # Safety
+/// Implementers vouch that the [`PackedPlan`] [`plan`](Self::plan) returns
+/// for `(m, n, k, bl)` holds: operands of its layouts are what the kernel
+/// reads (at the vector length in force); its tiles are the kernel's
+/// blocking and its gate the kernel's; its functions are the kernel's own,
+/// whose offsets locate, inside operands of those layouts, every row that
+/// starts a tile (a multiple of `m_step`, or any row when it takes one row
+/// per call) and every column that starts one (a multiple of `n_step`),
+/// writing elements of the size it gives; and that `plan` returns only once
+/// everything else the kernel assumes of `(m, n, k, bl)` was checked.
+#[cfg(target_arch = "aarch64")]
+pub(crate) unsafe trait PackedKernel {
+    /// The kernel.
+    fn info(&self) -> &KernelInfo;
+    /// The plan of a call on `rhs` with `dims = (m, n, k, bl)`, once the
+    /// kernel's own rules for them hold.
+    fn plan(&self, rhs: &PackedRhs, dims: (usize, usize, usize, usize)) -> Result<PackedPlan>;
+
+    /// `dst = clamp(lhs · wᵀ + bias)`: `lhs` the kernel's packed LHS of `m`
+    /// rows, `rhs` its packed weights (`n x k`, blocks of `bl`), `dst`
+    /// `m x n` values of its output type, rows `n` apart, the tiles of the
+    /// output split over `par`. The one driver of every packed kernel: it
+    /// checks the operands against the kernel's plan and makes its calls.
+    fn run<O: Copy>(
+        &self,
+        lhs: &PackedLhs,
+        rhs: &PackedRhs,
+        dst: &mut [O],
+        clamp: Clamp,
+        par: Parallelism,
+    ) -> Result<()>
+    where
+        Self: Sized,
+    {
+        let kern = self;
+
+        clamp.check()?;
+        let l = *rhs.layout();
+        let (m, n, k, bl) = (lhs.layout().rows, l.rows, l.k, l.bl);
+        let name = kern.info().name;
+        let PackedPlan { layouts, tiles: (t, g), fns: f } = kern.plan(rhs, (m, n, k, bl))?;
+        rhs.expect(&layouts.1, name)?;
+        lhs.expect(&layouts.0, name)?;
+        crate::error::at_least(dst.len(), crate::error::mul(m, n, "dst")?, "dst")?;
+        let es = core::mem::size_of::<O>();
+        if f.out_bytes != es {
+            return Err(Error::WrongFamily { kernel: name, why: "output type".into() });
+        }
+        let (lp, rp, dp) = (
+            SendPtr(lhs.data().as_ptr() as *mut u8),
+            SendPtr(rhs.data().as_ptr() as *mut u8),
+            SendPtr(dst.as_mut_ptr()),
+        );
+        let (f, g) = (&f, &g);
+        run_grid(par, kern.info(), m, n, k, &t, |rows, cols| {
+            let (lp, rp, dp) = (lp, rp, dp);
+            let ro = f.rhs_offset.at(g, cols.start, k, bl);
+            let mut r0 = rows.start;
+            while r0 < rows.end {
+                let r1 = rows.end.min(r0.saturating_add(f.rows_per_call));
+                let lo = f.lhs_offset.at(g, r0, k, bl);
+                let (h, w, (sr, sc), (lo_v, hi_v)) = (r1 - r0, cols.len(), (n * es, es), (clamp.min, clamp.max));
+                // SAFETY: `lhs` and `rhs` have the layouts the kernel reads for
+                // (m, n, k, bl) (checked above), so its offsets of a row start
+                // (a multiple of m_step: run_grid, or any row for one row per
+                // call) and a column start (a multiple of n_step: run_grid) lie
+                // inside them and cover the tile; `dst` holds m x n values of
+                // the kernel's output size (both checked) and tiles are
+                // disjoint; the table has 16 entries; the kernel's other rules
+                // passed `plan`, and the CPU runs it (the gate of
+                // `tiles`). All of this is `PackedKernel`'s contract.
+                unsafe {
+                    let (a, b) = (lp.0.add(lo).cast::<c_void>(), rp.0.add(ro).cast::<c_void>());
+                    let d = dp.0.add(r0 * n + cols.start).cast::<c_void>();
+                    match f.run {
+                        PackedRun::Plain(run) => run(h, w, k, a, b, d, sr, sc, lo_v, hi_v),
+                        PackedRun::PlainF32(run) => run(h, w, k, a, b, d.cast(), sr, sc, lo_v, hi_v),
+                        PackedRun::PlainF32Lut(run) => run(h, w, k, a, b, d.cast(), sr, sc, lo_v, hi_v, f.lut.as_ptr()),
+                        PackedRun::Bl(run) => run(h, w, k, bl, a, b, d, sr, sc, lo_v, hi_v),
+                        PackedRun::BlF32(run) => run(h, w, k, bl, a, b, d.cast(), sr, sc, lo_v, hi_v),
+                    }
+                }
+                r0 = r1;
+            }
+        });
+        Ok(())
+    }
 }
 
 /// Runs `rows(range)` over `0..m` cut into multiples of `mr` (LHS packing).
@@ -457,6 +664,9 @@ macro_rules! run_matmul_methods {
             clamp: $crate::Clamp,
             par: $crate::Parallelism,
         ) -> $crate::Result<()> {
+            // The packed families' `run` is the engine's driver.
+            #[allow(unused_imports)]
+            use $crate::families::engine::PackedKernel as _;
             self.0.$run(lhs, rhs, dst, clamp, par)
         }
 

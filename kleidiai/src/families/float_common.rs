@@ -165,8 +165,7 @@ mod glue {
         f32,
     );
     /// `run_matmul` of the families with a packed LHS.
-    pub(crate) type PackedRunFn =
-        unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize, usize, f32, f32);
+    pub(crate) type PackedRunFn = engine::RunPlain<c_void>;
     pub(crate) type UkerApiFn = unsafe extern "C" fn() -> sys::kai_matmul_uker_api;
     pub(crate) type RhsPackFn = unsafe extern "C" fn(
         usize,
@@ -1047,10 +1046,13 @@ mod glue {
             clamp: Clamp,
             par: Parallelism,
         ) -> Result<()> {
-            clamp.check()?;
             if T::BYTES != self.elem_bytes() {
                 return Err(Error::WrongFamily { kernel: self.info.name, why: "element type".into() });
             }
+            if let Imp::Packed { .. } = self.imp {
+                return engine::PackedKernel::run(self, lhs, rhs, dst, clamp, par);
+            }
+            clamp.check()?;
             let (m, n, k) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k);
             rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
             lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
@@ -1065,34 +1067,6 @@ mod glue {
                 SendPtr(dst.as_mut_ptr()),
             );
             match self.imp {
-                Imp::Packed { lhs_offset, rhs_offset, run, .. } => {
-                    engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
-                        let (lp, rp, dp) = (lp, rp, dp);
-                        // SAFETY: both packed buffers have exactly the
-                        // layouts this kernel computes for (m, n, k)
-                        // (checked above), so the offsets of a row start
-                        // that is a multiple of m_step and a column start
-                        // that is a multiple of n_step (plan_grid) lie inside
-                        // them; dst holds m x n and tiles are disjoint; the
-                        // CPU supports the kernel (tiles()).
-                        unsafe {
-                            let lo = lhs_offset(rows.start, k);
-                            let ro = rhs_offset(cols.start, k);
-                            run(
-                                rows.len(),
-                                cols.len(),
-                                k,
-                                lp.0.add(lo).cast(),
-                                rp.0.add(ro).cast(),
-                                dp.0.add(rows.start * n + cols.start).cast(),
-                                dst_sb,
-                                eb,
-                                clamp.min,
-                                clamp.max,
-                            );
-                        }
-                    });
-                }
                 Imp::PackedApi(api) => {
                     let u = Uker::new(api, &g);
                     let (lhs_stride, rhs_stride) = (u.lhs_stride(m, k), u.rhs_stride(n, k));
@@ -1118,6 +1092,30 @@ mod glue {
                 _ => return Err(Error::WrongFamily { kernel: self.info.name, why: "reads an unpacked LHS".into() }),
             }
             Ok(())
+        }
+    }
+
+    // SAFETY: the layouts are the kernel's (its tiles, its packers'
+    // formats), the functions its own interface's (for `Imp::Packed`, the
+    // only kind `plan` accepts), writing elements of its formats'
+    // size; `plan` checks k fits the kernels' 32-bit arguments.
+    unsafe impl engine::PackedKernel for FloatKernel {
+        fn info(&self) -> &KernelInfo {
+            &self.info
+        }
+
+        fn plan(&self, _: &PackedRhs, (m, n, k, _): (usize, usize, usize, usize)) -> Result<engine::PackedPlan> {
+            let Imp::Packed { lhs_offset, rhs_offset, run, .. } = self.imp else {
+                return Err(Error::WrongFamily {
+                    kernel: self.info.name,
+                    why: "not a packed-LHS interface kernel".into(),
+                });
+            };
+            let layouts = (self.lhs_layout(m, k)?, self.rhs_layout(n, k)?);
+            check_k(k)?;
+            let offsets = (engine::Offset::K(lhs_offset), engine::Offset::K(rhs_offset));
+            let fns = engine::PackedFns::new(engine::PackedRun::Plain(run), offsets, false, self.elem_bytes());
+            Ok(engine::PackedPlan { layouts, tiles: self.tiles()?, fns })
         }
     }
 

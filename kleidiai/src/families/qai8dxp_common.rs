@@ -460,23 +460,9 @@ mod imp {
 
     type Getter = unsafe extern "C" fn() -> usize;
     pub(crate) type Offset = unsafe extern "C" fn(usize, usize) -> usize;
-    type RunF32 =
-        unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut f32, usize, usize, f32, f32);
-    type RunHalf =
-        unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize, usize, f32, f32);
-    type RunLut = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *mut f32,
-        usize,
-        usize,
-        f32,
-        f32,
-        *const i32,
-    );
+    type RunF32 = engine::RunPlain<f32>;
+    type RunHalf = engine::RunPlain<c_void>;
+    type RunLut = engine::RunLut;
 
     /// A kernel's run function, by output type.
     #[derive(Clone, Copy)]
@@ -1127,72 +1113,40 @@ mod imp {
                 }
             }
         }
+    }
 
-        pub(crate) fn run<O: OutElem>(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [O],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            clamp.check()?;
-            let (m, n, k) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k);
-            let rl = self.rhs_layout(n, k)?;
-            rhs.expect(&rl, self.info.name)?;
-            lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let run = self.fns.run;
-            if run.dst_bytes() != core::mem::size_of::<O>() {
-                return Err(crate::Error::WrongFamily { kernel: self.info.name, why: "output type".into() });
-            }
+    // SAFETY: the layouts are the kernel's (its tiles, the packed formats
+    // its family declares: `qai8dxp` and its RHS format), the functions its
+    // own interface's, and `plan` checks what `run` assumes besides:
+    // single-row kernels have mr 1 (their rows then start anywhere), 2-bit
+    // weights carry their table.
+    unsafe impl engine::PackedKernel for Entry {
+        fn info(&self) -> &KernelInfo {
+            &self.info
+        }
+
+        fn plan(&self, rhs: &PackedRhs, (m, n, k, _): (usize, usize, usize, usize)) -> Result<engine::PackedPlan> {
+            let layouts = (self.lhs_layout(m, k)?, self.rhs_layout(n, k)?);
             let lut = if self.rhs.is_2bit() { rhs_lut(rhs)? } else { [0; 16] };
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             if self.one_row && t.mr != 1 {
                 return Err(crate::Error::WrongFamily {
                     kernel: self.info.name,
                     why: "single-row kernel with mr > 1".into(),
                 });
             }
-            let (get_lhs, get_rhs, one_row) = (self.fns.lhs_offset, self.fns.rhs_offset, self.one_row);
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            let es = core::mem::size_of::<O>();
-            let lut = &lut;
-            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dp);
-                let step = if one_row { 1 } else { rows.len().max(1) };
-                for r0 in rows.clone().step_by(step) {
-                    let h = step.min(rows.end - r0);
-                    // SAFETY: both packed buffers have exactly the layouts
-                    // this kernel computes for (m, n, k) (checked above), so
-                    // the offsets for a row start that is a multiple of
-                    // m_step (or any row, for mr == 1 single-row kernels) and
-                    // a column start that is a multiple of n_step (plan_grid)
-                    // lie inside them; dst holds m x n elements of the
-                    // kernel's output size and tiles are disjoint; the 2-bit
-                    // kernels get a 16-entry table (64 readable bytes); the
-                    // CPU supports the kernel (tiles() checked).
-                    unsafe {
-                        let lo = get_lhs(r0, k);
-                        let ro = get_rhs(cols.start, k);
-                        let (a, b) = (lp.0.add(lo).cast::<c_void>(), rp.0.add(ro).cast::<c_void>());
-                        let d = dp.0.add(r0 * n + cols.start);
-                        let (w, sr, sc) = (cols.len(), n * es, es);
-                        match run {
-                            Run::F32(f) => f(h, w, k, a, b, d.cast(), sr, sc, clamp.min, clamp.max),
-                            Run::Half(f) => f(h, w, k, a, b, d.cast(), sr, sc, clamp.min, clamp.max),
-                            Run::F32Lut(f) => f(h, w, k, a, b, d.cast(), sr, sc, clamp.min, clamp.max, lut.as_ptr()),
-                        }
-                    }
-                }
-            });
-            Ok(())
+            let run = match self.fns.run {
+                Run::F32(f) => engine::PackedRun::PlainF32(f),
+                Run::Half(f) => engine::PackedRun::Plain(f),
+                Run::F32Lut(f) => engine::PackedRun::PlainF32Lut(f),
+            };
+            let offsets = (engine::Offset::K(self.fns.lhs_offset), engine::Offset::K(self.fns.rhs_offset));
+            let fns = engine::PackedFns::new(run, offsets, self.one_row, self.fns.run.dst_bytes()).with_lut(lut);
+            Ok(engine::PackedPlan { layouts, tiles: (t, g), fns })
         }
+    }
 
+    impl Entry {
         /// Packs int4 per-channel weights as `matmul_clamp_f32_qai8dxp_qsi4cxp`
         /// does (its checks, in its order; the buffer sized by the packer's
         /// own query).
@@ -1560,6 +1514,7 @@ crate::formats::variant_from!(Weights: Int4(Int4PerChannel), Int8(Int8PerChannel
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod tests {
     use super::*;
+    use crate::families::engine::PackedKernel as _;
     use crate::formats::{Int4Encoding, Order};
     use crate::packed::PackedLhs;
     use crate::par::Parallelism;

@@ -58,7 +58,7 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::buffer::AlignedBuf;
     use crate::cpu::{CpuFeature, Features};
     use crate::error;
     use crate::families::engine::{self, Tiles};
@@ -268,8 +268,7 @@ mod imp {
 
     type RhsOffset = unsafe extern "C" fn(usize, usize, usize) -> usize;
     /// A kernel's run function writing outputs through `*mut D`.
-    type RunFn<D> =
-        unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut D, usize, usize, f32, f32);
+    type RunFn<D> = engine::RunBl<D>;
 
     /// A kernel's run function, by output type.
     #[derive(Clone, Copy)]
@@ -494,69 +493,6 @@ mod imp {
             pack_lhs_rows(&g, &self.info, layout, lhs, lhs_stride, par, out)
         }
 
-        /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n` values of the
-        /// kernel's output type `O`, rows `n` apart.
-        pub(crate) fn run<O: Copy>(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [O],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            clamp.check()?;
-            let l = *rhs.layout();
-            let (m, n, k, bl) = (lhs.layout().rows, l.rows, l.k, l.bl);
-            rhs.expect(&self.rhs_layout(n, k, bl)?, self.info.name)?;
-            lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
-            error::nonzero(m, "m")?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _) = self.tiles()?;
-            check_bl(k, bl, t.kr)?;
-            let es = core::mem::size_of::<O>();
-            let run = self.fns.run;
-            if run.dst_bytes() != es {
-                return Err(crate::Error::WrongFamily { kernel: self.info.name, why: "output type".into() });
-            }
-            let (get_lhs, get_rhs) = (self.fns.lhs_offset, self.fns.rhs_offset);
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            // The f32 family's GEMV kernels (mr 1) assume one row per call.
-            let rows_per_call = if self.one_row && t.mr == 1 { 1 } else { usize::MAX };
-            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dp);
-                let mut r0 = rows.start;
-                while r0 < rows.end {
-                    let r1 = rows.end.min(r0.saturating_add(rows_per_call));
-                    // SAFETY: both packed buffers have exactly the layouts
-                    // this kernel computes for (m, n, k, bl) (checked above),
-                    // so the offsets of a row start that is a multiple of
-                    // m_step (or any row for mr 1) and a column start that is
-                    // a multiple of n_step (plan_grid) lie inside them; dst
-                    // holds m x n values of the kernel's output size
-                    // (checked) and tiles are disjoint; k and bl meet the
-                    // kernel's rules (check_bl); the CPU supports the kernel
-                    // (tiles()).
-                    unsafe {
-                        let lo = get_lhs(r0, k);
-                        let ro = get_rhs(cols.start, k, bl);
-                        let (a, b) = (lp.0.add(lo).cast::<c_void>(), rp.0.add(ro).cast::<c_void>());
-                        let d = dp.0.add(r0 * n + cols.start);
-                        let (h, w) = (r1 - r0, cols.len());
-                        match run {
-                            Run::F32(f) => f(h, w, k, bl, a, b, d.cast(), n * es, es, clamp.min, clamp.max),
-                            Run::Half(f) => f(h, w, k, bl, a, b, d.cast(), n * es, es, clamp.min, clamp.max),
-                        }
-                    }
-                    r0 = r1;
-                }
-            });
-            Ok(())
-        }
-
         /// Every check the f32 family's `pack_lhs_into` and `run` make for
         /// a dense `m x k` f32 LHS and `rhs`, made once (the steady-state
         /// path of `PackedWeights::matmul`).
@@ -608,6 +544,32 @@ mod imp {
                     run(h, n, k, bl, lhs.add(lo).cast(), rp.cast(), y.add(r * n), n * 4, 4, clamp.min, clamp.max)
                 });
             }
+        }
+    }
+
+    // SAFETY: the layouts are the kernel's (its tiles, the qai8dxp LHS and
+    // the RHS format its family declares), the functions its own interface's,
+    // and `plan` checks what the kernel assumes besides: k and bl meet
+    // its block rules (check_bl), m is nonzero; single-row kernels (mr 1)
+    // take one row per call, from any row.
+    unsafe impl engine::PackedKernel for Entry {
+        fn info(&self) -> &KernelInfo {
+            &self.info
+        }
+
+        fn plan(&self, _: &PackedRhs, (m, n, k, bl): (usize, usize, usize, usize)) -> Result<engine::PackedPlan> {
+            let layouts = (self.lhs_layout(m, k)?, self.rhs_layout(n, k, bl)?);
+            error::nonzero(m, "m")?;
+            let (t, g) = self.tiles()?;
+            check_bl(k, bl, t.kr)?;
+            let run = match self.fns.run {
+                Run::F32(f) => engine::PackedRun::BlF32(f),
+                Run::Half(f) => engine::PackedRun::Bl(f),
+            };
+            let offsets = (engine::Offset::K(self.fns.lhs_offset), engine::Offset::KBl(self.fns.rhs_offset));
+            // The f32 family's GEMV kernels (mr 1) assume one row per call.
+            let fns = engine::PackedFns::new(run, offsets, self.one_row && t.mr == 1, self.fns.run.dst_bytes());
+            Ok(engine::PackedPlan { layouts, tiles: (t, g), fns })
         }
     }
 

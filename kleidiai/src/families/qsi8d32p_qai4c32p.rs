@@ -741,41 +741,7 @@ mod imp {
             clamp: Clamp,
             par: Parallelism,
         ) -> Result<()> {
-            clamp.check()?;
-            let (m, n, k, bl) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k, rhs.layout().bl);
-            rhs.expect(&self.rhs_layout(n, k, bl)?, self.0.info.name)?;
-            lhs.expect(&self.lhs_layout(m, k, bl)?, self.0.info.name)?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _) = self.tiles()?;
-            let x = self.0.fns;
-            let out_bytes = core::mem::size_of::<V::Out>();
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            engine::run_grid(par, &self.0.info, m, n, k, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dp);
-                // GEMV kernels (m_step 1) take one row per call.
-                let step = if t.m_step == 1 { 1 } else { rows.len().max(1) };
-                for (row, len) in rows.clone().step_by(step).map(|r| (r, step.min(rows.end - r))) {
-                    // SAFETY: both packed buffers have exactly the layouts this
-                    // kernel computes for (m, n, k, bl) (checked above), so the
-                    // offsets for a row start that is a multiple of m_step
-                    // (or any row for m_step 1) and a column start that is a
-                    // multiple of n_step (plan_grid) lie inside them; dst
-                    // holds m x n values and tiles are disjoint; k % bl == 0
-                    // and bl % 32 == 0 (check_k); the CPU supports the kernel.
-                    unsafe {
-                        let lo = (x.lhs_offset)(row, k, bl);
-                        let ro = (x.rhs_offset)(cols.start, k, bl);
-                        let d = dp.0.add(row * n + cols.start);
-                        let (l, r) = (lp.0.add(lo).cast::<c_void>(), rp.0.add(ro).cast::<c_void>());
-                        x.run.call((len, cols.len(), k, bl), l, r, d.cast(), n * out_bytes, out_bytes, clamp);
-                    }
-                }
-            });
-            Ok(())
+            engine::PackedKernel::run(self, lhs, rhs, dst, clamp, par)
         }
 
         /// Packs the dense `m x k` LHS (blocks of the weights' `bl`) and
@@ -792,6 +758,29 @@ mod imp {
             let (k, bl) = (rhs.layout().k, rhs.layout().bl);
             let packed = self.pack_lhs(m, k, bl, lhs, k, par)?;
             self.run(&packed, rhs, dst, clamp, par)
+        }
+    }
+
+    // SAFETY: the layouts are the kernel's (its tiles, the family's LHS
+    // format and the entry's RHS format; both check k and bl: `check_k`),
+    // the functions its own interface's (writing f32, or f16 through
+    // `void*`); GEMV kernels (m_step 1) take one row per
+    // call, from any row.
+    unsafe impl<V: Arch> engine::PackedKernel for Kernel<V> {
+        fn info(&self) -> &KernelInfo {
+            &self.0.info
+        }
+
+        fn plan(&self, _: &PackedRhs, (m, n, k, bl): (usize, usize, usize, usize)) -> Result<engine::PackedPlan> {
+            let layouts = (self.lhs_layout(m, k, bl)?, self.rhs_layout(n, k, bl)?);
+            let (t, g) = self.tiles()?;
+            let (run, out_bytes) = match self.0.fns.run {
+                RunFn::F32(f) => (engine::PackedRun::BlF32(f), 4),
+                RunFn::Void(f) => (engine::PackedRun::Bl(f), 2),
+            };
+            let offsets = (engine::Offset::KBl(self.0.fns.lhs_offset), engine::Offset::KBl(self.0.fns.rhs_offset));
+            let fns = engine::PackedFns::new(run, offsets, t.m_step == 1, out_bytes);
+            Ok(engine::PackedPlan { layouts, tiles: (t, g), fns })
         }
     }
 

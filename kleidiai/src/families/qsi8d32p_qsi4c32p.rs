@@ -37,7 +37,7 @@ mod imp {
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::cpu::CpuFeature;
     use crate::error;
-    use crate::families::engine::{self, Gate, Prepared, Tiles, query};
+    use crate::families::engine::{self, Gate, PackedKernel as _, Prepared, Tiles, query};
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::quant::Rounding;
@@ -210,8 +210,7 @@ mod imp {
     pub(crate) type OffsetFn = unsafe extern "C" fn(usize, usize, usize) -> usize;
     /// A kernel's `run_matmul` writing `D` (the C signature of every
     /// qsi4c32p and qai4c32p kernel but for the destination type).
-    pub(crate) type Run<D> =
-        unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut D, usize, usize, f32, f32);
+    pub(crate) type Run<D> = engine::RunBl<D>;
 
     /// One kernel's functions, taken from its interface struct, with its
     /// `run_matmul` as `R` (shared with `qsi8d32p_qai4c32p`).
@@ -531,68 +530,6 @@ mod imp {
             Ok(())
         }
 
-        /// `dst = clamp(lhs · wᵀ)`: `dst` is `m x n`, rows `n` apart.
-        pub(crate) fn run(
-            &self,
-            lhs: &PackedLhs,
-            rhs: &PackedRhs,
-            dst: &mut [f32],
-            clamp: Clamp,
-            par: Parallelism,
-        ) -> Result<()> {
-            clamp.check()?;
-            let l = *rhs.layout();
-            let (m, n, k, bl) = (lhs.layout().rows, l.rows, l.k, l.bl);
-            rhs.expect(&self.rhs_layout(n, k, bl)?, self.info.name)?;
-            lhs.expect(&self.lhs_layout(m, k, bl)?, self.info.name)?;
-            error::nonzero(m, "m")?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _) = self.tiles()?;
-            self.check(k, bl, &t)?;
-            let x = self.fns;
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            // The GEMV kernels (mr 1) assume one row per call.
-            let rows_per_call = if t.mr == 1 { 1 } else { usize::MAX };
-            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dp);
-                let mut r0 = rows.start;
-                while r0 < rows.end {
-                    let r1 = rows.end.min(r0.saturating_add(rows_per_call));
-                    // SAFETY: both packed buffers have exactly the layouts
-                    // this kernel computes for (m, n, k, bl) (checked above),
-                    // so the offsets of a row start that is a multiple of
-                    // m_step (any row for mr 1) and a column start that is a
-                    // multiple of n_step (plan_grid) lie inside them; dst
-                    // holds m x n f32 and tiles are disjoint; k and bl meet
-                    // the kernel's rules (check); the CPU supports the
-                    // kernel, at its vector length (tiles()).
-                    unsafe {
-                        let lo = (x.lhs_offset)(r0, k, bl);
-                        let ro = (x.rhs_offset)(cols.start, k, bl);
-                        (x.run)(
-                            r1 - r0,
-                            cols.len(),
-                            k,
-                            bl,
-                            lp.0.add(lo).cast(),
-                            rp.0.add(ro).cast(),
-                            dp.0.add(r0 * n + cols.start),
-                            n * 4,
-                            4,
-                            clamp.min,
-                            clamp.max,
-                        );
-                    }
-                    r0 = r1;
-                }
-            });
-            Ok(())
-        }
-
         /// Packs the dense `m x k` LHS (blocks of the weights' `bl`; the f16
         /// packer takes none) and runs: the one-call form.
         pub(crate) fn matmul(
@@ -670,6 +607,27 @@ mod imp {
                     r0 += h;
                 }
             }
+        }
+    }
+
+    // SAFETY: the layouts are the kernel's (its tiles, its LHS packer's and
+    // RHS format's), the functions its own interface's, and `plan`
+    // checks what the kernel assumes besides: m is nonzero, k and bl meet
+    // its block rules (`check`); GEMV kernels (mr 1) take one row per call,
+    // from any row.
+    unsafe impl engine::PackedKernel for Q4Kernel {
+        fn info(&self) -> &KernelInfo {
+            &self.info
+        }
+
+        fn plan(&self, _: &PackedRhs, (m, n, k, bl): (usize, usize, usize, usize)) -> Result<engine::PackedPlan> {
+            let layouts = (self.lhs_layout(m, k, bl)?, self.rhs_layout(n, k, bl)?);
+            error::nonzero(m, "m")?;
+            let (t, g) = self.tiles()?;
+            self.check(k, bl, &t)?;
+            let offsets = (engine::Offset::KBl(self.fns.lhs_offset), engine::Offset::KBl(self.fns.rhs_offset));
+            let fns = engine::PackedFns::new(engine::PackedRun::BlF32(self.fns.run), offsets, t.mr == 1, 4);
+            Ok(engine::PackedPlan { layouts, tiles: (t, g), fns })
         }
     }
 
@@ -769,7 +727,7 @@ mod imp {
                     clamp: $crate::packed::Clamp,
                     par: $crate::par::Parallelism,
                 ) -> $crate::Result<()> {
-                    self.0.run(lhs, rhs, dst, clamp, par)
+                    $crate::families::engine::PackedKernel::run(self.0, lhs, rhs, dst, clamp, par)
                 }
 
                 /// Packs the dense `m x k` LHS and runs: the one-call form.
@@ -807,6 +765,7 @@ mod imp {
 #[cfg(all(test, target_arch = "aarch64"))]
 pub(crate) mod tests {
     use super::*;
+    use crate::families::engine::PackedKernel as _;
     use crate::families::qai8dxp_common::tests::{across_threads, unpack_matches};
     use crate::formats::Q4_0;
     use crate::packed::{Clamp, PackedLhs};
