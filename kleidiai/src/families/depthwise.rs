@@ -403,8 +403,8 @@ mod imp {
                     let layout = self.rhs_layout(w.channels)?;
                     let g = self.checked()?;
                     let c = w.channels;
-                    // SAFETY: SME instruction (RDSVL) on a CPU with SME2 (rhs_layout).
-                    let vl = unsafe { kleidiai_sys::kai_get_sme_vector_length_u8() } as usize / ESIZE;
+                    // RDSVL, on a CPU with SME2 (the gate above).
+                    let vl = crate::cpu::rdsvl_bytes() / ESIZE;
                     if vl != layout.r || vl == 0 {
                         return Err(crate::Error::PackerMismatch {
                             kernel: self.0.info.name,
