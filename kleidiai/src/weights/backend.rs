@@ -10,6 +10,24 @@ use crate::packed::{Clamp, PackedLayout, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::KernelInfo;
 
+/// `run_prepared`, of [`Fast`] and of [`Backend`] (which offers it in one
+/// virtual call): its one signature, with the names given to `self` and
+/// the arguments, then the body (`;` for a declaration).
+macro_rules! run_prepared_fn {
+    ($(#[$m:meta])* |$s:ident, $p:ident, $x:ident, $lhs:ident, $rhs:ident, $y:ident, $clamp:ident| $body:tt) => {
+        $(#[$m])*
+        unsafe fn run_prepared(
+            &$s,
+            $p: &$crate::families::engine::Prepared,
+            $x: $crate::weights::Activation<'_>,
+            $lhs: *mut u8,
+            $rhs: &$crate::packed::PackedRhs,
+            $y: $crate::weights::ActivationMut<'_>,
+            $clamp: $crate::packed::Clamp,
+        ) $body
+    };
+}
+
 /// What the high-level API needs from one family kernel.
 pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     /// Registry information.
@@ -62,25 +80,18 @@ pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     fn fast(&self) -> Option<&dyn Fast> {
         None
     }
-    /// [`Fast::run_prepared`] of [`fast`](Self::fast) in one virtual call
-    /// (the steady state of `PackedWeights::matmul`).
-    ///
-    /// # Safety
-    /// As [`Fast::run_prepared`]; `p` came from `fast()`'s `prepare`, so
-    /// `fast()` is `Some` (the default, for backends without one, is never
-    /// called and panics).
-    #[allow(clippy::too_many_arguments)] // Fast::run_prepared's own
-    unsafe fn run_prepared(
-        &self,
-        _p: &Prepared,
-        _x: Activation<'_>,
-        _lhs: *mut u8,
-        _rhs: &PackedRhs,
-        _y: super::ActivationMut<'_>,
-        _clamp: Clamp,
-    ) {
-        unreachable!("{}: a steady-state plan without a steady-state path", self.info().name)
-    }
+    run_prepared_fn!(
+        /// [`Fast::run_prepared`] of [`fast`](Self::fast) in one virtual call
+        /// (the steady state of `PackedWeights::matmul`).
+        ///
+        /// # Safety
+        /// As [`Fast::run_prepared`]; `p` came from `fast()`'s `prepare`, so
+        /// `fast()` is `Some` (the default, for backends without one, is never
+        /// called and panics).
+        |self, _p, _x, _lhs, _rhs, _y, _clamp| {
+            unreachable!("{}: a steady-state plan without a steady-state path", self.info().name)
+        }
+    );
 }
 
 /// [`Backend::run`] split in two: every check once ([`prepare`](Self::prepare)),
@@ -91,22 +102,16 @@ pub(crate) trait Fast {
     /// The checks of [`Backend::run`] for `m` rows of a dense LHS and
     /// `rhs`, on one thread; `None` when this kernel keeps the checked path.
     fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<Prepared>>;
-    /// `y = x · wᵀ` on the calling thread.
-    ///
-    /// # Safety
-    /// `p` is what this backend's [`prepare`](Self::prepare) returned for
-    /// this `rhs`; the CPU still has the kernel's features and the vector
-    /// length it had then; `x` and `y` are of the backend's activation type
-    /// and hold `p.m x p.k` and `p.m x p.n` values; `lhs` is `p.lhs_bytes`
-    /// writable, 64-byte aligned bytes; `clamp` passed `Clamp::check`.
-    unsafe fn run_prepared(
-        &self,
-        p: &Prepared,
-        x: Activation<'_>,
-        lhs: *mut u8,
-        rhs: &PackedRhs,
-        y: super::ActivationMut<'_>,
-        clamp: Clamp,
+    run_prepared_fn!(
+        /// `y = x · wᵀ` on the calling thread.
+        ///
+        /// # Safety
+        /// `p` is what this backend's [`prepare`](Self::prepare) returned for
+        /// this `rhs`; the CPU still has the kernel's features and the vector
+        /// length it had then; `x` and `y` are of the backend's activation type
+        /// and hold `p.m x p.k` and `p.m x p.n` values; `lhs` is `p.lhs_bytes`
+        /// writable, 64-byte aligned bytes; `clamp` passed `Clamp::check`.
+        |self, p, x, lhs, rhs, y, clamp|;
     );
 }
 
@@ -187,18 +192,10 @@ mod families {
             fn fast(&self) -> Option<&dyn Fast> {
                 Some(self)
             }
-            unsafe fn run_prepared(
-                &self,
-                p: &Prepared,
-                x: Activation<'_>,
-                lhs: *mut u8,
-                rhs: &PackedRhs,
-                y: ActivationMut<'_>,
-                clamp: Clamp,
-            ) {
+            run_prepared_fn!(|self, p, x, lhs, rhs, y, clamp| {
                 // SAFETY: forwarded to the caller.
                 unsafe { Fast::run_prepared(self, p, x, lhs, rhs, y, clamp) }
-            }
+            });
         };
     }
 
@@ -226,15 +223,7 @@ mod families {
                     let $pk = self;
                     $prep
                 }
-                unsafe fn run_prepared(
-                    &self,
-                    p: &Prepared,
-                    x: Activation<'_>,
-                    lhs: *mut u8,
-                    rhs: &PackedRhs,
-                    y: ActivationMut<'_>,
-                    clamp: Clamp,
-                ) {
+                run_prepared_fn!(|self, p, x, lhs, rhs, y, clamp| {
                     let (Activation::$act(x), ActivationMut::$act(y)) = (x, y) else {
                         unreachable!("PackedWeights::matmul checks the activation type first");
                     };
@@ -243,7 +232,7 @@ mod families {
                     // SAFETY: forwarded to the caller (the pointers are
                     // those of slices of the activation type it vouches for).
                     unsafe { $glue.$run(p, x.as_ptr(), lhs, rhs, y.as_mut_ptr(), clamp) }
-                }
+                });
             }
         };
     }

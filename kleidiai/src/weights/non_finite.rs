@@ -34,6 +34,27 @@ pub(crate) trait Finite: Copy {
     fn finite(self) -> bool;
 }
 
+/// `asm!` of an f32 filter (the NEON loop of `f32`'s [`Finite::all_finite`]
+/// and [`sve_filter`]): the template and operands given (ending in a
+/// comma), then what both write: the lanes' sum in v0 into `$acc`, the
+/// other accumulators (v1-v3) and the loaded values (v16-v31); no stack,
+/// no memory written.
+#[cfg(target_arch = "aarch64")]
+macro_rules! filter_asm {
+    ($acc:ident; $($args:tt)*) => {
+        core::arch::asm!(
+            $($args)*
+            out("v0") $acc,
+            out("v1") _, out("v2") _, out("v3") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+            out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+            options(nostack, readonly),
+        )
+    };
+}
+
 impl Finite for f32 {
     const NAN: f32 = f32::NAN;
     /// On aarch64, first a fast filter: `acc = acc + x * y` per lane, over
@@ -63,7 +84,8 @@ impl Finite for f32 {
             // else (no round when `rounds` is 0); registers written are
             // declared (v0-v3, v16-v31, the flags); no memory is written.
             unsafe {
-                core::arch::asm!(
+                filter_asm!(
+                    acc;
                     "movi v0.16b, #0",
                     "movi v1.16b, #0",
                     "movi v2.16b, #0",
@@ -92,13 +114,6 @@ impl Finite for f32 {
                     "faddp s0, v0.2s",
                     p = inout(reg) v.as_ptr() => _,
                     n = inout(reg) rounds => _,
-                    out("v0") acc,
-                    out("v1") _, out("v2") _, out("v3") _,
-                    out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-                    out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-                    out("v24") _, out("v25") _, out("v26") _, out("v27") _,
-                    out("v28") _, out("v29") _, out("v30") _, out("v31") _,
-                    options(nostack, readonly),
                 );
             }
             if acc.is_finite() {
@@ -112,25 +127,24 @@ impl Finite for f32 {
     }
 }
 
-impl Finite for f16 {
-    const NAN: f16 = f16::NAN;
-    fn all_finite(v: &[f16]) -> bool {
-        v.iter().fold(0u16, |a, x| a.max(x.to_bits() << 1)) < 0xF800
-    }
-    fn finite(self) -> bool {
-        self.is_finite()
-    }
+/// [`Finite`] for a 16-bit float type `$t`: the exact test alone, with
+/// `$inf` its sign-free bits of an infinity (the smallest all-ones exponent).
+macro_rules! finite_16 {
+    ($t:ty, $inf:literal) => {
+        impl Finite for $t {
+            const NAN: $t = <$t>::NAN;
+            fn all_finite(v: &[$t]) -> bool {
+                v.iter().fold(0u16, |a, x| a.max(x.to_bits() << 1)) < $inf
+            }
+            fn finite(self) -> bool {
+                self.is_finite()
+            }
+        }
+    };
 }
 
-impl Finite for bf16 {
-    const NAN: bf16 = bf16::NAN;
-    fn all_finite(v: &[bf16]) -> bool {
-        v.iter().fold(0u16, |a, x| a.max(x.to_bits() << 1)) < 0xFF00
-    }
-    fn finite(self) -> bool {
-        self.is_finite()
-    }
-}
+finite_16!(f16, 0xF800);
+finite_16!(bf16, 0xFF00);
 
 /// The fast filter of [`Finite::all_finite`] for `f32` in SVE, when the
 /// crate may use SVE ([`Features::current`](crate::cpu::Features::current))
@@ -160,7 +174,8 @@ fn sve_filter(v: &[f32]) -> Option<f32> {
             $ext:literal, $setup:literal, $shift:literal, $addvl:literal,
             [$($load:literal),+], [$($fmla:literal),+], [$($half:literal),*]
         ) => {
-            core::arch::asm!(
+            filter_asm!(
+                acc;
                 $ext,
                 "cntw {vl}",
                 "mov {ran}, #0",
@@ -206,14 +221,7 @@ fn sve_filter(v: &[f32]) -> Option<f32> {
                 step = out(reg) _,
                 i = out(reg) _,
                 ran = out(reg) ran,
-                out("v0") acc,
-                out("v1") _, out("v2") _, out("v3") _,
-                out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-                out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-                out("v24") _, out("v25") _, out("v26") _, out("v27") _,
-                out("v28") _, out("v29") _, out("v30") _, out("v31") _,
                 out("p0") _, out("p1") _, out("p8") _,
-                options(nostack, readonly),
             )
         };
     }

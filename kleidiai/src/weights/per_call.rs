@@ -66,8 +66,9 @@ impl PerCall {
         FORMATS.iter().any(|f| f.0 == format)
     }
 
-    fn format(&self) -> &'static str {
-        FORMATS.iter().find(|f| f.1 == self.elem && f.2 == self.bias).map_or("", |f| f.0)
+    /// The stored layout's format of weights of `elem`, with a bias or not.
+    fn format(elem: Elem, bias: bool) -> &'static str {
+        FORMATS.iter().find(|f| f.1 == elem && f.2 == bias).map_or("", |f| f.0)
     }
 
     /// Bytes of the bias that precedes the values.
@@ -220,7 +221,16 @@ impl Backend for PerCall {
     fn rhs_layout(&self, n: usize, k: usize, _bl: usize) -> Result<PackedLayout> {
         // The kernel must run here (its own layout query checks).
         self.inner.rhs_layout(n, k, 0)?;
-        Ok(PackedLayout { format: self.format(), rows: n, k, r: 1, kr: 1, sr: 1, bl: 0, vector_bytes: 0 })
+        Ok(PackedLayout {
+            format: Self::format(self.elem, self.bias),
+            rows: n,
+            k,
+            r: 1,
+            kr: 1,
+            sr: 1,
+            bl: 0,
+            vector_bytes: 0,
+        })
     }
     fn pack(&self, w: &WeightsRef<'_>) -> Result<PackedRhs> {
         fn store<T: crate::formats::FloatElement>(
@@ -322,42 +332,8 @@ mod tests {
     fn formats_round_trip() {
         for (name, elem, bias) in FORMATS {
             assert!(PerCall::is_format(name));
-            let p = PerCall { inner: Box::new(Dummy), elem, bias };
-            assert_eq!(p.format(), name);
+            assert_eq!(PerCall::format(elem, bias), name);
         }
         assert!(!PerCall::is_format("f32p2vlx1biasf32"));
-    }
-
-    /// A kernel that never runs (the layout tests need none).
-    #[derive(Debug, Clone, Copy)]
-    struct Dummy;
-    impl Backend for Dummy {
-        fn info(&self) -> &'static KernelInfo {
-            unreachable!("not called")
-        }
-        fn boxed(&self) -> Box<dyn Backend> {
-            Box::new(Dummy)
-        }
-        fn rhs_layout(&self, _: usize, _: usize, _: usize) -> Result<PackedLayout> {
-            unreachable!("not called")
-        }
-        fn pack(&self, _: &WeightsRef<'_>) -> Result<PackedRhs> {
-            unreachable!("not called")
-        }
-        fn run(
-            &self,
-            _: usize,
-            _: Activation<'_>,
-            _: &PackedRhs,
-            _: ActivationMut<'_>,
-            _: Clamp,
-            _: Parallelism,
-            _: &mut Work,
-        ) -> Result<()> {
-            unreachable!("not called")
-        }
-        fn unpack_row(&self, _: &PackedRhs, _: usize, _: &mut [f32]) -> Result<()> {
-            unreachable!("not called")
-        }
     }
 }
