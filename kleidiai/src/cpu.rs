@@ -51,6 +51,30 @@ pub struct Features {
     sme_svl: usize,
 }
 
+/// The deprecated proof-token getters of [`Features`], each `$name` giving
+/// its `$token` where the tier may run: by `$body` (with `$f` the
+/// features), or for a token named after its [`CpuFeature`], whenever the
+/// features have it.
+macro_rules! token_getters {
+    ($($(#[$doc:meta])* $name:ident -> $token:ident $(= |$f:ident| $body:expr)?;)+) => {
+        $(
+            $(#[$doc])*
+            #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
+            #[allow(deprecated)] // builds the deprecated token
+            pub fn $name(&self) -> Option<$token> {
+                token_getters!(@body self, $token $(, |$f| $body)?)
+            }
+        )+
+    };
+    (@body $s:ident, $token:ident) => {
+        $s.has(CpuFeature::$token).then_some($token(()))
+    };
+    (@body $s:ident, $token:ident, |$f:ident| $body:expr) => {{
+        let $f = $s;
+        $body
+    }};
+}
+
 impl Features {
     /// The empty set: no kernel can run (the reference path is used).
     pub const fn none() -> Features {
@@ -128,53 +152,25 @@ impl Features {
         CpuFeature::ALL.into_iter().filter(|f| self.has(*f))
     }
 
-    /// Proof that FEAT_DotProd kernels may run.
-    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
-    #[allow(deprecated)] // builds the deprecated token
-    pub fn dotprod(&self) -> Option<Dotprod> {
-        self.has(CpuFeature::Dotprod).then_some(Dotprod(()))
-    }
-    /// Proof that FEAT_I8MM kernels may run.
-    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
-    #[allow(deprecated)] // builds the deprecated token
-    pub fn i8mm(&self) -> Option<I8mm> {
-        self.has(CpuFeature::I8mm).then_some(I8mm(()))
-    }
-    /// Proof that FEAT_FP16 kernels may run.
-    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
-    #[allow(deprecated)] // builds the deprecated token
-    pub fn fp16(&self) -> Option<Fp16> {
-        self.has(CpuFeature::Fp16).then_some(Fp16(()))
-    }
-    /// Proof that FEAT_BF16 kernels may run.
-    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
-    #[allow(deprecated)] // builds the deprecated token
-    pub fn bf16(&self) -> Option<Bf16> {
-        self.has(CpuFeature::Bf16).then_some(Bf16(()))
-    }
-    /// Proof that SVE kernels may run, with the vector length.
-    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
-    #[allow(deprecated)] // builds the deprecated token
-    pub fn sve(&self) -> Option<Sve> {
-        self.sve_vector_bytes().map(|vl| Sve { vector_bytes: vl })
-    }
-    /// Proof that SVE2.1 kernels may run.
-    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
-    #[allow(deprecated)] // builds the deprecated token
-    pub fn sve2p1(&self) -> Option<Sve2p1> {
-        (self.has(CpuFeature::Sve2p1) && self.sve_vl != 0).then_some(Sve2p1(()))
-    }
-    /// Proof that SME kernels may run, with the streaming vector length.
-    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
-    #[allow(deprecated)] // builds the deprecated token
-    pub fn sme(&self) -> Option<Sme> {
-        self.sme_vector_bytes().map(|svl| Sme { vector_bytes: svl })
-    }
-    /// Proof that SME2 kernels may run, with the streaming vector length.
-    #[deprecated(note = "no kernel API takes proof tokens; use Features::has or *_vector_bytes")]
-    #[allow(deprecated)] // builds the deprecated token
-    pub fn sme2(&self) -> Option<Sme2> {
-        if self.has(CpuFeature::Sme2) { self.sme().map(|s| Sme2 { vector_bytes: s.vector_bytes }) } else { None }
+    token_getters! {
+        /// Proof that FEAT_DotProd kernels may run.
+        dotprod -> Dotprod;
+        /// Proof that FEAT_I8MM kernels may run.
+        i8mm -> I8mm;
+        /// Proof that FEAT_FP16 kernels may run.
+        fp16 -> Fp16;
+        /// Proof that FEAT_BF16 kernels may run.
+        bf16 -> Bf16;
+        /// Proof that SVE kernels may run, with the vector length.
+        sve -> Sve = |f| f.sve_vector_bytes().map(|vl| Sve { vector_bytes: vl });
+        /// Proof that SVE2.1 kernels may run.
+        sve2p1 -> Sve2p1 = |f| (f.has(CpuFeature::Sve2p1) && f.sve_vl != 0).then_some(Sve2p1(()));
+        /// Proof that SME kernels may run, with the streaming vector length.
+        sme -> Sme = |f| f.sme_vector_bytes().map(|svl| Sme { vector_bytes: svl });
+        /// Proof that SME2 kernels may run, with the streaming vector length.
+        sme2 -> Sme2 = |f| {
+            if f.has(CpuFeature::Sme2) { f.sme().map(|s| Sme2 { vector_bytes: s.vector_bytes }) } else { None }
+        };
     }
 
     #[cfg(test)]
@@ -341,46 +337,42 @@ plain_token!(
     Sve2p1
 );
 
-/// Proof that SVE is present, with its vector length.
-#[deprecated(note = "proof tokens are taken by no kernel API; they leave the public API in the next release")]
-#[derive(Clone, Copy, Debug)]
-pub struct Sve {
-    vector_bytes: usize,
+/// A deprecated proof token with a vector length, read by its
+/// `vector_bytes` (documented by `$len`).
+macro_rules! vl_token {
+    ($(#[$doc:meta])* $name:ident, $len:literal) => {
+        $(#[$doc])*
+        #[deprecated(note = "proof tokens are taken by no kernel API; they leave the public API in the next release")]
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name {
+            vector_bytes: usize,
+        }
+        #[allow(deprecated)] // the deprecated token's own accessors
+        impl $name {
+            #[doc = $len]
+            pub fn vector_bytes(&self) -> usize {
+                self.vector_bytes
+            }
+        }
+    };
 }
-#[allow(deprecated)] // the deprecated token's own accessors
-impl Sve {
-    /// SVE vector length in bytes.
-    pub fn vector_bytes(&self) -> usize {
-        self.vector_bytes
-    }
-}
-
-/// Proof that SME is present, with its streaming vector length.
-#[deprecated(note = "proof tokens are taken by no kernel API; they leave the public API in the next release")]
-#[derive(Clone, Copy, Debug)]
-pub struct Sme {
-    vector_bytes: usize,
-}
-#[allow(deprecated)] // the deprecated token's own accessors
-impl Sme {
-    /// Streaming vector length in bytes.
-    pub fn vector_bytes(&self) -> usize {
-        self.vector_bytes
-    }
-}
-
-/// Proof that SME2 is present, with the streaming vector length.
-#[deprecated(note = "proof tokens are taken by no kernel API; they leave the public API in the next release")]
-#[derive(Clone, Copy, Debug)]
-pub struct Sme2 {
-    vector_bytes: usize,
-}
+vl_token!(
+    /// Proof that SVE is present, with its vector length.
+    Sve,
+    "SVE vector length in bytes."
+);
+vl_token!(
+    /// Proof that SME is present, with its streaming vector length.
+    Sme,
+    "Streaming vector length in bytes."
+);
+vl_token!(
+    /// Proof that SME2 is present, with the streaming vector length.
+    Sme2,
+    "Streaming vector length in bytes."
+);
 #[allow(deprecated)] // the deprecated token's own accessors
 impl Sme2 {
-    /// Streaming vector length in bytes.
-    pub fn vector_bytes(&self) -> usize {
-        self.vector_bytes
-    }
     /// An SME2 CPU is an SME CPU.
     pub fn sme(&self) -> Sme {
         Sme { vector_bytes: self.vector_bytes }
@@ -502,19 +494,29 @@ mod detect {
     }
 }
 
+/// What the one instruction `$inst` (an `.inst` word) writes to x0, as
+/// usize; it must touch neither memory nor flags (in an `unsafe` block
+/// that says why the instruction exists here).
+#[cfg(target_arch = "aarch64")]
+macro_rules! x0_of {
+    ($inst:literal) => {{
+        let x: u64;
+        core::arch::asm!($inst, out("x0") x, options(nomem, nostack, preserves_flags));
+        x as usize
+    }};
+}
+
 /// The SME streaming vector length in bytes (`RDSVL`; never `CNTB`, which is
 /// an SVE instruction and faults on SME-only cores such as Apple M4).
 #[cfg(target_arch = "aarch64")]
 #[inline]
 pub(crate) fn rdsvl_bytes() -> usize {
-    let x: u64;
     // SAFETY: called only after detection found SME, so RDSVL exists; it
     // reads a system value into x0 and touches neither memory nor flags.
     unsafe {
         // rdsvl x0, #1
-        core::arch::asm!(".inst 0x04bf5820", out("x0") x, options(nomem, nostack, preserves_flags));
+        x0_of!(".inst 0x04bf5820")
     }
-    x as usize
 }
 
 /// The SVE vector length in bytes of the calling thread (`RDVL`). Only for
@@ -522,15 +524,13 @@ pub(crate) fn rdsvl_bytes() -> usize {
 #[cfg(target_arch = "aarch64")]
 #[inline]
 pub(crate) fn rdvl_bytes() -> usize {
-    let x: u64;
     // SAFETY: callers run this only when SVE is present (the kernel asking
     // passed its support check), so RDVL exists; it reads a system value
     // into x0 and touches neither memory nor flags.
     unsafe {
         // rdvl x0, #1
-        core::arch::asm!(".inst 0x04bf5020", out("x0") x, options(nomem, nostack, preserves_flags));
+        x0_of!(".inst 0x04bf5020")
     }
-    x as usize
 }
 
 #[cfg(test)]
