@@ -55,10 +55,21 @@ fn shared_rhs_pairs<T: Copy + Default + Into<f32>, G: Debug, V: Debug>(
 }
 
 /// [`shared_rhs_pairs`] of the kernels of the float GEMM family `$gemm` and
-/// GEMV family `$gemv` that run on `$f`: weights `$w`, one row `$lhs`.
+/// GEMV family `$gemv` that run on `$f`: random `37 x 19` weights with a
+/// bias and one random row (from seed `$seed`, in the element type `$elem`
+/// makes of f32), against `$gemm`'s reference.
 macro_rules! float_shared_rhs_pairs {
-    ($gemm:ident, $gemv:ident, $f:expr, $w:expr, $lhs:expr, $want:expr, $tol:expr) => {{
-        let (f, w, seq) = ($f, $w, Parallelism::Sequential);
+    ($gemm:ident, $gemv:ident, $f:expr, $seed:expr, $elem:expr, $tol:expr) => {{
+        let (n, k) = (37, 19);
+        let mut rng = testing::Rng::new($seed);
+        let h = |v: Vec<f32>| v.into_iter().map($elem).collect::<Vec<_>>();
+        let data = h(rng.vec_f32(n * k));
+        let bias = h(rng.vec_f32(n));
+        let lhs = h(rng.vec_f32(k));
+        let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: Some(&bias) };
+        let mut want = vec![Default::default(); n];
+        $gemm::reference(1, &lhs, &w, Clamp::NONE, &mut want).unwrap();
+        let (f, w, seq) = ($f, &w, Parallelism::Sequential);
         shared_rhs_pairs(
             $gemm::Kernel::all()
                 .filter(|g| g.info().supported(f).is_ok())
@@ -68,12 +79,20 @@ macro_rules! float_shared_rhs_pairs {
                 .filter(|g| g.info().supported(f).is_ok())
                 .map(|g| (g, g.rhs_layout(w.n, w.k).unwrap()))
                 .collect(),
-            |gemm, packed, y| gemm.matmul(1, $lhs, packed, y, Clamp::NONE, seq),
-            |gv, packed, y| gv.matmul(1, $lhs, packed, y, Clamp::NONE, seq),
-            $want,
+            |gemm, packed, y| gemm.matmul(1, &lhs, packed, y, Clamp::NONE, seq),
+            |gv, packed, y| gv.matmul(1, &lhs, packed, y, Clamp::NONE, seq),
+            &want,
             $tol,
         )
     }};
+}
+
+/// Random `n x 64` int4 test weights in blocks of 32 from seed `seed`, and
+/// the generator after drawing them.
+fn int4_weights(seed: u64, n: usize) -> (Rng, TestWeights) {
+    let mut rng = Rng::new(seed);
+    let tw = TestWeights::new(&mut rng, n, 64, 32);
+    (rng, tw)
 }
 
 /// Checks that a kernel of one family (`mine`: selected for this CPU)
@@ -94,23 +113,32 @@ fn assert_refuses_rhs<A, B, R: Debug>(
     }
 }
 
+/// [`assert_refuses_rhs`] of the float matmul families `$mine` and `$other`
+/// (their kernels for 4 rows): `$n x $k` f32 weights of 0.5, N x K without
+/// a bias, packed by `$other`'s kernel and given to `$mine`'s with 2 rows
+/// of activations `$x` into outputs that start at `$zero`.
+macro_rules! float_refuses_rhs {
+    ($mine:ident, $other:ident, $n:expr, $k:expr, $x:expr, $zero:expr) => {{
+        let (n, k) = ($n, $k);
+        let lhs = vec![$x; 2 * k];
+        let mut dst = vec![$zero; 2 * n];
+        let data = vec![0.5f32; n * k];
+        assert_refuses_rhs(
+            |f| $mine::Kernel::select(4, f),
+            |f| $other::Kernel::select(4, f),
+            |other| other.pack_rhs(&FloatWeights { n, k, order: Order::NxK, data: &data, bias: None }).unwrap(),
+            |kern, p| kern.matmul(2, &lhs, p, &mut dst, Clamp::NONE, Parallelism::Sequential),
+        )
+    }};
+}
+
 /// A weight packed for a MOPA kernel of `matmul_clamp_f32_f32p_f32p` serves
 /// the GEMV kernel of `matmul_clamp_f32_f32_f32p` that reads the same
 /// format, and the results agree.
 #[test]
 fn f32_gemm_and_gemv_share_one_packed_rhs() {
-    use matmul_clamp_f32_f32p_f32p::reference;
     let f = Features::current();
-    let (n, k) = (37, 19);
-    let mut rng = testing::Rng::new(7);
-    let data = rng.vec_f32(n * k);
-    let bias = rng.vec_f32(n);
-    let lhs = rng.vec_f32(k);
-    let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: Some(&bias) };
-    let mut want = vec![0f32; n];
-    reference(1, &lhs, &w, Clamp::NONE, &mut want).unwrap();
-    let pairs =
-        float_shared_rhs_pairs!(matmul_clamp_f32_f32p_f32p, matmul_clamp_f32_f32_f32p, &f, &w, &lhs, &want, 1e-4);
+    let pairs = float_shared_rhs_pairs!(matmul_clamp_f32_f32p_f32p, matmul_clamp_f32_f32_f32p, &f, 7, |x: f32| x, 1e-4);
     if f.has(CpuFeature::Sme2) {
         assert!(pairs >= 3, "the SME2 GEMM kernels share a format with a GEMV kernel");
     }
@@ -137,19 +165,9 @@ fn f32_gemm_does_not_unpack_a_gemv_rhs() {
 /// the SME GEMV kernels of `matmul_clamp_f16_f16_f16p`.
 #[test]
 fn f16_gemm_and_gemv_share_one_packed_rhs() {
-    use matmul_clamp_f16_f16p_f16p::reference;
     let f = Features::current();
-    let (n, k) = (37, 19);
-    let mut rng = testing::Rng::new(8);
-    let h = |v: Vec<f32>| v.into_iter().map(f16::from_f32).collect::<Vec<f16>>();
-    let data = h(rng.vec_f32(n * k));
-    let bias = h(rng.vec_f32(n));
-    let lhs = h(rng.vec_f32(k));
-    let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: Some(&bias) };
-    let mut want = vec![f16::ZERO; n];
-    reference(1, &lhs, &w, Clamp::NONE, &mut want).unwrap();
     let pairs =
-        float_shared_rhs_pairs!(matmul_clamp_f16_f16p_f16p, matmul_clamp_f16_f16_f16p, &f, &w, &lhs, &want, 1e-2);
+        float_shared_rhs_pairs!(matmul_clamp_f16_f16p_f16p, matmul_clamp_f16_f16_f16p, &f, 8, f16::from_f32, 1e-2);
     if f.has(CpuFeature::Sme2) {
         assert!(pairs >= 4, "both MOPA kernels share a format with both SME GEMV kernels");
     }
@@ -159,16 +177,7 @@ fn f16_gemm_and_gemv_share_one_packed_rhs() {
 /// `matmul_clamp_f32_f32p_f32p` by layout (the format differs).
 #[test]
 fn f16_gemm_refuses_an_f32_gemm_rhs() {
-    let (n, k) = (9, 8);
-    let lhs = vec![f16::from_f32(0.5); 2 * k];
-    let d32 = vec![0.5f32; n * k];
-    let mut dst = vec![f16::ZERO; 2 * n];
-    assert_refuses_rhs(
-        |f| matmul_clamp_f16_f16p_f16p::Kernel::select(4, f),
-        |f| matmul_clamp_f32_f32p_f32p::Kernel::select(4, f),
-        |k32| k32.pack_rhs(&FloatWeights { n, k, order: Order::NxK, data: &d32, bias: None }).unwrap(),
-        |k1, p32| k1.matmul(2, &lhs, p32, &mut dst, Clamp::NONE, Parallelism::Sequential),
-    );
+    float_refuses_rhs!(matmul_clamp_f16_f16p_f16p, matmul_clamp_f32_f32p_f32p, 9, 8, f16::from_f32(0.5), f16::ZERO);
 }
 
 /// ggml's SME2 pairing: the GEMM of `matmul_clamp_f32_f16p_qsi4c32p` and
@@ -183,8 +192,7 @@ fn f16p_qsi4c32p_gemm_and_qsi8d32p_gemv_share_one_packed_rhs() {
     let gemv =
         crate::testing::or_skip!(Gemv::by_name("kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot"));
     crate::testing::or_skip!(gemv.info().supported(&f).ok());
-    let mut rng = Rng::new(9);
-    let tw = TestWeights::new(&mut rng, 40, 64, 32);
+    let (mut rng, tw) = int4_weights(9, 40);
     let w = Q4_0 { n: 40, k: 64, data: &tw.q4_0, bias: None };
     let packed = gemm.pack_rhs(w).unwrap();
     assert_eq!(*packed.layout(), gemv.rhs_layout(40, 64, 32).unwrap());
@@ -203,8 +211,7 @@ fn f16p_qsi4c32p_takes_only_its_layout_of_qsi8d32p_rhs() {
     use matmul_clamp_f32_qsi8d32p_qsi4c32p::Kernel as Other;
     let f = Features::current();
     let kern = crate::testing::or_skip!(Kernel::select(8, &f));
-    let mut rng = Rng::new(4);
-    let tw = TestWeights::new(&mut rng, 8, 64, 32);
+    let (_, tw) = int4_weights(4, 8);
     let w = Q4_0 { n: 8, k: 64, data: &tw.q4_0, bias: None };
     let lhs = vec![0.25f32; 2 * 64];
     let mut dst = vec![0f32; 16];
@@ -223,32 +230,20 @@ fn f16p_qsi4c32p_takes_only_its_layout_of_qsi8d32p_rhs() {
 /// `matmul_clamp_f32_bf16p_bf16p` (NEON).
 #[test]
 fn sme_bf16_refuses_a_neon_bf16_rhs() {
-    let (n, k) = (8, 16);
-    let data = vec![0.5f32; n * k];
-    let w = FloatWeights { n, k, order: Order::NxK, data: &data, bias: None };
-    let lhs = vec![0.5f32; 2 * k];
-    let mut dst = vec![0f32; 2 * n];
-    assert_refuses_rhs(
-        |f| matmul_clamp_fp32_bf16p_bf16p::Kernel::select(4, f),
-        |f| matmul_clamp_f32_bf16p_bf16p::Kernel::select(4, f),
-        |neon| neon.pack_rhs(&w).unwrap(),
-        |k1, p| k1.matmul(2, &lhs, p, &mut dst, Clamp::NONE, Parallelism::Sequential),
-    );
+    float_refuses_rhs!(matmul_clamp_fp32_bf16p_bf16p, matmul_clamp_f32_bf16p_bf16p, 8, 16, 0.5f32, 0f32);
 }
 
 /// `matmul_clamp_f16_bf16p_bf16p` refuses a packed RHS of
 /// `matmul_clamp_f32_bf16p_bf16p` (f32 bias: another format).
 #[test]
 fn f16_bf16_refuses_an_f32_bf16_rhs() {
-    let (n, k) = (8, 16);
-    let lhs = vec![f16::from_f32(0.5); 2 * k];
-    let mut dst = vec![f16::ZERO; 2 * n];
-    let d32 = vec![0.5f32; n * k];
-    assert_refuses_rhs(
-        |f| matmul_clamp_f16_bf16p_bf16p::Kernel::select(4, f),
-        |f| matmul_clamp_f32_bf16p_bf16p::Kernel::select(4, f),
-        |other| other.pack_rhs(&FloatWeights { n, k, order: Order::NxK, data: &d32, bias: None }).unwrap(),
-        |k1, p| k1.matmul(2, &lhs, p, &mut dst, Clamp::NONE, Parallelism::Sequential),
+    float_refuses_rhs!(
+        matmul_clamp_f16_bf16p_bf16p,
+        matmul_clamp_f32_bf16p_bf16p,
+        8,
+        16,
+        f16::from_f32(0.5),
+        f16::ZERO
     );
 }
 
@@ -280,8 +275,7 @@ fn qai8dxp_qsi4c32p_bf16_and_f32_share_packed_weights() {
     use matmul_clamp_f32_qai8dxp_qsi4c32p::Kernel as F32Kernel;
     let f = Features::current();
     let kb = crate::testing::or_skip!(Kernel::select(1, &f));
-    let mut rng = Rng::new(11);
-    let tw = TestWeights::new(&mut rng, 8, 64, 32);
+    let (_, tw) = int4_weights(11, 8);
     let w = tw.view(0, false, true);
     let mine = kb.pack_rhs(w).unwrap();
     let lhs = vec![bf16::ONE; 64];

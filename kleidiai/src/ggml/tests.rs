@@ -27,6 +27,29 @@ fn weights_bytes(typ: GgmlType, w: &[f32], n: usize, k: usize) -> Vec<u8> {
     .collect()
 }
 
+/// 2-D weights: `n` contiguous rows of `k` values of `typ` in `bytes`.
+pub(super) fn weights_tensor(typ: GgmlType, n: usize, k: usize, bytes: &[u8]) -> Tensor<'_> {
+    let ne = [k as i64, n as i64, 1, 1];
+    Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: bytes }
+}
+
+/// `rows` contiguous F32 rows of `cols` values in `data` (2-D).
+pub(super) fn f32_tensor(cols: usize, rows: usize, data: &[u8]) -> Tensor<'_> {
+    let (ne, nb) = f32_layout(cols, rows);
+    Tensor { typ: GgmlType::F32, ne, nb, data }
+}
+
+/// [`f32_tensor`], written to.
+pub(super) fn f32_tensor_mut(cols: usize, rows: usize, data: &mut [u8]) -> TensorMut<'_> {
+    let (ne, nb) = f32_layout(cols, rows);
+    TensorMut { typ: GgmlType::F32, ne, nb, data }
+}
+
+/// `ne` and `nb` of `rows` contiguous F32 rows of `cols` values.
+fn f32_layout(cols: usize, rows: usize) -> ([i64; 4], [usize; 4]) {
+    ([cols as i64, rows as i64, 1, 1], [4, 4 * cols, 4 * cols * rows, 4 * cols * rows])
+}
+
 /// The weights as the kernels see them (after ggml's quantisation).
 fn dequant(typ: GgmlType, bytes: &[u8], n: usize, k: usize) -> Vec<f32> {
     let all: Vec<f32> = match typ {
@@ -137,9 +160,7 @@ fn kernel_order_is_ggmls() {
     for typ in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
         let (n, k) = (8, 64);
         let bytes = weights_bytes(typ, &rng.vec_f32(n * k), n, k);
-        let ne = [k as i64, n as i64, 1, 1];
-        let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &bytes };
-        let packed = GgmlWeights::repack(&src0).unwrap();
+        let packed = GgmlWeights::repack(&weights_tensor(typ, n, k, &bytes)).unwrap();
         let runnable: Vec<&str> = kernel_table(typ)
             .iter()
             .filter(|(g, _)| registry::by_name(g).is_some_and(|i| i.supported(&f).is_ok()))
@@ -174,10 +195,7 @@ fn same_bits_as_the_family_kernel() {
     let mut rng = Rng::new(23);
     let (n, k, m) = (19, 128, 5);
     let bytes = weights_bytes(GgmlType::Q4_0, &rng.vec_f32(n * k), n, k);
-    let ne = [k as i64, n as i64, 1, 1];
-    let src0 =
-        Tensor { typ: GgmlType::Q4_0, ne, nb: Tensor::contiguous_strides(GgmlType::Q4_0, ne).unwrap(), data: &bytes };
-    let packed = GgmlWeights::repack(&src0).unwrap();
+    let packed = GgmlWeights::repack(&weights_tensor(GgmlType::Q4_0, n, k, &bytes)).unwrap();
     let Some(name) = packed.kernel_for(m) else {
         // Only a CPU without any of ggml's Q4_0 kernels serves Q4_0 by the reference.
         let f = crate::cpu::Features::current();
@@ -189,15 +207,9 @@ fn same_bits_as_the_family_kernel() {
     };
     let x = rng.vec_f32(m * k);
     let xb = bytes_f32(&x);
-    let src1 =
-        Tensor { typ: GgmlType::F32, ne: [k as i64, m as i64, 1, 1], nb: [4, 4 * k, 4 * k * m, 4 * k * m], data: &xb };
+    let src1 = f32_tensor(k, m, &xb);
     let mut out = vec![0u8; 4 * n * m];
-    let mut dst = TensorMut {
-        typ: GgmlType::F32,
-        ne: [n as i64, m as i64, 1, 1],
-        nb: [4, 4 * n, 4 * n * m, 4 * n * m],
-        data: &mut out,
-    };
+    let mut dst = f32_tensor_mut(n, m, &mut out);
     packed.mul_mat(&src1, &mut dst, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap();
     let got: Vec<f32> = out.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     #[cfg(target_arch = "aarch64")]
@@ -225,9 +237,7 @@ fn get_rows_returns_the_weights() {
     for typ in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
         let (n, k) = (11, 64);
         let bytes = weights_bytes(typ, &rng.vec_f32(n * k), n, k);
-        let ne = [k as i64, n as i64, 1, 1];
-        let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &bytes };
-        let packed = GgmlWeights::repack(&src0).unwrap();
+        let packed = GgmlWeights::repack(&weights_tensor(typ, n, k, &bytes)).unwrap();
         let wd = dequant(typ, &bytes, n, k);
         let rows = [0i64, 5, 10, 5];
         let mut out = vec![0f32; rows.len() * k];
@@ -315,9 +325,7 @@ fn hybrid_runs_sme_and_neon_on_disjoint_columns() {
     for typ in [GgmlType::Q4_0, GgmlType::Q8_0] {
         let (n, k) = (200, 64);
         let bytes = weights_bytes(typ, &rng.vec_f32(n * k), n, k);
-        let ne = [k as i64, n as i64, 1, 1];
-        let src0 = Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: &bytes };
-        let packed = GgmlWeights::repack(&src0).unwrap();
+        let packed = GgmlWeights::repack(&weights_tensor(typ, n, k, &bytes)).unwrap();
         let w = packed.batch(0);
         for m in [1, 9] {
             let x = rng.vec_f32(m * k);
@@ -404,18 +412,14 @@ fn f16_single_row_is_ggmls_own_path_not_a_kernel() {
     let (n, k) = (21, 96);
     let w = rng.vec_f32(n * k);
     let bytes = weights_bytes(GgmlType::F16, &w, n, k);
-    let ne = [k as i64, n as i64, 1, 1];
-    let src0 =
-        Tensor { typ: GgmlType::F16, ne, nb: Tensor::contiguous_strides(GgmlType::F16, ne).unwrap(), data: &bytes };
-    let packed = GgmlWeights::repack(&src0).unwrap();
+    let packed = GgmlWeights::repack(&weights_tensor(GgmlType::F16, n, k, &bytes)).unwrap();
     assert_eq!(packed.kernel_for(1), None, "one row: no KleidiAI kernel, like ggml");
     let wd = dequant(GgmlType::F16, &bytes, n, k);
     let x = rng.vec_f32(k);
     let xb = bytes_f32(&x);
-    let src1 = Tensor { typ: GgmlType::F32, ne: [k as i64, 1, 1, 1], nb: [4, 4 * k, 4 * k, 4 * k], data: &xb };
+    let src1 = f32_tensor(k, 1, &xb);
     let mut out = vec![0u8; 4 * n];
-    let mut dst =
-        TensorMut { typ: GgmlType::F32, ne: [n as i64, 1, 1, 1], nb: [4, 4 * n, 4 * n, 4 * n], data: &mut out };
+    let mut dst = f32_tensor_mut(n, 1, &mut out);
     packed.mul_mat(&src1, &mut dst, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap();
     for j in 0..n {
         let want: f64 = (0..k).map(|p| x[p] as f64 * wd[j * k + p] as f64).sum();
@@ -431,8 +435,7 @@ fn f16_single_row_is_ggmls_own_path_not_a_kernel() {
         aligned.as_mut_slice().copy_from_slice(&ser);
         let view = GgmlWeights::from_shared(std::sync::Arc::new(aligned), true).unwrap();
         let mut again = vec![0u8; 4 * n];
-        let mut dst =
-            TensorMut { typ: GgmlType::F32, ne: [n as i64, 1, 1, 1], nb: [4, 4 * n, 4 * n, 4 * n], data: &mut again };
+        let mut dst = f32_tensor_mut(n, 1, &mut again);
         view.mul_mat(&src1, &mut dst, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap();
         assert_eq!(again, out, "the container view gives the same bits");
     } else {
@@ -445,10 +448,7 @@ fn container_reserved_bytes_must_be_zero() {
     let mut rng = Rng::new(28);
     let (n, k) = (8, 64);
     let bytes = weights_bytes(GgmlType::Q8_0, &rng.vec_f32(n * k), n, k);
-    let ne = [k as i64, n as i64, 1, 1];
-    let src0 =
-        Tensor { typ: GgmlType::Q8_0, ne, nb: Tensor::contiguous_strides(GgmlType::Q8_0, ne).unwrap(), data: &bytes };
-    let packed = GgmlWeights::repack(&src0).unwrap();
+    let packed = GgmlWeights::repack(&weights_tensor(GgmlType::Q8_0, n, k, &bytes)).unwrap();
     let Ok(ser) = packed.to_bytes() else {
         assert!(packed.layouts().is_empty(), "only weights without a packed layout cannot be saved");
         eprintln!("container_reserved_bytes_must_be_zero: no Q8_0 kernel here, nothing to save");
@@ -505,9 +505,7 @@ fn non_finite_inputs_do_not_fail_or_spread() {
                     w[5 * k + 3] = special; // weight row (output channel) 5
                 }
                 let wb = weights_bytes(typ, &w, n, k);
-                let ne0 = [k as i64, n as i64, 1, 1];
-                let src0 = Tensor { typ, ne: ne0, nb: Tensor::contiguous_strides(typ, ne0).unwrap(), data: &wb };
-                let packed = GgmlWeights::repack(&src0).unwrap();
+                let packed = GgmlWeights::repack(&weights_tensor(typ, n, k, &wb)).unwrap();
                 let mut x = rng.vec_f32(m * k);
                 if !in_weights {
                     x[k + 9] = special; // activation row 1

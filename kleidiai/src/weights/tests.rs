@@ -18,6 +18,28 @@ struct Case {
     tol: f32,
 }
 
+impl Case {
+    /// The case's weights packed for its activation type (`opts` for the
+    /// rest).
+    fn pack(&self, opts: PackOptions) -> PackedWeights {
+        PackedWeights::pack(&self.weights.as_ref(), &PackOptions { activation: self.act, ..opts }).unwrap()
+    }
+
+    /// The kind of the case's weights.
+    fn kind(&self) -> WeightKind {
+        self.weights.as_ref().kind()
+    }
+}
+
+/// Random `n x k` f32 weights from `rng` (N x K, no bias) packed with
+/// `opts`, and their values.
+fn random_f32(rng: &mut Rng, n: usize, k: usize, opts: &PackOptions) -> (Vec<f32>, PackedWeights) {
+    let data = rng.vec_f32(n * k);
+    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
+    let packed = PackedWeights::pack(&w, opts).unwrap();
+    (data, packed)
+}
+
 fn cases(rng: &mut Rng, n: usize, k: usize) -> Vec<Case> {
     assert!(k % 32 == 0, "block kinds need whole blocks");
     let mut v = Vec::new();
@@ -200,21 +222,20 @@ fn every_kind_matches_its_reference_and_is_deterministic() {
     let mut rng = Rng::new(11);
     let (n, k) = (37, 128);
     for c in cases(&mut rng, n, k) {
-        let packed =
-            PackedWeights::pack(&c.weights.as_ref(), &PackOptions { activation: c.act, ..Default::default() }).unwrap();
+        let packed = c.pack(PackOptions::default());
         for m in [1, 5, 33] {
             let x = rng.vec_f32(m * k);
             let want = reference_out(&c, m, &x);
             let mag = magnitude(&c, m, &x);
             let got1 = run(&packed, c.act, m, &x, Parallelism::Sequential).unwrap();
             let got3 = run(&packed, c.act, m, &x, Parallelism::Rayon(3)).unwrap();
-            assert!(bit_identical(&got1, &got3), "{:?} m={m}: thread counts differ", c.weights.as_ref().kind());
+            assert!(bit_identical(&got1, &got3), "{:?} m={m}: thread counts differ", c.kind());
             for i in 0..got1.len() {
                 let tol = c.tol * mag[i];
                 assert!(
                     (got1[i] - want[i]).abs() <= tol,
                     "{:?}/{:?} m={m} [{i}]: {} vs {} (tol {tol}) via {:?}",
-                    c.weights.as_ref().kind(),
+                    c.kind(),
                     c.act,
                     got1[i],
                     want[i],
@@ -239,13 +260,8 @@ fn a_shared_scratch_follows_weights_and_rows() {
     let mut planned = Vec::new();
     for round in 0..3 {
         // Packed anew each round: the previous round's weights are gone.
-        let all: Vec<(PackedWeights, DType)> = cases(&mut rng, n, k)
-            .into_iter()
-            .map(|c| {
-                let opts = PackOptions { activation: c.act, ..Default::default() };
-                (PackedWeights::pack(&c.weights.as_ref(), &opts).unwrap(), c.act)
-            })
-            .collect();
+        let all: Vec<(PackedWeights, DType)> =
+            cases(&mut rng, n, k).into_iter().map(|c| (c.pack(PackOptions::default()), c.act)).collect();
         for (w, act) in &all {
             for m in [1, 4, 4, 1, 2] {
                 let x = rng.vec_f32(m * k);
@@ -298,9 +314,7 @@ fn bad_input_is_an_error() {
 fn a_ready_plan_refuses_what_the_checked_path_refuses() {
     let (n, k, m) = (8, 64, 2);
     let mut rng = Rng::new(31);
-    let data = rng.vec_f32(n * k);
-    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
-    let mut p = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
+    let (_, mut p) = random_f32(&mut rng, n, k, &PackOptions::default());
     let (seq, none) = (Parallelism::Sequential, Clamp::NONE);
     let mut s = Scratch::default();
     let x = rng.vec_f32(m * k);
@@ -357,10 +371,8 @@ fn restricted_features_fall_back() {
     // made for no features at all.
     let mut rng = Rng::new(13);
     let (n, k) = (9, 32);
-    let data = rng.vec_f32(n * k);
-    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
-    let none =
-        PackedWeights::pack(&w, &PackOptions { features: Some(Features::none()), ..Default::default() }).unwrap();
+    let (data, none) =
+        random_f32(&mut rng, n, k, &PackOptions { features: Some(Features::none()), ..Default::default() });
     assert!(none.layouts().is_empty() && none.kernel_for(4).is_none());
     let x = rng.vec_f32(4 * k);
     let y_ref = run(&none, DType::F32, 4, &x, Parallelism::Sequential).unwrap();
@@ -438,13 +450,10 @@ fn weights_packed_per_call_match_a_widened_copy() {
 fn a_separate_gemv_layout_only_when_asked() {
     let mut rng = Rng::new(12);
     for c in cases(&mut rng, 48, 128) {
-        let w = c.weights.as_ref();
-        let one = PackedWeights::pack(&w, &PackOptions { activation: c.act, ..Default::default() }).unwrap();
-        let two =
-            PackedWeights::pack(&w, &PackOptions { activation: c.act, separate_gemv: true, ..Default::default() })
-                .unwrap();
+        let one = c.pack(PackOptions::default());
+        let two = c.pack(PackOptions { separate_gemv: true, ..Default::default() });
         let Some((gemm, _)) = one.layouts().first().copied() else { continue };
-        let faster = policy::pairings(w.kind(), c.act).iter().find(|p| p.gemm == gemm).and_then(|p| p.faster_gemv);
+        let faster = policy::pairings(c.kind(), c.act).iter().find(|p| p.gemm == gemm).and_then(|p| p.faster_gemv);
         let runs =
             faster.is_some_and(|v| registry::by_name(v).is_some_and(|i| i.supported(&Features::current()).is_ok()));
         if !runs {

@@ -81,6 +81,7 @@ fn lhs_rows_split_like_ggml() {
     }
 }
 
+use crate::ggml::tests::{f32_tensor, f32_tensor_mut, weights_tensor};
 use crate::ggml::{GgmlWeights, MulMatScratch, TensorMut, q4_0_as_bytes, q8_0_as_bytes, quantize_q4_0, quantize_q8_0};
 use crate::par::Parallelism;
 use crate::testing::{Rng, bit_identical};
@@ -123,27 +124,52 @@ fn weights_bytes(typ: GgmlType, w: &[f32], k: usize) -> Vec<u8> {
     }
 }
 
-/// 2-D weights of `n` rows of `k` values in ggml's layout of `typ`,
-/// and their `ne`.
-fn weights_tensor(typ: GgmlType, n: usize, k: usize, wb: &[u8]) -> (Tensor<'_>, [i64; 4]) {
-    let ne = [k as i64, n as i64, 1, 1];
-    (Tensor { typ, ne, nb: Tensor::contiguous_strides(typ, ne).unwrap(), data: wb }, ne)
+/// `src0` repacked for this CPU (automatic SME), or None when no kernel of
+/// ggml's table takes it here.
+fn repacked(src0: &Tensor<'_>) -> Option<ThreadedWeights> {
+    let size = ThreadedWeights::packed_size(src0.typ, src0.ne, SmeSetting::Auto).ok()?;
+    Some(ThreadedWeights::repack(src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap())
 }
 
-/// Random `n x k` weights of `typ` repacked for this CPU (automatic SME),
-/// or None when no kernel of ggml's table takes them here.
+/// Random `n x k` weights of `typ` [`repacked`].
 fn threaded(typ: GgmlType, n: usize, k: usize, rng: &mut Rng) -> Option<ThreadedWeights> {
     let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
-    let (src0, ne) = weights_tensor(typ, n, k, &wb);
-    let size = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto).ok()?;
-    Some(ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap())
+    repacked(&weights_tensor(typ, n, k, &wb))
+}
+
+/// Runs `test` on random `n x k` weights (a 2-D tensor) of each type ggml's
+/// threaded path takes (Q4_0, Q8_0, F32, drawn in turn from seed `seed`),
+/// with the generator.
+fn each_type(seed: u64, n: usize, k: usize, mut test: impl FnMut(GgmlType, Tensor<'_>, &mut Rng)) {
+    let mut rng = Rng::new(seed);
+    for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
+        let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
+        test(typ, weights_tensor(typ, n, k, &wb), &mut rng);
+    }
+}
+
+/// [`each_type`] on `72 x 64` weights [`repacked`]; a type no kernel of
+/// ggml's table takes here is skipped, with a note naming `what`.
+fn each_threaded(seed: u64, what: &str, mut test: impl FnMut(GgmlType, &ThreadedWeights, &mut Rng)) {
+    each_type(seed, 72, 64, |typ, src0, rng| match repacked(&src0) {
+        Some(w) => test(typ, &w, rng),
+        None => println!("{what} {typ:?}: no kernel of ggml's table on this CPU (nothing to run)"),
+    });
+}
+
+/// `m` random F32 rows of `k` values from `rng`, as bytes and as an
+/// aligned copy.
+fn activations(rng: &mut Rng, k: usize, m: usize) -> (Vec<u8>, crate::AlignedBuf) {
+    let x: Vec<u8> = rng.vec_f32(k * m).iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut src = crate::AlignedBuf::zeroed(x.len());
+    src.as_mut_slice().copy_from_slice(&x);
+    (x, src)
 }
 
 /// `mul_mat` on `nth` std threads; the dst bytes.
 fn run(w: &ThreadedWeights, x: &[u8], m: usize, nth: usize) -> Vec<f32> {
     let (k, n) = w.dims();
-    let src1 =
-        Tensor { typ: GgmlType::F32, ne: [k as i64, m as i64, 1, 1], nb: [4, 4 * k, 4 * k * m, 4 * k * m], data: x };
+    let src1 = f32_tensor(k, m, x);
     let mut dst = vec![0u8; 4 * m * n];
     let mut work = vec![0u8; w.work_size(m).unwrap() + 64];
     let (dne, dnb) = ([n as i64, m as i64, 1, 1], [4, 4 * n, 4 * n * m, 4 * n * m]);
@@ -173,13 +199,8 @@ thread_local! {
 /// path again, and a bad argument is still refused.
 #[test]
 fn an_identical_call_replays_with_the_same_bits() {
-    let mut rng = Rng::new(77);
-    for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
-        let (n, k) = (72, 64);
-        let Some(w) = threaded(typ, n, k, &mut rng) else {
-            println!("replay {typ:?}: no kernel of ggml's table on this CPU (nothing to replay)");
-            continue;
-        };
+    each_threaded(77, "replay", |typ, w, rng| {
+        let (k, n) = w.dims();
         for m in [1, 3] {
             let mut x = vec![0u8; 4 * k * m];
             let mut dst = vec![0u8; 4 * m * n];
@@ -269,7 +290,7 @@ fn an_identical_call_replays_with_the_same_bits() {
                 assert!(r.is_err() && !replayed, "{typ:?} m={m}: short work buffer {r:?}");
             }
         }
-    }
+    });
 }
 
 /// Weights of one class (type, shape and kernels) share a thread's kept
@@ -295,9 +316,7 @@ fn weights_of_one_class_share_the_kept_call() {
         assert_ne!(a.class, c.class, "{typ:?}: another n, another class");
         let n = 72;
         for m in [1, 3] {
-            let x: Vec<u8> = rng.vec_f32(k * m).iter().flat_map(|v| v.to_le_bytes()).collect();
-            let mut src = crate::AlignedBuf::zeroed(x.len());
-            src.as_mut_slice().copy_from_slice(&x);
+            let (x, src) = activations(&mut rng, k, m);
             let mut dst = crate::AlignedBuf::zeroed(4 * m * n);
             let mut work = crate::AlignedBuf::zeroed(a.work_size(m).unwrap().max(1));
             assert_eq!(a.work_size(m).unwrap(), b.work_size(m).unwrap());
@@ -361,18 +380,11 @@ fn weights_of_one_class_share_the_kept_call() {
 /// the kept key refused, nothing written; a bad shape named as such).
 #[test]
 fn span_lengths_check_and_replay_like_given_ones() {
-    let mut rng = Rng::new(53);
     let replays = || REPLAYED.with(|c| c.get());
-    for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
-        let (n, k) = (72, 64);
-        let Some(w) = threaded(typ, n, k, &mut rng) else {
-            println!("spans {typ:?}: no kernel of ggml's table on this CPU (nothing to run)");
-            continue;
-        };
+    each_threaded(53, "spans", |typ, w, rng| {
+        let (k, n) = w.dims();
         for m in [1, 3] {
-            let x: Vec<u8> = rng.vec_f32(k * m).iter().flat_map(|v| v.to_le_bytes()).collect();
-            let mut src = crate::AlignedBuf::zeroed(x.len());
-            src.as_mut_slice().copy_from_slice(&x);
+            let (x, src) = activations(rng, k, m);
             let mut dst = crate::AlignedBuf::zeroed(4 * m * n);
             let mut work = crate::AlignedBuf::zeroed(w.work_size(m).unwrap().max(1));
             let (ne1, nb1) = ([k as i64, m as i64, 1, 1], [4, 4 * k, 4 * k * m, 4 * k * m]);
@@ -417,7 +429,7 @@ fn span_lengths_check_and_replay_like_given_ones() {
             let r = ops(&[k as i64, m as i64, 1, 0], (s, span), (d, span), wk);
             assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{typ:?} m={m}: {r:?}");
         }
-    }
+    });
 }
 
 /// 4-D activations (`ne[3]` > 1; ggml's path takes them for F32 weights):
@@ -426,13 +438,8 @@ fn span_lengths_check_and_replay_like_given_ones() {
 /// bits; groups that overlap are refused as a shape.
 #[test]
 fn four_d_activations_give_the_bits_of_their_slices() {
-    let mut rng = Rng::new(61);
-    for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
-        let (n, k, m, ne2, ne3) = (72, 64, 3, 2, 3);
-        let Some(w) = threaded(typ, n, k, &mut rng) else {
-            println!("4-D {typ:?}: no kernel of ggml's table on this CPU (nothing to run)");
-            continue;
-        };
+    each_threaded(61, "4-D", |typ, w, rng| {
+        let ((k, n), m, ne2, ne3) = (w.dims(), 3, 2, 3);
         let nb2 = 4 * k * m + 64;
         let nb1 = [4, 4 * k, nb2, nb2 * ne2 + 128];
         let span = (ne3 - 1) * nb1[3] + (ne2 - 1) * nb2 + 4 * k * m;
@@ -477,21 +484,18 @@ fn four_d_activations_give_the_bits_of_their_slices() {
         let r = call(ne, [4, 4 * k, nb2, nb2], &x, dne, dnb, &mut untouched, &mut work);
         assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{typ:?}: {r:?}");
         assert!(untouched.iter().all(|v| *v == 7), "{typ:?}: nothing written");
-    }
+    });
 }
 
 #[test]
 fn threads_give_the_bits_of_the_kernel_ggml_chooses() {
-    let mut rng = Rng::new(31);
-    for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
-        let (n, k) = (136, 64);
-        let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
-        let (src0, ne) = weights_tensor(typ, n, k, &wb);
+    let (n, k) = (136, 64);
+    each_type(31, n, k, |typ, src0, rng| {
         let ggml = GgmlWeights::repack(&src0).unwrap();
-        let size = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto);
+        let size = ThreadedWeights::packed_size(typ, src0.ne, SmeSetting::Auto);
         // Taken exactly where ggml's path has a kernel for this CPU.
         assert_eq!(size.is_ok(), !ggml.layouts().is_empty(), "{typ:?}: {size:?} vs {:?}", ggml.layouts());
-        let Ok(size) = size else { continue };
+        let Ok(size) = size else { return };
         let w = ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(size)).unwrap();
         // Only the payloads: ggml's layouts, back to back, 64-byte aligned.
         let lens = ggml.slot_bytes();
@@ -507,7 +511,7 @@ fn threads_give_the_bits_of_the_kernel_ggml_chooses() {
         assert_eq!(at, size);
         let layouts: Vec<_> = ggml.layouts();
         assert_eq!(w.layouts(), layouts, "{typ:?}: the layouts of GgmlWeights::repack");
-        let neon = ThreadedWeights::packed_size(typ, ne, SmeSetting::Off)
+        let neon = ThreadedWeights::packed_size(typ, src0.ne, SmeSetting::Off)
             .ok()
             .map(|size| ThreadedWeights::repack(&src0, SmeSetting::Off, crate::AlignedBuf::zeroed(size)).unwrap());
         for m in [1, 5, 130] {
@@ -515,18 +519,8 @@ fn threads_give_the_bits_of_the_kernel_ggml_chooses() {
             // One thread: GgmlWeights::mul_mat's bits (same first layout).
             let one = run(&w, &x, m, 1);
             let mut want = vec![0u8; 4 * m * n];
-            let src1 = Tensor {
-                typ: GgmlType::F32,
-                ne: [k as i64, m as i64, 1, 1],
-                nb: [4, 4 * k, 4 * k * m, 4 * k * m],
-                data: &x,
-            };
-            let mut d = TensorMut {
-                typ: GgmlType::F32,
-                ne: [n as i64, m as i64, 1, 1],
-                nb: [4, 4 * n, 4 * n * m, 4 * n * m],
-                data: &mut want,
-            };
+            let src1 = f32_tensor(k, m, &x);
+            let mut d = f32_tensor_mut(n, m, &mut want);
             ggml.mul_mat(&src1, &mut d, Parallelism::Sequential, &mut MulMatScratch::default()).unwrap();
             let want: Vec<f32> = want.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             assert!(bit_identical(&one, &want), "{typ:?} m={m}: 1 thread differs from GgmlWeights::mul_mat");
@@ -549,7 +543,7 @@ fn threads_give_the_bits_of_the_kernel_ggml_chooses() {
                 }
             }
         }
-    }
+    });
 }
 
 /// Memory `off` bytes into an aligned buffer (misaligned when `off % 64
@@ -577,16 +571,13 @@ impl Drop for Spy {
 
 #[test]
 fn repack_refuses_wrong_sizes_and_alignment_before_writing() {
-    let mut rng = Rng::new(33);
-    for typ in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F32] {
-        let (n, k) = (72, 64);
-        let wb = weights_bytes(typ, &rng.vec_f32(n * k), k);
-        let (src0, ne) = weights_tensor(typ, n, k, &wb);
-        let Ok(size) = ThreadedWeights::packed_size(typ, ne, SmeSetting::Auto) else {
+    let (n, k) = (72, 64);
+    each_type(33, n, k, |typ, src0, rng| {
+        let Ok(size) = ThreadedWeights::packed_size(typ, src0.ne, SmeSetting::Auto) else {
             // No kernel here: repack says so whatever the memory.
             let r = ThreadedWeights::repack(&src0, SmeSetting::Auto, crate::AlignedBuf::zeroed(1 << 20));
             assert!(matches!(r, Err(Error::Unsupported { .. })), "{typ:?}: {r:?}");
-            continue;
+            return;
         };
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let spy = |len: usize, off: usize| Spy {
@@ -607,7 +598,7 @@ fn repack_refuses_wrong_sizes_and_alignment_before_writing() {
         }
         assert!(ThreadedWeights::repack(&src0, SmeSetting::Auto, Vec::<u8>::new()).is_err());
         // Weights of another type or shape, or a truncated tensor.
-        let short = Tensor { data: &wb[..wb.len() - 1], ..src0 };
+        let short = Tensor { data: &src0.data[..src0.data.len() - 1], ..src0 };
         let three_d = Tensor { ne: [k as i64, n as i64 / 2, 2, 1], ..src0 };
         let f16 = Tensor { typ: GgmlType::F16, ..src0 };
         for bad in [short, three_d, f16] {
@@ -626,7 +617,7 @@ fn repack_refuses_wrong_sizes_and_alignment_before_writing() {
         drop(big);
         assert!(untouched(size), "{typ:?}: bytes after the payloads written");
         assert!(!untouched(0));
-    }
+    });
 }
 
 /// The per-thread memory of F16 kernel resolutions answers exactly what

@@ -3,13 +3,27 @@
 
 use super::*;
 
+/// Random `n x k` f32 weights from seed `seed`, packed by default and saved:
+/// the generator after them, the weights and the file; None where nothing
+/// was packed on this CPU (nothing to save).
+fn saved_f32(seed: u64, n: usize, k: usize) -> Option<(Rng, PackedWeights, Vec<u8>)> {
+    let mut rng = Rng::new(seed);
+    let (_, packed) = random_f32(&mut rng, n, k, &PackOptions::default());
+    match packed.to_bytes() {
+        Ok(bytes) => Some((rng, packed, bytes)),
+        Err(_) => {
+            assert!(packed.layouts().is_empty(), "nothing packed on this CPU, nothing to load");
+            None
+        }
+    }
+}
+
 #[test]
 fn save_load_round_trip_and_tampering() {
     let mut rng = Rng::new(12);
     let (n, k) = (19, 64);
     for c in cases(&mut rng, n, k) {
-        let packed =
-            PackedWeights::pack(&c.weights.as_ref(), &PackOptions { activation: c.act, ..Default::default() }).unwrap();
+        let packed = c.pack(PackOptions::default());
         let bytes = match packed.to_bytes() {
             Ok(b) => b,
             Err(e) => {
@@ -49,12 +63,8 @@ fn save_load_round_trip_and_tampering() {
 
 #[test]
 fn load_from_a_memory_mapped_file_without_copying() {
-    let mut rng = Rng::new(14);
     let (n, k) = (21, 64);
-    let data = rng.vec_f32(n * k);
-    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
-    let packed = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
-    let Ok(bytes) = packed.to_bytes() else { return }; // no kernel here: nothing to save
+    let Some((mut rng, packed, bytes)) = saved_f32(14, n, k) else { return };
     let path = std::env::temp_dir().join(format!("kleidiai-mmap-test-{}.kaiw", std::process::id()));
     std::fs::write(&path, &bytes).unwrap();
     let file = std::fs::File::open(&path).unwrap();
@@ -73,12 +83,7 @@ fn load_from_a_memory_mapped_file_without_copying() {
 /// Every loader now refuses them, naming how many; the exact file loads.
 #[test]
 fn every_loader_refuses_trailing_bytes() {
-    let mut rng = Rng::new(16);
-    let (n, k) = (19, 64);
-    let data = rng.vec_f32(n * k);
-    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
-    let packed = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
-    let Ok(bytes) = packed.to_bytes() else { return }; // no kernel here: nothing to save
+    let Some((_, _, bytes)) = saved_f32(16, 19, 64) else { return };
     type Loader = fn(&[u8]) -> Result<PackedWeights>;
     let loaders: [(&str, Loader); 3] = [
         ("from_bytes", PackedWeights::from_bytes),
@@ -107,9 +112,7 @@ fn every_loader_refuses_trailing_bytes() {
 fn a_file_packed_for_another_vector_length_is_rejected_with_the_reason() {
     let mut rng = Rng::new(15);
     let (n, k) = (33, 64);
-    let data = rng.vec_f32(n * k);
-    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
-    let packed = PackedWeights::pack(&w, &PackOptions { non_sme_layout: false, ..Default::default() }).unwrap();
+    let (_, packed) = random_f32(&mut rng, n, k, &PackOptions { non_sme_layout: false, ..Default::default() });
     let bytes = match packed.to_bytes() {
         Ok(b) => b,
         Err(e) => {
@@ -150,15 +153,8 @@ fn a_file_packed_for_another_vector_length_is_rejected_with_the_reason() {
 /// so a payload shorter than the shape needs would be read past its end.
 #[test]
 fn rewritten_shape_with_valid_checksums_is_refused() {
-    let mut rng = Rng::new(14);
     let (n, k) = (5, 64);
-    let data = rng.vec_f32(n * k);
-    let w = WeightsRef::F32(FloatWeights { n, k, order: Order::NxK, data: &data, bias: None });
-    let packed = PackedWeights::pack(&w, &PackOptions::default()).unwrap();
-    let Ok(bytes) = packed.to_bytes() else {
-        assert!(packed.layouts().is_empty(), "nothing packed on this CPU, nothing to load");
-        return;
-    };
+    let Some((_, _, bytes)) = saved_f32(14, n, k) else { return };
     let h = file::FileHeader::parse(&bytes).unwrap();
     let payload = |s: &file::SlotHeader| bytes[s.offset as usize..(s.offset + s.len) as usize].to_vec();
     let rebuild = |h: &file::FileHeader, payloads: &[Vec<u8>]| {

@@ -53,11 +53,10 @@ fn policy_pairings_share_one_layout() {
 fn default_packing_keeps_one_layout_for_gemm_and_gemv() {
     let mut rng = Rng::new(5);
     for c in cases(&mut rng, 40, 128) {
-        let w = c.weights.as_ref();
-        let packed = PackedWeights::pack(&w, &PackOptions { activation: c.act, ..Default::default() }).unwrap();
-        assert!(packed.layouts().len() <= 1, "{:?}: {:?}", w.kind(), packed.layouts());
+        let packed = c.pack(PackOptions::default());
+        assert!(packed.layouts().len() <= 1, "{:?}: {:?}", c.kind(), packed.layouts());
         let Some((gemm, gemv)) = packed.layouts().first().copied() else { continue };
-        let pairing = policy::pairings(w.kind(), c.act).iter().find(|p| p.gemm == gemm).expect("a policy pairing");
+        let pairing = policy::pairings(c.kind(), c.act).iter().find(|p| p.gemm == gemm).expect("a policy pairing");
         assert_eq!(
             gemv,
             pairing.gemv.filter(|v| registry::by_name(v).is_some_and(|i| i.supported(&Features::current()).is_ok()))
