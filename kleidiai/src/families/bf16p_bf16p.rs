@@ -502,7 +502,7 @@ mod imp {
         }
 
         /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
-        /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`, made
+        /// [`run`](engine::PackedKernel::run) make for a dense `m x k` LHS and `rhs`, made
         /// once (the steady-state path of `PackedWeights::matmul`). `None`
         /// for the GEMV kernel when `k` is not a multiple of its `kr` (its
         /// rows are packed from zero-padded copies: the checked path).

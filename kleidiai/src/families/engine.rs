@@ -304,7 +304,7 @@ impl PackedFns {
     }
 }
 
-/// What [`run_packed`] needs of a [`PackedKernel`] for one call.
+/// What [`PackedKernel::run`] needs of a [`PackedKernel`] for one call.
 #[cfg(target_arch = "aarch64")]
 pub(crate) struct PackedPlan {
     /// The packed-LHS and packed-RHS layouts the kernel reads.
@@ -316,7 +316,7 @@ pub(crate) struct PackedPlan {
 }
 
 /// A kernel that reads a packed LHS and a packed RHS, run by
-/// [`run_packed`].
+/// [`run`](Self::run).
 ///
 /// # Safety
 /// Implementers vouch that the [`PackedPlan`] [`plan`](Self::plan) returns

@@ -146,7 +146,7 @@ mod imp {
 
     impl Kernel {
         /// How this kernel's LHS packer rounds halves (see
-        /// [`reference_with`](super::reference_with)).
+        /// [`reference_with`]).
         pub fn lhs_rounding(&self) -> Rounding {
             self.0.lhs_rounding()
         }

@@ -8,7 +8,7 @@
 //! accumulator units, every kernel computes, per output,
 //! `acc = b'[j] + sum_k a * q` in int32 where the packer folded the zero
 //! point into the bias, `b'[j] = b[j] - zp * sum_k q`, and then
-//! [`requantize`](crate::quant::requantize)s `acc` with
+//! [`requantize`]s `acc` with
 //! `scale'[j] = scale[j] * (lhs_scale / dst_scale)` (both f32 products, made
 //! by the packer): f32 conversion, multiply, round half to even, saturate,
 //! add the output zero point, clamp. All of it is exact integer or

@@ -995,7 +995,7 @@ mod imp {
         }
 
         /// Every check [`pack_lhs_into`](Self::pack_lhs_into) and
-        /// [`run`](Self::run) make for a dense `m x k` LHS of `L`, `rhs` and
+        /// [`run`](engine::PackedKernel::run) make for a dense `m x k` LHS of `L`, `rhs` and
         /// outputs of `O`, made once (the steady-state path of
         /// `PackedWeights::matmul`). `None` where the checked path does
         /// more than one packer call (row-by-row packers) or needs a table

@@ -373,7 +373,7 @@ impl GgmlWeights {
     /// verified before). `bytes` must keep each payload 64-byte aligned
     /// (the start of the buffer 64-byte aligned) and hold exactly what
     /// [`to_bytes`](Self::to_bytes) wrote: a byte more is
-    /// [`FileError::TrailingBytes`](crate::FileError::TrailingBytes). `verify: false` is
+    /// [`FileError::TrailingBytes`]. `verify: false` is
     /// [`from_shared_unverified`](Self::from_shared_unverified); the
     /// loaders, [`from_bytes`](Self::from_bytes) included, have the names
     /// of [`PackedWeights`]'.

@@ -167,7 +167,7 @@ mod families {
     }
 
     /// `Backend::pack_reusing` for a float family: f32 weights (what
-    /// [`super::per_call`] hands it, chunk after chunk) reuse `out`.
+    /// `weights::per_call` hands it, chunk after chunk) reuse `out`.
     macro_rules! reuse_fn {
         (reuse) => {
             fn rhs_order(&self) -> Order {
@@ -186,7 +186,7 @@ mod families {
     }
 
     /// `Backend::fast` for a family with a [`Fast`] impl (`fast` flag of
-    /// [`packed_lhs!`] and [`direct_lhs!`]).
+    /// `packed_lhs!` and `direct_lhs!`).
     macro_rules! fast_fn {
         (fast) => {
             fn fast(&self) -> Option<&dyn Fast> {

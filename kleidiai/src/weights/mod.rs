@@ -201,7 +201,7 @@ struct Ready {
     vector_kind: crate::families::engine::VectorKind,
     sme: bool,
     /// The kernel's packer needs finite activations
-    /// ([`Backend::needs_finite_lhs`](backend::Backend::needs_finite_lhs)).
+    /// ([`Backend::needs_finite_lhs`]).
     needs_finite: bool,
     prepared: Prepared,
     /// The packed LHS, zeroed once; the packer rewrites the same bytes on

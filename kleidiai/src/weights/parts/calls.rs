@@ -1,6 +1,6 @@
 //! A resolved kernel on a thread: the proof that this thread runs it, the
 //! checks of a call's operands, and the checked and unchecked packing of LHS
-//! rows and column runs, each a call into [`ffi`](super::ffi).
+//! rows and column runs, each a call into [`ffi`].
 
 use super::*;
 
