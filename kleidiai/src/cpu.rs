@@ -399,11 +399,8 @@ mod detect {
         const HWCAP2_SVE2P1: u64 = 1 << 36;
         const HWCAP2_SME2: u64 = 1 << 37;
         const HWCAP2_SME2P1: u64 = 1 << 38;
-        const PR_SVE_GET_VL: libc::c_int = 51;
-        const PR_SVE_VL_LEN_MASK: libc::c_int = 0xffff;
 
-        // SAFETY: getauxval has no preconditions; unknown keys return 0.
-        let (hwcap, hwcap2) = unsafe { (libc::getauxval(libc::AT_HWCAP), libc::getauxval(libc::AT_HWCAP2)) };
+        let (hwcap, hwcap2) = crate::arch::hwcaps();
         let mut bits = 0u32;
         let mut set = |cond: bool, f: CpuFeature| {
             if cond {
@@ -425,36 +422,14 @@ mod detect {
         set(sme && hwcap2 & HWCAP2_SME2 != 0, Sme2);
         set(sme && hwcap2 & HWCAP2_SME2 != 0 && hwcap2 & HWCAP2_SME2P1 != 0, Sme2p1);
 
-        let sve_vl = if sve {
-            // SAFETY: PR_SVE_GET_VL takes no pointer arguments; on error it returns -1.
-            let r = unsafe { libc::prctl(PR_SVE_GET_VL, 0, 0, 0, 0) };
-            if r > 0 { (r & PR_SVE_VL_LEN_MASK) as usize } else { 0 }
-        } else {
-            0
-        };
-        let sme_svl = if sme { super::rdsvl_bytes() } else { 0 };
+        let sve_vl = if sve { crate::arch::prctl_sve_vector_bytes() } else { 0 };
+        let sme_svl = if sme { crate::arch::detect_streaming_vector_bytes() } else { 0 };
         finish(bits, sve_vl, sme_svl)
     }
 
     #[cfg(all(target_arch = "aarch64", target_vendor = "apple"))]
     pub fn detect() -> Features {
-        fn sysctl(name: &str) -> bool {
-            let cname = std::ffi::CString::new(name).expect("no NUL in sysctl name");
-            let mut value: libc::c_int = 0;
-            let mut len = core::mem::size_of::<libc::c_int>();
-            // SAFETY: `value` and `len` are valid for writes of `len` bytes;
-            // the name is NUL-terminated; no new value is written.
-            let r = unsafe {
-                libc::sysctlbyname(
-                    cname.as_ptr(),
-                    (&mut value as *mut libc::c_int).cast(),
-                    &mut len,
-                    core::ptr::null_mut(),
-                    0,
-                )
-            };
-            r == 0 && value != 0
-        }
+        use crate::arch::sysctl_flag as sysctl;
         let mut bits = bit(Neon);
         let mut set = |name: &str, f: CpuFeature| {
             if sysctl(name) {
@@ -469,7 +444,7 @@ mod detect {
         set("hw.optional.arm.FEAT_SME2", Sme2);
         set("hw.optional.arm.FEAT_SME2p1", Sme2p1);
         // Apple cores have no SVE outside streaming mode.
-        let sme_svl = if bits & bit(Sme) != 0 { super::rdsvl_bytes() } else { 0 };
+        let sme_svl = if bits & bit(Sme) != 0 { crate::arch::detect_streaming_vector_bytes() } else { 0 };
         finish(bits, 0, sme_svl)
     }
 
@@ -494,44 +469,9 @@ mod detect {
     }
 }
 
-/// What the one instruction `$inst` (an `.inst` word) writes to x0, as
-/// usize; it must touch neither memory nor flags (in an `unsafe` block
-/// that says why the instruction exists here).
+/// The vector lengths of the calling thread now (0 without SVE, SME).
 #[cfg(target_arch = "aarch64")]
-macro_rules! x0_of {
-    ($inst:literal) => {{
-        let x: u64;
-        core::arch::asm!($inst, out("x0") x, options(nomem, nostack, preserves_flags));
-        x as usize
-    }};
-}
-
-/// The SME streaming vector length in bytes (`RDSVL`; never `CNTB`, which is
-/// an SVE instruction and faults on SME-only cores such as Apple M4).
-#[cfg(target_arch = "aarch64")]
-#[inline]
-pub(crate) fn rdsvl_bytes() -> usize {
-    // SAFETY: called only after detection found SME, so RDSVL exists; it
-    // reads a system value into x0 and touches neither memory nor flags.
-    unsafe {
-        // rdsvl x0, #1
-        x0_of!(".inst 0x04bf5820")
-    }
-}
-
-/// The SVE vector length in bytes of the calling thread (`RDVL`). Only for
-/// callers that know SVE is present (a supported SVE kernel).
-#[cfg(target_arch = "aarch64")]
-#[inline]
-pub(crate) fn rdvl_bytes() -> usize {
-    // SAFETY: callers run this only when SVE is present (the kernel asking
-    // passed its support check), so RDVL exists; it reads a system value
-    // into x0 and touches neither memory nor flags.
-    unsafe {
-        // rdvl x0, #1
-        x0_of!(".inst 0x04bf5020")
-    }
-}
+pub(crate) use crate::arch::{rdsvl_bytes, rdvl_bytes};
 
 #[cfg(test)]
 mod tests {

@@ -64,6 +64,7 @@
 // Off aarch64 the FFI glue is compiled out; the helpers it uses stay.
 #![cfg_attr(not(target_arch = "aarch64"), allow(dead_code, unused_imports))]
 
+mod arch;
 mod buffer;
 pub mod cpu;
 mod error;

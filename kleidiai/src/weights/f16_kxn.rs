@@ -20,11 +20,7 @@ pub(crate) fn f16_rows_to_f32_kxn(src: &[u8], stride: usize, n: usize, k: usize,
     }
     assert!(stride >= 2 * k && src.len() >= (n - 1) * stride + 2 * k && kxn.len() >= k * n);
     #[cfg(target_arch = "aarch64")]
-    let (n4, k4) = {
-        let (n4, k4) = (n / 4 * 4, k / 4 * 4);
-        neon::blocks(src, stride, n, n4, k4, kxn);
-        (n4, k4)
-    };
+    let (n4, k4) = crate::arch::f16_blocks_to_f32_kxn(src, stride, n, k, kxn);
     #[cfg(not(target_arch = "aarch64"))]
     let (n4, k4) = (0, 0);
     // What the 4 x 4 blocks left: the last n % 4 rows whole, the last
@@ -34,60 +30,6 @@ pub(crate) fn f16_rows_to_f32_kxn(src: &[u8], stride: usize, n: usize, k: usize,
         let from = if j < n4 { k4 } else { 0 };
         for (i, b) in row.chunks_exact(2).enumerate().skip(from) {
             kxn[i * n + j] = f16::from_le_bytes([b[0], b[1]]).to_f32();
-        }
-    }
-}
-
-#[cfg(target_arch = "aarch64")]
-mod neon {
-    use core::arch::aarch64::{
-        float32x4_t, uint16x4_t, vld1_u8, vreinterpret_u16_u8, vreinterpretq_f32_f64, vreinterpretq_f64_f32, vst1q_f32,
-        vtrn1q_f32, vtrn1q_f64, vtrn2q_f32, vtrn2q_f64,
-    };
-
-    /// Four f16 values to f32 (`fcvtl`, base AdvSIMD: no FP16 extension).
-    #[inline(always)]
-    fn widen(h: uint16x4_t) -> float32x4_t {
-        let f: float32x4_t;
-        // SAFETY: one register-to-register instruction of base AdvSIMD
-        // (every aarch64 CPU has it); no memory, no stack, no flags.
-        unsafe {
-            core::arch::asm!("fcvtl {f:v}.4s, {h:v}.4h", f = lateout(vreg) f, h = in(vreg) h,
-                options(pure, nomem, nostack, preserves_flags));
-        }
-        f
-    }
-
-    /// Rows `0..n4` by values `0..k4` (multiples of 4) of
-    /// [`f16_rows_to_f32_kxn`](super::f16_rows_to_f32_kxn), whose bounds
-    /// the caller asserted.
-    pub(super) fn blocks(src: &[u8], stride: usize, n: usize, n4: usize, k4: usize, kxn: &mut [f32]) {
-        let (s, d) = (src.as_ptr(), kxn.as_mut_ptr());
-        for j in (0..n4).step_by(4) {
-            for i in (0..k4).step_by(4) {
-                // SAFETY: rows j..j+4 < n4 <= n and values i..i+4 <= k4 <= k:
-                // each 8-byte load starts at (j + r) * stride + 2 * i and ends
-                // by (n - 1) * stride + 2 * k <= src.len(); each 16-byte store
-                // covers kxn[(i + c) * n + j .. + 4], ending by (k - 1) * n + n
-                // = k * n <= kxn.len() (asserted by the caller). u8 loads and
-                // vst1q_f32 need no alignment beyond the element's.
-                unsafe {
-                    let row = |r: usize| widen(vreinterpret_u16_u8(vld1_u8(s.add((j + r) * stride + 2 * i))));
-                    let (a, b, c, e) = (row(0), row(1), row(2), row(3));
-                    let (ab0, ab1) = (vtrn1q_f32(a, b), vtrn2q_f32(a, b));
-                    let (ce0, ce1) = (vtrn1q_f32(c, e), vtrn2q_f32(c, e));
-                    let lo = |x: float32x4_t, y: float32x4_t| {
-                        vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(x), vreinterpretq_f64_f32(y)))
-                    };
-                    let hi = |x: float32x4_t, y: float32x4_t| {
-                        vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(x), vreinterpretq_f64_f32(y)))
-                    };
-                    vst1q_f32(d.add(i * n + j), lo(ab0, ce0));
-                    vst1q_f32(d.add((i + 1) * n + j), lo(ab1, ce1));
-                    vst1q_f32(d.add((i + 2) * n + j), hi(ab0, ce0));
-                    vst1q_f32(d.add((i + 3) * n + j), hi(ab1, ce1));
-                }
-            }
         }
     }
 }

@@ -34,27 +34,6 @@ pub(crate) trait Finite: Copy {
     fn finite(self) -> bool;
 }
 
-/// `asm!` of an f32 filter (the NEON loop of `f32`'s [`Finite::all_finite`]
-/// and [`sve_filter`]): the template and operands given (ending in a
-/// comma), then what both write: the lanes' sum in v0 into `$acc`, the
-/// other accumulators (v1-v3) and the loaded values (v16-v31); no stack,
-/// no memory written.
-#[cfg(target_arch = "aarch64")]
-macro_rules! filter_asm {
-    ($acc:ident; $($args:tt)*) => {
-        core::arch::asm!(
-            $($args)*
-            out("v0") $acc,
-            out("v1") _, out("v2") _, out("v3") _,
-            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-            out("v24") _, out("v25") _, out("v26") _, out("v27") _,
-            out("v28") _, out("v29") _, out("v30") _, out("v31") _,
-            options(nostack, readonly),
-        )
-    };
-}
-
 impl Finite for f32 {
     const NAN: f32 = f32::NAN;
     /// On aarch64, first a fast filter: `acc = acc + x * y` per lane, over
@@ -64,61 +43,17 @@ impl Finite for f32 {
     /// may also come from huge finite values whose products overflow, and
     /// then the exact test (the sign-free bits' maximum against the
     /// all-ones exponent) decides. In SVE where vectors are at least 256
-    /// bits ([`sve_filter`]); otherwise NEON, 64 values a round: four
+    /// bits ([`fmla_filter_sve`](crate::arch::fmla_filter_sve)); otherwise NEON, 64 values a round: four
     /// four-register loads, 8 `fmla`, 2 loop instructions (14 per 64
     /// values), the tail exactly.
     fn all_finite(v: &[f32]) -> bool {
         #[cfg(target_arch = "aarch64")]
-        if let Some(acc) = sve_filter(v) {
+        if let Some(acc) = crate::arch::fmla_filter_sve(v) {
             if acc.is_finite() {
                 return true;
             }
-        } else {
-            let rounds = v.len() / 64;
-            let tail = &v[rounds * 64..];
-            let acc: f32;
-            // SAFETY: NEON is part of the aarch64 baseline (every target
-            // this crate builds for has it); the loop runs `rounds` times and
-            // each round loads 64 f32 values at `p` and moves `p` past them,
-            // so it reads `rounds * 64 <= v.len()` values of `v` and nothing
-            // else (no round when `rounds` is 0); registers written are
-            // declared (v0-v3, v16-v31, the flags); no memory is written.
-            unsafe {
-                filter_asm!(
-                    acc;
-                    "movi v0.16b, #0",
-                    "movi v1.16b, #0",
-                    "movi v2.16b, #0",
-                    "movi v3.16b, #0",
-                    "cbz {n}, 2f",
-                    "1:",
-                    "ld1 {{ v16.4s, v17.4s, v18.4s, v19.4s }}, [{p}], #64",
-                    "ld1 {{ v20.4s, v21.4s, v22.4s, v23.4s }}, [{p}], #64",
-                    "ld1 {{ v24.4s, v25.4s, v26.4s, v27.4s }}, [{p}], #64",
-                    "ld1 {{ v28.4s, v29.4s, v30.4s, v31.4s }}, [{p}], #64",
-                    "fmla v0.4s, v16.4s, v17.4s",
-                    "fmla v1.4s, v18.4s, v19.4s",
-                    "fmla v2.4s, v20.4s, v21.4s",
-                    "fmla v3.4s, v22.4s, v23.4s",
-                    "fmla v0.4s, v24.4s, v25.4s",
-                    "fmla v1.4s, v26.4s, v27.4s",
-                    "fmla v2.4s, v28.4s, v29.4s",
-                    "fmla v3.4s, v30.4s, v31.4s",
-                    "subs {n}, {n}, #1",
-                    "b.ne 1b",
-                    "2:",
-                    "fadd v0.4s, v0.4s, v1.4s",
-                    "fadd v2.4s, v2.4s, v3.4s",
-                    "fadd v0.4s, v0.4s, v2.4s",
-                    "faddp v0.4s, v0.4s, v0.4s",
-                    "faddp s0, v0.2s",
-                    p = inout(reg) v.as_ptr() => _,
-                    n = inout(reg) rounds => _,
-                );
-            }
-            if acc.is_finite() {
-                return tail.iter().all(|x| x.is_finite());
-            }
+        } else if crate::arch::fmla_filter_neon(v).is_finite() {
+            return v[v.len() / 64 * 64..].iter().all(|x| x.is_finite());
         }
         v.iter().fold(0u32, |a, x| a.max(x.to_bits() << 1)) < 0xFF00_0000
     }
@@ -145,159 +80,6 @@ macro_rules! finite_16 {
 
 finite_16!(f16, 0xF800);
 finite_16!(bf16, 0xFF00);
-
-/// The fast filter of [`Finite::all_finite`] for `f32` in SVE, when the
-/// crate may use SVE ([`Features::current`](crate::cpu::Features::current))
-/// and the thread's vector holds at least 8 values (256 bits; at 128 the
-/// NEON loop's four-register loads do better): `acc = acc + x * y` over
-/// pairs of vectors, 8 vectors a round (8 loads, 4 `fmla`, 3 loop
-/// instructions: 128 values in 15 instructions at 512 bits; with SVE2.1's
-/// four-register loads 16 vectors a round in 4 loads, 8 `fmla`, 3 loop
-/// instructions, then one of 8 if at least 8 are left), the tail under
-/// a predicate (`x * x`), then the lanes' sum. Finite proves every value
-/// finite, as in the NEON loop. None when SVE is not used.
-#[cfg(target_arch = "aarch64")]
-fn sve_filter(v: &[f32]) -> Option<f32> {
-    use crate::cpu::{CpuFeature, Features};
-    let f = Features::current();
-    if !f.has(CpuFeature::Sve) {
-        return None;
-    }
-    let (acc, ran): (f32, u64);
-    // The scan: rounds of 2^`$shift` vectors from `{p}` (the loads
-    // `$load` into z16 and up, the `fmla`s `$fmla` into z0-z3, `$addvl`
-    // past them), then `$half` (8 vectors, once, when at least 8 are left;
-    // none where the round is 8), then the tail, after `$setup`, in the
-    // extension `$ext`.
-    macro_rules! scan {
-        (
-            $ext:literal, $setup:literal, $shift:literal, $addvl:literal,
-            [$($load:literal),+], [$($fmla:literal),+], [$($half:literal),*]
-        ) => {
-            filter_asm!(
-                acc;
-                $ext,
-                "cntw {vl}",
-                "mov {ran}, #0",
-                "cmp {vl}, #8",
-                "b.lo 9f",
-                "mov z0.s, #0",
-                "mov z1.s, #0",
-                "mov z2.s, #0",
-                "mov z3.s, #0",
-                "ptrue p0.s",
-                $setup,
-                concat!("lsl {step}, {vl}, #", $shift),
-                "subs {n}, {n}, {step}",
-                "b.lo 2f",
-                "1:",
-                $($load,)+
-                $($fmla,)+
-                $addvl,
-                "subs {n}, {n}, {step}",
-                "b.hs 1b",
-                "2:",
-                "add {n}, {n}, {step}",
-                $($half,)*
-                "mov {i}, #0",
-                "whilelo p1.s, {i}, {n}",
-                "b.eq 4f",
-                "3:",
-                "ld1w {{ z16.s }}, p1/z, [{p}, {i}, lsl #2]",
-                "fmla z0.s, p1/m, z16.s, z16.s",
-                "incw {i}",
-                "whilelo p1.s, {i}, {n}",
-                "b.mi 3b",
-                "4:",
-                "fadd z0.s, z0.s, z1.s",
-                "fadd z2.s, z2.s, z3.s",
-                "fadd z0.s, z0.s, z2.s",
-                "faddv s0, p0, z0.s",
-                "mov {ran}, #1",
-                "9:",
-                p = inout(reg) v.as_ptr() => _,
-                n = inout(reg) v.len() => _,
-                vl = out(reg) _,
-                step = out(reg) _,
-                i = out(reg) _,
-                ran = out(reg) ran,
-                out("p0") _, out("p1") _, out("p8") _,
-            )
-        };
-    }
-    // SAFETY: SVE is present (checked above: `Features::current` only holds
-    // what detection found), SVE2.1 too for the four-register loads
-    // (checked the same way); the loads read `v.len()` f32 values from
-    // `v.as_ptr()` (whole vectors while at least a round, then 8, of them
-    // remain, then predicated by `whilelo` to the remaining count), nothing
-    // past the slice; registers written are declared (z0-z3 and z16-z31
-    // through their v halves, p0, p1, p8, the flags); no memory is written.
-    unsafe {
-        if f.has(CpuFeature::Sve2p1) {
-            scan!(
-                ".arch_extension sve2p1",
-                "ptrue pn8.s",
-                "4",
-                "addvl {p}, {p}, #16",
-                [
-                    "ld1w {{ z16.s - z19.s }}, pn8/z, [{p}]",
-                    "ld1w {{ z20.s - z23.s }}, pn8/z, [{p}, #4, mul vl]",
-                    "ld1w {{ z24.s - z27.s }}, pn8/z, [{p}, #8, mul vl]",
-                    "ld1w {{ z28.s - z31.s }}, pn8/z, [{p}, #12, mul vl]"
-                ],
-                [
-                    "fmla z0.s, p0/m, z16.s, z17.s",
-                    "fmla z1.s, p0/m, z18.s, z19.s",
-                    "fmla z2.s, p0/m, z20.s, z21.s",
-                    "fmla z3.s, p0/m, z22.s, z23.s",
-                    "fmla z0.s, p0/m, z24.s, z25.s",
-                    "fmla z1.s, p0/m, z26.s, z27.s",
-                    "fmla z2.s, p0/m, z28.s, z29.s",
-                    "fmla z3.s, p0/m, z30.s, z31.s"
-                ],
-                [
-                    "lsl {step}, {vl}, #3",
-                    "cmp {n}, {step}",
-                    "b.lo 5f",
-                    "ld1w {{ z16.s - z19.s }}, pn8/z, [{p}]",
-                    "ld1w {{ z20.s - z23.s }}, pn8/z, [{p}, #4, mul vl]",
-                    "fmla z0.s, p0/m, z16.s, z17.s",
-                    "fmla z1.s, p0/m, z18.s, z19.s",
-                    "fmla z2.s, p0/m, z20.s, z21.s",
-                    "fmla z3.s, p0/m, z22.s, z23.s",
-                    "addvl {p}, {p}, #8",
-                    "sub {n}, {n}, {step}",
-                    "5:"
-                ]
-            );
-        } else {
-            scan!(
-                ".arch_extension sve",
-                "",
-                "3",
-                "addvl {p}, {p}, #8",
-                [
-                    "ld1w {{ z16.s }}, p0/z, [{p}]",
-                    "ld1w {{ z17.s }}, p0/z, [{p}, #1, mul vl]",
-                    "ld1w {{ z18.s }}, p0/z, [{p}, #2, mul vl]",
-                    "ld1w {{ z19.s }}, p0/z, [{p}, #3, mul vl]",
-                    "ld1w {{ z20.s }}, p0/z, [{p}, #4, mul vl]",
-                    "ld1w {{ z21.s }}, p0/z, [{p}, #5, mul vl]",
-                    "ld1w {{ z22.s }}, p0/z, [{p}, #6, mul vl]",
-                    "ld1w {{ z23.s }}, p0/z, [{p}, #7, mul vl]"
-                ],
-                [
-                    "fmla z0.s, p0/m, z16.s, z17.s",
-                    "fmla z1.s, p0/m, z18.s, z19.s",
-                    "fmla z2.s, p0/m, z20.s, z21.s",
-                    "fmla z3.s, p0/m, z22.s, z23.s"
-                ],
-                []
-            );
-        }
-    }
-    (ran != 0).then_some(acc)
-}
 
 /// Whether raw scale bits of type `ty` are finite.
 fn scale_finite(ty: ScaleType, bits: u16) -> bool {

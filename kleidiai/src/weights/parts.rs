@@ -260,8 +260,9 @@ impl<'a> OutputBlock<'a> {
             let why = format!("not within the block's {} columns", self.cols);
             return Err(Error::bad_value("columns", format!("{cols:?}"), why));
         }
-        // SAFETY: cols.start <= self.cols, so the offset stays in (or one past) row 0.
-        let ptr = unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(cols.start)) };
+        // cols.start <= self.cols, so the offset stays in (or one past) row 0
+        // and the pointer is not null (a null `ptr` was refused on creation).
+        let ptr = NonNull::new(self.ptr.as_ptr().wrapping_add(cols.start)).ok_or(Error::Null { what: "output" })?;
         Ok(OutputBlock { ptr, rows: self.rows, cols: cols.len(), row_stride: self.row_stride, _out: PhantomData })
     }
 
