@@ -9,14 +9,64 @@
 // Off aarch64 only the portable callers remain.
 #![cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 
-#[cfg(target_arch = "aarch64")]
-use crate::cpu::{CpuFeature, Features};
+/// Bits of Linux's `<asm/hwcap.h>` (`AT_HWCAP`, then `AT_HWCAP2`, kept
+/// 64-bit: SME2 is bit 37).
+#[cfg(all(target_arch = "aarch64", any(target_os = "linux", target_os = "android")))]
+pub(crate) mod hwcap {
+    pub(crate) const FP: u64 = 1 << 0;
+    pub(crate) const ASIMD: u64 = 1 << 1;
+    pub(crate) const ASIMDHP: u64 = 1 << 10;
+    pub(crate) const ASIMDDP: u64 = 1 << 20;
+    pub(crate) const SVE: u64 = 1 << 22;
+    pub(crate) const SVE2: u64 = 1 << 1;
+    pub(crate) const I8MM: u64 = 1 << 13;
+    pub(crate) const BF16: u64 = 1 << 14;
+    pub(crate) const SME: u64 = 1 << 23;
+    pub(crate) const SVE2P1: u64 = 1 << 36;
+    pub(crate) const SME2: u64 = 1 << 37;
+    pub(crate) const SME2P1: u64 = 1 << 38;
+}
 
 /// `AT_HWCAP` and `AT_HWCAP2` of this process.
 #[cfg(all(target_arch = "aarch64", any(target_os = "linux", target_os = "android")))]
 pub(crate) fn hwcaps() -> (u64, u64) {
     // SAFETY: getauxval has no preconditions; unknown keys return 0.
     unsafe { (libc::getauxval(libc::AT_HWCAP), libc::getauxval(libc::AT_HWCAP2)) }
+}
+
+/// What the operating system reports of the extensions this file's own
+/// instructions need, read once per process. This is what makes them
+/// sound, whatever the crate's policy (`cpu::Features`,
+/// which never holds more) lets callers use.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+struct Os {
+    sve: bool,
+    sve2p1: bool,
+    sme: bool,
+}
+
+#[cfg(target_arch = "aarch64")]
+#[inline]
+fn os() -> Os {
+    static OS: std::sync::OnceLock<Os> = std::sync::OnceLock::new();
+    *OS.get_or_init(|| {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            let (h, h2) = hwcaps();
+            let sve = h & hwcap::SVE != 0;
+            Os { sve, sve2p1: sve && h2 & hwcap::SVE2P1 != 0, sme: h2 & hwcap::SME != 0 }
+        }
+        // Apple cores have no SVE outside streaming mode.
+        #[cfg(target_vendor = "apple")]
+        {
+            Os { sve: false, sve2p1: false, sme: sysctl_flag("hw.optional.arm.FEAT_SME") }
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
+        {
+            Os { sve: false, sve2p1: false, sme: false }
+        }
+    })
 }
 
 /// The SVE vector length in bytes Linux reports for this thread, or 0 when
@@ -57,59 +107,35 @@ macro_rules! x0_of {
     }};
 }
 
-/// `RDSVL` (the SME streaming vector length in bytes) if `sme`, else 0.
-/// Never `CNTB`, an SVE instruction that faults on SME-only cores such as
-/// Apple M4.
+/// The SME streaming vector length in bytes of the calling thread now
+/// (`RDSVL`; never `CNTB`, an SVE instruction that faults on SME-only cores
+/// such as Apple M4), 0 when the operating system reports no SME.
 #[cfg(target_arch = "aarch64")]
 #[inline]
-fn rdsvl_if(sme: bool) -> usize {
-    if !sme {
+pub(crate) fn rdsvl_bytes() -> usize {
+    if !os().sme {
         return 0;
     }
-    // SAFETY: the caller's `sme` says the CPU has SME (from the operating
-    // system's report, or detection that read it), so RDSVL exists; it reads
-    // a system value into x0 and touches neither memory nor flags.
+    // SAFETY: the operating system reports SME (checked above), so RDSVL
+    // exists; it reads a system value into x0 and touches neither memory nor
+    // flags.
     unsafe {
         // rdsvl x0, #1
         x0_of!(".inst 0x04bf5820")
     }
 }
 
-/// The SME streaming vector length in bytes, for detection: 0 unless the
-/// operating system reports SME (`HWCAP2_SME`, or `FEAT_SME` on Apple).
-#[cfg(target_arch = "aarch64")]
-pub(crate) fn detect_streaming_vector_bytes() -> usize {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    let sme = {
-        const HWCAP2_SME: u64 = 1 << 23;
-        hwcaps().1 & HWCAP2_SME != 0
-    };
-    #[cfg(target_vendor = "apple")]
-    let sme = sysctl_flag("hw.optional.arm.FEAT_SME");
-    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
-    let sme = false;
-    rdsvl_if(sme)
-}
-
-/// The SME streaming vector length in bytes of the calling thread now, 0
-/// when detection found no SME.
-#[cfg(target_arch = "aarch64")]
-#[inline]
-pub(crate) fn rdsvl_bytes() -> usize {
-    rdsvl_if(Features::detected().has(CpuFeature::Sme))
-}
-
 /// The SVE vector length in bytes of the calling thread now (`RDVL`), 0
-/// when detection found no SVE.
+/// when the operating system reports no SVE.
 #[cfg(target_arch = "aarch64")]
 #[inline]
 pub(crate) fn rdvl_bytes() -> usize {
-    if !Features::detected().has(CpuFeature::Sve) {
+    if !os().sve {
         return 0;
     }
-    // SAFETY: detection found SVE (`Features::detected` holds only what the
-    // operating system reported), so RDVL exists; it reads a system value
-    // into x0 and touches neither memory nor flags.
+    // SAFETY: the operating system reports SVE (checked above), so RDVL
+    // exists; it reads a system value into x0 and touches neither memory nor
+    // flags.
     unsafe {
         // rdvl x0, #1
         x0_of!(".inst 0x04bf5020")
@@ -190,7 +216,8 @@ pub(crate) fn fmla_filter_neon(v: &[f32]) -> f32 {
 }
 
 /// The fast filter of f32's non-finite scan in SVE over all of `v`, when
-/// the crate may use SVE ([`Features::current`]) and the thread's vector
+/// the caller may use SVE (`sve`: the crate's policy, `Features::current`)
+/// and the operating system reports it, and the thread's vector
 /// holds at least 8 values (256 bits; at 128 the NEON loop's four-register
 /// loads do better): `acc = acc + x * y` over pairs of vectors, 8 vectors a
 /// round (8 loads, 4 `fmla`, 3 loop instructions: 128 values in 15
@@ -199,10 +226,12 @@ pub(crate) fn fmla_filter_neon(v: &[f32]) -> f32 {
 /// least 8 are left), the tail under a predicate (`x * x`), then the lanes'
 /// sum. Finite proves every value finite, as in [`fmla_filter_neon`]. None
 /// when SVE is not used.
+/// SVE2.1's loads are used when `sve2p1` allows them and the operating
+/// system reports SVE2.1.
 #[cfg(target_arch = "aarch64")]
-pub(crate) fn fmla_filter_sve(v: &[f32]) -> Option<f32> {
-    let f = Features::current();
-    if !f.has(CpuFeature::Sve) {
+pub(crate) fn fmla_filter_sve(v: &[f32], sve: bool, sve2p1: bool) -> Option<f32> {
+    let os = os();
+    if !(sve && os.sve) {
         return None;
     }
     let (acc, ran): (f32, u64);
@@ -267,15 +296,14 @@ pub(crate) fn fmla_filter_sve(v: &[f32]) -> Option<f32> {
             )
         };
     }
-    // SAFETY: SVE is present (checked above: `Features::current` only holds
-    // what detection found), SVE2.1 too for the four-register loads
-    // (checked the same way); the loads read `v.len()` f32 values from
+    // SAFETY: the operating system reports SVE (checked above), and SVE2.1
+    // for the four-register loads (checked before them); the loads read `v.len()` f32 values from
     // `v.as_ptr()` (whole vectors while at least a round, then 8, of them
     // remain, then predicated by `whilelo` to the remaining count), nothing
     // past the slice; registers written are declared (z0-z3 and z16-z31
     // through their v halves, p0, p1, p8, the flags); no memory is written.
     unsafe {
-        if f.has(CpuFeature::Sve2p1) {
+        if sve2p1 && os.sve2p1 {
             scan!(
                 ".arch_extension sve2p1",
                 "ptrue pn8.s",

@@ -386,19 +386,11 @@ mod detect {
 
     #[cfg(all(target_arch = "aarch64", any(target_os = "linux", target_os = "android")))]
     pub fn detect() -> Features {
-        // Bits of <asm/hwcap.h>. HWCAP2 is kept 64-bit: SME2 is bit 37.
-        const HWCAP_FP: u64 = 1 << 0;
-        const HWCAP_ASIMD: u64 = 1 << 1;
-        const HWCAP_ASIMDHP: u64 = 1 << 10;
-        const HWCAP_ASIMDDP: u64 = 1 << 20;
-        const HWCAP_SVE: u64 = 1 << 22;
-        const HWCAP2_SVE2: u64 = 1 << 1;
-        const HWCAP2_I8MM: u64 = 1 << 13;
-        const HWCAP2_BF16: u64 = 1 << 14;
-        const HWCAP2_SME: u64 = 1 << 23;
-        const HWCAP2_SVE2P1: u64 = 1 << 36;
-        const HWCAP2_SME2: u64 = 1 << 37;
-        const HWCAP2_SME2P1: u64 = 1 << 38;
+        use crate::arch::hwcap::{
+            ASIMD as HWCAP_ASIMD, ASIMDDP as HWCAP_ASIMDDP, ASIMDHP as HWCAP_ASIMDHP, BF16 as HWCAP2_BF16,
+            FP as HWCAP_FP, I8MM as HWCAP2_I8MM, SME as HWCAP2_SME, SME2 as HWCAP2_SME2, SME2P1 as HWCAP2_SME2P1,
+            SVE as HWCAP_SVE, SVE2 as HWCAP2_SVE2, SVE2P1 as HWCAP2_SVE2P1,
+        };
 
         let (hwcap, hwcap2) = crate::arch::hwcaps();
         let mut bits = 0u32;
@@ -423,7 +415,7 @@ mod detect {
         set(sme && hwcap2 & HWCAP2_SME2 != 0 && hwcap2 & HWCAP2_SME2P1 != 0, Sme2p1);
 
         let sve_vl = if sve { crate::arch::prctl_sve_vector_bytes() } else { 0 };
-        let sme_svl = if sme { crate::arch::detect_streaming_vector_bytes() } else { 0 };
+        let sme_svl = if sme { crate::arch::rdsvl_bytes() } else { 0 };
         finish(bits, sve_vl, sme_svl)
     }
 
@@ -444,7 +436,7 @@ mod detect {
         set("hw.optional.arm.FEAT_SME2", Sme2);
         set("hw.optional.arm.FEAT_SME2p1", Sme2p1);
         // Apple cores have no SVE outside streaming mode.
-        let sme_svl = if bits & bit(Sme) != 0 { crate::arch::detect_streaming_vector_bytes() } else { 0 };
+        let sme_svl = if bits & bit(Sme) != 0 { crate::arch::rdsvl_bytes() } else { 0 };
         finish(bits, 0, sme_svl)
     }
 

@@ -48,12 +48,16 @@ impl Finite for f32 {
     /// values), the tail exactly.
     fn all_finite(v: &[f32]) -> bool {
         #[cfg(target_arch = "aarch64")]
-        if let Some(acc) = crate::arch::fmla_filter_sve(v) {
-            if acc.is_finite() {
-                return true;
+        {
+            use crate::cpu::{CpuFeature, Features};
+            let f = Features::current();
+            if let Some(acc) = crate::arch::fmla_filter_sve(v, f.has(CpuFeature::Sve), f.has(CpuFeature::Sve2p1)) {
+                if acc.is_finite() {
+                    return true;
+                }
+            } else if crate::arch::fmla_filter_neon(v).is_finite() {
+                return v[v.len() / 64 * 64..].iter().all(|x| x.is_finite());
             }
-        } else if crate::arch::fmla_filter_neon(v).is_finite() {
-            return v[v.len() / 64 * 64..].iter().all(|x| x.is_finite());
         }
         v.iter().fold(0u32, |a, x| a.max(x.to_bits() << 1)) < 0xFF00_0000
     }

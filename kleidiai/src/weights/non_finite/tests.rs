@@ -388,7 +388,8 @@ fn the_sve_filter_runs_where_promised() {
     let f = crate::cpu::Features::current();
     let wide = f.has(crate::cpu::CpuFeature::Sve) && crate::cpu::rdvl_bytes() >= 32;
     let v = vec![1.5f32; 300];
-    let got = crate::arch::fmla_filter_sve(&v);
+    let got =
+        crate::arch::fmla_filter_sve(&v, f.has(crate::cpu::CpuFeature::Sve), f.has(crate::cpu::CpuFeature::Sve2p1));
     eprintln!("non-finite scan filter: {}", if wide { "SVE" } else { "NEON" });
     assert_eq!(got.is_some(), wide);
     if let Some(acc) = got {
