@@ -60,7 +60,7 @@ pub(crate) use imp::*;
 /// families is made.
 #[cfg(target_arch = "aarch64")]
 mod imp {
-    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::buffer::AlignedBuf;
     use crate::cpu::{CpuFeature, Features};
     use crate::error::{self, Result};
     use crate::families::engine::{self, Gate, Prepared, Tiles, query};
@@ -73,9 +73,7 @@ mod imp {
     use kleidiai_sys as sys;
 
     // The upstream function types are the float families' (same C signatures).
-    use crate::families::float_common::{
-        Getter, LhsPackFn, LhsQueryFn as LhsOffsetFn, OffsetFn, PackedRunFn as RunFn, RhsPackFn, RhsSizeFn,
-    };
+    use crate::families::float_common::{Getter, OffsetFn, PackedRunFn as RunFn, RhsPackFn, RhsSizeFn};
 
     /// An RHS packer's size query.
     #[derive(Clone, Copy)]
@@ -115,8 +113,7 @@ mod imp {
         pub name: &'static str,
         /// Format id of the packed LHS layout.
         pub format: &'static str,
-        run: LhsPackFn,
-        offset: LhsOffsetFn,
+        packer: engine::LhsPacker,
         /// One row per call, rows `roundup(k, kr) * 2` bytes apart, K tail
         /// zero-padded in Rust first (the GEMV packer, see `pack_lhs_into`).
         per_row: bool,
@@ -126,40 +123,35 @@ mod imp {
     pub(crate) static LHS_BF16P1X4_F32_NEON: LhsPacker = LhsPacker {
         name: "kai_lhs_quant_pack_bf16p1x4_f32_neon",
         format: "bf16p1x4",
-        run: sys::kai_run_lhs_quant_pack_bf16p1x4_f32_neon,
-        offset: sys::kai_get_lhs_packed_offset_lhs_quant_pack_bf16p1x4_f32_neon,
+        packer: engine::lhs_packers::BF16P1X4_F32,
         per_row: true,
     };
     /// `kai_lhs_quant_pack_bf16p8x4_f32_neon`.
     pub(crate) static LHS_BF16P8X4_F32_NEON: LhsPacker = LhsPacker {
         name: "kai_lhs_quant_pack_bf16p8x4_f32_neon",
         format: "bf16p8x4",
-        run: sys::kai_run_lhs_quant_pack_bf16p8x4_f32_neon,
-        offset: sys::kai_get_lhs_packed_offset_lhs_quant_pack_bf16p8x4_f32_neon,
+        packer: engine::lhs_packers::BF16P8X4_F32,
         per_row: false,
     };
     /// `kai_lhs_pack_bf16p8x4_f16_neon` (FEAT_FP16).
     pub(crate) static LHS_BF16P8X4_F16_NEON: LhsPacker = LhsPacker {
         name: "kai_lhs_pack_bf16p8x4_f16_neon",
         format: "bf16p8x4",
-        run: sys::kai_run_lhs_pack_bf16p8x4_f16_neon,
-        offset: sys::kai_get_lhs_packed_offset_lhs_pack_bf16p8x4_f16_neon,
+        packer: engine::lhs_packers::BF16P8X4_F16,
         per_row: false,
     };
     /// `kai_lhs_pack_bf16p2vlx2_f32_sme`.
     pub(crate) static LHS_BF16P2VLX2_F32_SME: LhsPacker = LhsPacker {
         name: "kai_lhs_pack_bf16p2vlx2_f32_sme",
         format: "bf16p2vlx2",
-        run: sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme,
-        offset: sys::kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme,
+        packer: engine::lhs_packers::BF16P2VLX2_SME,
         per_row: false,
     };
     /// `kai_lhs_pack_bf16p2vlx2_f32_sme2` (same packed format).
     pub(crate) static LHS_BF16P2VLX2_F32_SME2: LhsPacker = LhsPacker {
         name: "kai_lhs_pack_bf16p2vlx2_f32_sme2",
         format: "bf16p2vlx2",
-        run: sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme2,
-        offset: sys::kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme2,
+        packer: engine::lhs_packers::BF16P2VLX2_SME2,
         per_row: false,
     };
 
@@ -426,7 +418,7 @@ mod imp {
             }
             let need = error::mul(m - 1, lhs_stride, "lhs")?.checked_add(k).ok_or_else(|| overflow("lhs"))?;
             error::at_least(lhs.len(), need, "lhs")?;
-            let (p, layout, stride_bytes) = if f16 {
+            let (p, layout, _stride_bytes) = if f16 {
                 let Some(p) = self.packers.lhs_f16 else {
                     let mut wide = Vec::with_capacity(error::mul(m, k, "lhs")?);
                     for r in 0..m {
@@ -441,63 +433,21 @@ mod imp {
                 let stride_bytes = error::mul(lhs_stride, T::BYTES, "lhs stride")?;
                 (self.packers.lhs, self.lhs_layout(m, k)?, stride_bytes)
             };
+            let g = engine::ensure_supported(&self.info)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
             let row_bytes = error::mul(roundup(k, kr, "k")?, 2, "packed lhs")?;
             let size = error::mul(roundup(m, mr, "m")?, row_bytes, "packed lhs")?;
             out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(lhs.as_ptr() as *mut T);
-            engine::run_rows(par, &self.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                if p.per_row {
-                    // The GEMV packer converts a K tail that is not a
-                    // multiple of 4 with `kai_cast_bf16_f32`, which truncates
-                    // when the C compiler does not define __ARM_FEATURE_BF16
-                    // (GCC 12) and rounds to nearest otherwise (clang). A
-                    // zero-padded copy of the row keeps the packer on its
-                    // vector path (BFCVTN: round to nearest even) and gives
-                    // the same bytes.
-                    let kp = row_bytes / 2;
-                    let mut padded = if kp == k { Vec::new() } else { vec![T::ZERO; kp] };
-                    for r in rows {
-                        // Row r < m lies inside `lhs` (length checked above).
-                        let row = &lhs[r * lhs_stride..][..k];
-                        let (x, kk) = if padded.is_empty() {
-                            (row.as_ptr(), k)
-                        } else {
-                            padded[..k].copy_from_slice(row);
-                            (padded.as_ptr(), kp)
-                        };
-                        // SAFETY: `x` holds kk values (the row or its padded
-                        // copy); its packed row (row_bytes = roundup(k, 4) * 2
-                        // = kk * 2 at r * row_bytes, the packer's layout for
-                        // mr = 1) lies inside the `size` bytes reserved; rows
-                        // are disjoint between workers. One row per call,
-                        // m_idx_start 0, mr/kr/sr the kernel's (1, 4, 1) as
-                        // the packer asserts; the CPU has the kernel's
-                        // features (lhs_layout), which are the packer's.
-                        unsafe {
-                            (p.run)(1, kk, mr, kr, sr, 0, x.cast(), stride_bytes, dst.0.add(r * row_bytes).cast());
-                        }
-                    }
-                } else {
-                    // SAFETY: `rows` starts at a multiple of mr
-                    // (split_aligned), so the packer's offset for rows.start
-                    // begins a whole row block no other range writes; the
-                    // pointers are pre-offset (m_idx_start 0). Source rows
-                    // lie inside `lhs`, the destination inside the `size`
-                    // bytes reserved (= the packer's own size); mr, kr, sr
-                    // are the kernel's, which the packer asserts. The CPU
-                    // has the kernel's features (lhs_layout), which include
-                    // the packer's (SME, SME2 for the _sme2 packer), and
-                    // FP16 for the f16 packer of an f32 kernel (need_fp16).
-                    unsafe {
-                        let off = (p.offset)(rows.start, k, mr, kr, sr);
-                        let s = src.0.add(rows.start * lhs_stride).cast();
-                        (p.run)(rows.len(), k, mr, kr, sr, 0, s, stride_bytes, dst.0.add(off).cast());
-                    }
-                }
-            });
+            // The GEMV packer converts a K tail that is not a multiple of 4
+            // with `kai_cast_bf16_f32`, which truncates when the C compiler
+            // does not define __ARM_FEATURE_BF16 (GCC 12) and rounds to
+            // nearest otherwise (clang). A zero-padded copy of each row
+            // keeps the packer on its vector path (BFCVTN: round to nearest
+            // even) and gives the same bytes.
+            let calls =
+                if p.per_row { engine::LhsCalls::RowByRowPadded(row_bytes / 2) } else { engine::LhsCalls::Blocks };
+            let x = engine::LhsSource { src: lhs, stride: lhs_stride, m, k, bl: 0, blocking: (mr, kr, sr) };
+            engine::pack_lhs(&g, &self.info, &p.packer, x, calls, out.data_mut().as_mut_slice(), par)?;
             Ok(())
         }
 
@@ -541,7 +491,7 @@ mod imp {
             clamp: Clamp,
         ) {
             let (m, n, k, t) = (p.m, p.n, p.k, p.t);
-            let (pack, run) = (self.packers.lhs.run, self.fns.run);
+            let (pack, run) = (&self.packers.lhs.packer, self.fns.run);
             let r = rhs.data().as_ptr().cast();
             let (xs, ys) = (k * T::BYTES, n * O::BYTES);
             // SAFETY: the caller's contract: every size and layout rule was
@@ -554,14 +504,13 @@ mod imp {
             unsafe {
                 if self.packers.lhs.per_row {
                     for i in 0..m {
-                        let (a, row) = (lhs.add(i * k * 2).cast(), x.add(i * k).cast());
-                        pack(1, k, t.mr, t.kr, t.sr, 0, row, xs, a);
-                        run(1, n, k, a, r, y.add(i * n).cast(), ys, O::BYTES, clamp.min, clamp.max);
+                        let (a, row) = (lhs.add(i * k * 2), x.add(i * k));
+                        pack.run(1, k, 0, (t.mr, t.kr, t.sr), 0, row, xs, a);
+                        run(1, n, k, a.cast(), r, y.add(i * n).cast(), ys, O::BYTES, clamp.min, clamp.max);
                     }
                 } else {
-                    let l = lhs.cast();
-                    pack(m, k, t.mr, t.kr, t.sr, 0, x.cast(), xs, l);
-                    run(m, n, k, l, r, y.cast(), ys, O::BYTES, clamp.min, clamp.max);
+                    pack.run(m, k, 0, (t.mr, t.kr, t.sr), 0, x, xs, lhs);
+                    run(m, n, k, lhs.cast(), r, y.cast(), ys, O::BYTES, clamp.min, clamp.max);
                 }
             }
         }

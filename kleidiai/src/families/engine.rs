@@ -407,6 +407,354 @@ pub(crate) unsafe trait PackedKernel {
     }
 }
 
+/// An LHS packer's run with the block length: `(m, k, bl, mr, kr, sr,
+/// m_idx_start, lhs, lhs_stride, lhs_packed)`, rows of `S`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type PackLhsBl<S> =
+    unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, usize, *const S, usize, *mut c_void);
+/// An LHS packer's run without the block length: `(m, k, mr, kr, sr,
+/// m_idx_start, lhs, lhs_stride, lhs_packed)`, rows of `S`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type PackLhsNoBl<S> =
+    unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, *const S, usize, *mut c_void);
+/// An LHS packer's size or offset query with the block length: `(m or
+/// row, k, bl, mr, kr, sr)`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type LhsQueryBl = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize) -> usize;
+/// An LHS packer's size or offset query without it: `(m or row, k, mr, kr,
+/// sr)`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type LhsQueryNoBl = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
+
+/// An LHS packer's run function, by signature.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+enum LhsRun {
+    /// With the block length, f32 rows.
+    Bl(PackLhsBl<f32>),
+    /// With the block length, untyped rows.
+    BlUntyped(PackLhsBl<c_void>),
+    /// Without it, f32 rows.
+    NoBl(PackLhsNoBl<f32>),
+    /// Without it, untyped rows.
+    NoBlUntyped(PackLhsNoBl<c_void>),
+}
+
+/// An LHS packer's size and offset queries, by signature.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+enum LhsQueries {
+    /// `(m or row, k, bl, mr, kr, sr)`.
+    Bl(LhsQueryBl, LhsQueryBl),
+    /// `(m or row, k, mr, kr, sr)`.
+    NoBl(LhsQueryNoBl, LhsQueryNoBl),
+}
+
+/// An LHS packer's blocking `(mr, kr, sr)`: its kernel's.
+pub(crate) type Blocking = (usize, usize, usize);
+
+/// An upstream LHS packer: its run, size query and offset query (with the
+/// block length exactly when the run takes one), and the bytes of the
+/// source elements it reads. Made by its constructors from the three
+/// functions of one upstream packer (their callers name them together).
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) struct LhsPacker {
+    run: LhsRun,
+    queries: LhsQueries,
+    elem_bytes: usize,
+}
+
+#[cfg(target_arch = "aarch64")]
+impl LhsPacker {
+    /// A packer of f32 rows with the block length.
+    pub(crate) const fn bl(run: PackLhsBl<f32>, size: LhsQueryBl, offset: LhsQueryBl) -> Self {
+        LhsPacker { run: LhsRun::Bl(run), queries: LhsQueries::Bl(size, offset), elem_bytes: 4 }
+    }
+
+    /// A packer of rows of `elem_bytes`-byte values with the block length.
+    pub(crate) const fn bl_untyped(
+        run: PackLhsBl<c_void>,
+        size: LhsQueryBl,
+        offset: LhsQueryBl,
+        elem_bytes: usize,
+    ) -> Self {
+        LhsPacker { run: LhsRun::BlUntyped(run), queries: LhsQueries::Bl(size, offset), elem_bytes }
+    }
+
+    /// A packer of f32 rows without the block length.
+    pub(crate) const fn no_bl(run: PackLhsNoBl<f32>, size: LhsQueryNoBl, offset: LhsQueryNoBl) -> Self {
+        LhsPacker { run: LhsRun::NoBl(run), queries: LhsQueries::NoBl(size, offset), elem_bytes: 4 }
+    }
+
+    /// A packer of rows of `elem_bytes`-byte values without the block
+    /// length.
+    pub(crate) const fn no_bl_untyped(
+        run: PackLhsNoBl<c_void>,
+        size: LhsQueryNoBl,
+        offset: LhsQueryNoBl,
+        elem_bytes: usize,
+    ) -> Self {
+        LhsPacker { run: LhsRun::NoBlUntyped(run), queries: LhsQueries::NoBl(size, offset), elem_bytes }
+    }
+
+    /// Bytes `m` rows pack to (`bl` ignored by packers without one; `g`
+    /// the gate of a kernel that reads the packer's output).
+    pub(crate) fn size(&self, g: &Gate, m: usize, k: usize, bl: usize, (mr, kr, sr): Blocking) -> usize {
+        match self.queries {
+            LhsQueries::Bl(f, _) => query!(g, f, m, k, bl, mr, kr, sr),
+            LhsQueries::NoBl(f, _) => query!(g, f, m, k, mr, kr, sr),
+        }
+    }
+
+    /// Where row `row` (its row block) starts in the packed LHS, as
+    /// [`size`](Self::size).
+    pub(crate) fn offset(&self, g: &Gate, row: usize, k: usize, bl: usize, (mr, kr, sr): Blocking) -> usize {
+        match self.queries {
+            LhsQueries::Bl(_, f) => query!(g, f, row, k, bl, mr, kr, sr),
+            LhsQueries::NoBl(_, f) => query!(g, f, row, k, mr, kr, sr),
+        }
+    }
+
+    /// Runs the packer on `m` rows of `k` values at `src`, `stride` bytes
+    /// apart, the first going to slot `m_idx_start` of the row block `dst`
+    /// points to: the one call of every LHS packer.
+    ///
+    /// # Safety
+    /// `src` holds `m` rows of `k` values of the packer's element size
+    /// `stride` bytes apart (aligned for them), `dst` the bytes
+    /// [`size`](Self::size) gives for `m_idx_start + m` rows; the CPU runs
+    /// the packer (the gate of a kernel that reads it), and its blocking
+    /// and block length meet its rules (else it aborts in `KAI_ASSUME`, or
+    /// divides by zero).
+    #[allow(clippy::too_many_arguments)] // the packer's own parameters
+    #[inline(always)]
+    pub(crate) unsafe fn run<S>(
+        &self,
+        m: usize,
+        k: usize,
+        bl: usize,
+        (mr, kr, sr): Blocking,
+        m_idx_start: usize,
+        src: *const S,
+        stride: usize,
+        dst: *mut u8,
+    ) {
+        let d = dst.cast::<c_void>();
+        // SAFETY: the caller's contract, for this packer's own run function
+        // (f32 or untyped rows of the element size it was made with).
+        unsafe {
+            match self.run {
+                LhsRun::Bl(f) => f(m, k, bl, mr, kr, sr, m_idx_start, src.cast(), stride, d),
+                LhsRun::BlUntyped(f) => f(m, k, bl, mr, kr, sr, m_idx_start, src.cast(), stride, d),
+                LhsRun::NoBl(f) => f(m, k, mr, kr, sr, m_idx_start, src.cast(), stride, d),
+                LhsRun::NoBlUntyped(f) => f(m, k, mr, kr, sr, m_idx_start, src.cast(), stride, d),
+            }
+        }
+    }
+
+    /// Packs `m` rows of `k` values at the start of `src` (bytes, rows
+    /// `stride` bytes apart) into the start of `dst` (`m_idx_start` 0):
+    /// one checked call. Checks `m` and `k` are nonzero, `src` is aligned
+    /// for the packer's elements, `stride` holds `k` of them (a multiple of
+    /// their size), the rows lie inside `src` and `dst` holds the packer's
+    /// size for `m` rows. The caller has checked the packer's rules on the
+    /// blocking and block length.
+    #[allow(clippy::too_many_arguments)] // the packer's own parameters
+    pub(crate) fn pack_bytes(
+        &self,
+        g: &Gate,
+        (m, k, bl): (usize, usize, usize),
+        blocking: Blocking,
+        src: &[u8],
+        stride: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        use crate::error;
+        error::nonzero(m, "LHS rows")?;
+        error::nonzero(k, "k")?;
+        let eb = self.elem_bytes;
+        if (src.as_ptr() as usize) % eb != 0 {
+            return Err(Error::Misaligned { what: "LHS rows", align: eb });
+        }
+        let row = error::mul(k, eb, "LHS rows")?;
+        if stride % eb != 0 || stride < row {
+            return Err(Error::Stride { what: "LHS rows", stride, why: format!("do not hold {k} values each") });
+        }
+        let need = (m - 1).checked_mul(stride).and_then(|v| v.checked_add(row));
+        error::at_least_bytes(src.len(), need.ok_or_else(|| Error::Overflow("LHS rows".into()))?, "LHS rows")?;
+        // The size query asserts the block parameters are nonzero.
+        error::at_least_bytes(dst.len(), self.size(g, m, k, bl, blocking), "packed LHS part")?;
+        // SAFETY: `src` holds `m` rows of `k` aligned values of the packer's
+        // size `stride` bytes apart and `dst` the packer's size for `m` rows
+        // (all checked above); the gate proves the CPU runs the packer,
+        // whose rules the caller checked.
+        unsafe { self.run(m, k, bl, blocking, 0, src.as_ptr(), stride, dst.as_mut_ptr()) };
+        Ok(())
+    }
+
+    /// Checks that rows of `S` are what the packer reads (its element size,
+    /// and aligned for it).
+    pub(crate) fn check_elem<S>(&self, kernel: &'static str) -> Result<()> {
+        let (size, align) = (core::mem::size_of::<S>(), core::mem::align_of::<S>());
+        if size != self.elem_bytes || align < self.elem_bytes.min(4) {
+            return Err(Error::WrongFamily { kernel, why: "element type".into() });
+        }
+        Ok(())
+    }
+}
+
+/// `name = ctor(packer)` for each upstream LHS packer `kai_lhs_*<packer>`:
+/// an [`LhsPacker`] constant from its run, size and offset functions.
+#[cfg(target_arch = "aarch64")]
+macro_rules! lhs_packers {
+    ($($(#[$doc:meta])* $name:ident = $ctor:ident($run:ident, $size:ident, $offset:ident $(, $eb:expr)?);)*) => {$(
+        $(#[$doc])*
+        pub(crate) const $name: LhsPacker =
+            LhsPacker::$ctor(kleidiai_sys::$run, kleidiai_sys::$size, kleidiai_sys::$offset $(, $eb)?);
+    )*};
+}
+
+/// The upstream LHS packers the families use.
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod lhs_packers {
+    use super::LhsPacker;
+
+    #[rustfmt::skip]
+    lhs_packers! {
+        /// `kai_lhs_quant_pack_qai8dxp_f32`.
+        QAI8DXP_F32 = no_bl(kai_run_lhs_quant_pack_qai8dxp_f32, kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32, kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32);
+        /// `kai_lhs_quant_pack_qai8dxp_f16_neon`.
+        QAI8DXP_F16 = no_bl_untyped(kai_run_lhs_quant_pack_qai8dxp_f16_neon, kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f16_neon, kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f16_neon, 2);
+        /// `kai_lhs_quant_pack_qai8dxp_bf16_neon`.
+        QAI8DXP_BF16 = no_bl_untyped(kai_run_lhs_quant_pack_qai8dxp_bf16_neon, kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon, kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_bf16_neon, 2);
+        /// `kai_lhs_pack_f32p2vlx1_f32_sme`.
+        F32P2VLX1_SME = no_bl_untyped(kai_run_lhs_pack_f32p2vlx1_f32_sme, kai_get_lhs_packed_size_lhs_pack_f32p2vlx1_f32_sme, kai_get_lhs_packed_offset_lhs_pack_f32p2vlx1_f32_sme, 4);
+        /// `kai_lhs_pack_x16p2vlx2_x16_sme`.
+        X16P2VLX2_SME = no_bl_untyped(kai_run_lhs_pack_x16p2vlx2_x16_sme, kai_get_lhs_packed_size_lhs_pack_x16p2vlx2_x16_sme, kai_get_lhs_packed_offset_lhs_pack_x16p2vlx2_x16_sme, 2);
+        /// `kai_lhs_quant_pack_bf16p1x4_f32_neon`.
+        BF16P1X4_F32 = no_bl_untyped(kai_run_lhs_quant_pack_bf16p1x4_f32_neon, kai_get_lhs_packed_size_lhs_quant_pack_bf16p1x4_f32_neon, kai_get_lhs_packed_offset_lhs_quant_pack_bf16p1x4_f32_neon, 4);
+        /// `kai_lhs_quant_pack_bf16p8x4_f32_neon`.
+        BF16P8X4_F32 = no_bl_untyped(kai_run_lhs_quant_pack_bf16p8x4_f32_neon, kai_get_lhs_packed_size_lhs_quant_pack_bf16p8x4_f32_neon, kai_get_lhs_packed_offset_lhs_quant_pack_bf16p8x4_f32_neon, 4);
+        /// `kai_lhs_pack_bf16p8x4_f16_neon`.
+        BF16P8X4_F16 = no_bl_untyped(kai_run_lhs_pack_bf16p8x4_f16_neon, kai_get_lhs_packed_size_lhs_pack_bf16p8x4_f16_neon, kai_get_lhs_packed_offset_lhs_pack_bf16p8x4_f16_neon, 2);
+        /// `kai_lhs_pack_bf16p2vlx2_f32_sme`.
+        BF16P2VLX2_SME = no_bl_untyped(kai_run_lhs_pack_bf16p2vlx2_f32_sme, kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme, kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme, 4);
+        /// `kai_lhs_pack_bf16p2vlx2_f32_sme2`.
+        BF16P2VLX2_SME2 = no_bl_untyped(kai_run_lhs_pack_bf16p2vlx2_f32_sme2, kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme2, kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme2, 4);
+        /// `kai_lhs_quant_pack_qsi8d32pscalef32_f32_neon`.
+        QSI8D32PSCALEF32_F32 = bl(kai_run_lhs_quant_pack_qsi8d32pscalef32_f32_neon, kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f32_neon, kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f32_neon);
+        /// `kai_lhs_quant_pack_qsi8d32pscalef32_f16_neon`.
+        QSI8D32PSCALEF32_F16 = bl_untyped(kai_run_lhs_quant_pack_qsi8d32pscalef32_f16_neon, kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f16_neon, kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f16_neon, 2);
+        /// `kai_lhs_quant_pack_qsi8d32p_f32`.
+        QSI8D32P_F32 = bl(kai_run_lhs_quant_pack_qsi8d32p_f32, kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32, kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32);
+        /// `kai_lhs_quant_pack_qsi8d32p_f32_neon`.
+        QSI8D32P_F32_NEON = bl(kai_run_lhs_quant_pack_qsi8d32p_f32_neon, kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon, kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32_neon);
+        /// `kai_lhs_quant_pack_qsi8d32p4x8sb_f32_neon`.
+        QSI8D32P4X8SB_F32 = bl(kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon, kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon, kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p4x8sb_f32_neon);
+        /// `kai_lhs_pack_f16pmrx2_f32_neon` (f32 rows).
+        F16PMRX2_F32 = bl_untyped(kai_run_lhs_pack_f16pmrx2_f32_neon, kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon, kai_get_lhs_packed_offset_lhs_pack_f16pmrx2_f32_neon, 4);
+    }
+}
+
+/// An `m x k` LHS to pack: rows `stride` elements of `src` apart, in blocks
+/// of `bl` (for packers that take it), packed with `blocking`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) struct LhsSource<'a, S> {
+    pub src: &'a [S],
+    pub stride: usize,
+    pub m: usize,
+    pub k: usize,
+    pub bl: usize,
+    pub blocking: Blocking,
+}
+
+/// How [`pack_lhs`] calls a packer.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LhsCalls {
+    /// Once per range of row blocks.
+    Blocks,
+    /// Once per row (a packer whose multi-row path is wrong).
+    RowByRow,
+    /// Once per row, each row a copy zero-padded to this many values (at
+    /// least `k`; the packer then packs that many), row blocks the
+    /// packer's size of one block apart (for a GEMV packer whose offset
+    /// query takes row 0 only).
+    RowByRowPadded(usize),
+}
+
+/// Packs `x` with `p` into `dst` (the packer's layout from its offset 0),
+/// the row blocks split over `par`, for the kernel `info` whose gate `g`
+/// is, calling the packer as `calls` says: the one checked driver of the
+/// LHS packers. Checks the element type ([`LhsPacker::check_elem`]), that
+/// the rows lie inside the source ([`check_lhs_rows`]) and that `dst` holds
+/// the packer's size for `m` rows; every call's destination lies inside it
+/// (the packer's own offset and size, asserted). The caller has checked
+/// the packer's rules on the blocking and block length, and any CPU
+/// feature the packer needs beyond its kernel's.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn pack_lhs<S: Copy + Default + Sync>(
+    g: &Gate,
+    info: &KernelInfo,
+    p: &LhsPacker,
+    x: LhsSource<'_, S>,
+    calls: LhsCalls,
+    dst: &mut [u8],
+    par: Parallelism,
+) -> Result<()> {
+    use crate::error;
+    let LhsSource { src, stride, m, k, bl, blocking } = x;
+    p.check_elem::<S>(info.name)?;
+    check_lhs_rows(m, k, src.len(), stride)?;
+    let stride_bytes = error::mul(stride, p.elem_bytes, "lhs stride")?;
+    let (kc, row_by_row) = match calls {
+        LhsCalls::Blocks => (k, false),
+        LhsCalls::RowByRow => (k, true),
+        LhsCalls::RowByRowPadded(kp) => (kp.max(k), true),
+    };
+    let mr = blocking.0;
+    // The size query asserts the block parameters are nonzero.
+    error::at_least(dst.len(), p.size(g, m, kc, bl, blocking), "packed lhs")?;
+    let len = dst.len();
+    let block = p.size(g, mr, kc, bl, blocking);
+    let dp = SendPtr(dst.as_mut_ptr());
+    run_rows(par, info, m, k, mr, |rows| {
+        let d = dp; // the whole `SendPtr` (`Send`), not its pointer field
+        let (pieces, height) = if row_by_row { (rows.len(), 1) } else { (1, rows.len()) };
+        let mut padded = if kc == k { Vec::new() } else { vec![S::default(); kc] };
+        for piece in 0..pieces {
+            let first = rows.start + piece * height;
+            // Rows first..first + height lie inside `src` (check_lhs_rows:
+            // first + height <= m); a padded row is one row.
+            let rows_src = &src[first * stride..];
+            let s = if padded.is_empty() {
+                rows_src.as_ptr()
+            } else {
+                padded[..k].copy_from_slice(&rows_src[..k]);
+                padded.as_ptr()
+            };
+            let off = match calls {
+                LhsCalls::RowByRowPadded(_) => (first / mr).checked_mul(block),
+                _ => Some(p.offset(g, first, kc, bl, blocking)),
+            };
+            let off = off.unwrap_or(usize::MAX);
+            let end = off.checked_add(p.size(g, first % mr + height, kc, bl, blocking));
+            assert!(end.is_some_and(|e| e <= len), "internal error: an LHS packer writes past its size");
+            // SAFETY: `rows` starts at a multiple of mr (run_rows), so the
+            // row blocks of its rows are written by this range only; `first`
+            // goes to slot first % mr of the block its offset points to,
+            // whose bytes for first % mr + height rows lie inside `dst`
+            // (asserted); `s` holds `height` rows of `kc` values `stride`
+            // apart (of `src`: check_lhs_rows, or the padded copy), of the
+            // packer's element type (check_elem); the gate proves the CPU
+            // runs the packer, whose rules the caller checked.
+            unsafe { p.run(height, kc, bl, blocking, first % mr, s, stride_bytes, d.0.add(off)) };
+        }
+    });
+    Ok(())
+}
+
 /// Runs `rows(range)` over `0..m` cut into multiples of `mr` (LHS packing).
 pub(crate) fn run_rows<F>(par: Parallelism, info: &KernelInfo, m: usize, k: usize, mr: usize, rows: F)
 where

@@ -184,9 +184,6 @@ mod glue {
     );
     pub(crate) type RhsSizeFn = unsafe extern "C" fn(usize, usize) -> usize;
     type RhsApiFn = unsafe extern "C" fn() -> sys::kai_matmul_pack_rhs_uker_api;
-    pub(crate) type LhsPackFn =
-        unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, *const c_void, usize, *mut c_void);
-    pub(crate) type LhsQueryFn = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
     type LhsApiFn = unsafe extern "C" fn() -> sys::kai_matmul_pack_lhs_uker_api;
 
     /// One upstream RHS packing routine.
@@ -415,7 +412,7 @@ mod glue {
     #[derive(Clone, Copy)]
     pub(crate) enum LhsPacker {
         /// Named functions: run, size query, packed offset query.
-        Fn { run: LhsPackFn, size: LhsQueryFn, offset: LhsQueryFn },
+        Fn(engine::LhsPacker),
         /// A `kai_matmul_pack_lhs_uker_api` table.
         Api(LhsApiFn),
     }
@@ -432,11 +429,7 @@ mod glue {
     pub(crate) static F32P2VLX1: LhsFormat = LhsFormat {
         name: "f32p2vlx1",
         packer_name: "kai_lhs_pack_f32p2vlx1_f32_sme",
-        packer: LhsPacker::Fn {
-            run: sys::kai_run_lhs_pack_f32p2vlx1_f32_sme,
-            size: sys::kai_get_lhs_packed_size_lhs_pack_f32p2vlx1_f32_sme,
-            offset: sys::kai_get_lhs_packed_offset_lhs_pack_f32p2vlx1_f32_sme,
-        },
+        packer: LhsPacker::Fn(engine::lhs_packers::F32P2VLX1_SME),
     };
 
     /// f32, mr 4 vscale (one SME vector), kr 1.
@@ -450,11 +443,7 @@ mod glue {
     pub(crate) static X16P2VLX2: LhsFormat = LhsFormat {
         name: "x16p2vlx2",
         packer_name: "kai_lhs_pack_x16p2vlx2_x16_sme",
-        packer: LhsPacker::Fn {
-            run: sys::kai_run_lhs_pack_x16p2vlx2_x16_sme,
-            size: sys::kai_get_lhs_packed_size_lhs_pack_x16p2vlx2_x16_sme,
-            offset: sys::kai_get_lhs_packed_offset_lhs_pack_x16p2vlx2_x16_sme,
-        },
+        packer: LhsPacker::Fn(engine::lhs_packers::X16P2VLX2_SME),
     };
 
     /// Every RHS format, for [`unpack_rhs_row`].
@@ -772,36 +761,21 @@ mod glue {
                 }
                 Ok(())
             };
-            let src = SendPtr(lhs.as_ptr() as *mut T);
             match fmt.packer {
-                LhsPacker::Fn { run, size, offset } => {
-                    let bytes = query!(&g, size, m, k, mr, kr, sr);
+                LhsPacker::Fn(p) => {
+                    let bytes = p.size(&g, m, k, 0, (mr, kr, sr));
                     size_ok(bytes)?;
                     out.reset(layout, bytes);
-                    let dst = SendPtr(out.data_mut().as_mut_ptr());
-                    engine::run_rows(par, &self.info, m, k, mr, |rows| {
-                        let (src, dst) = (src, dst);
-                        // SAFETY: `rows` starts at a multiple of mr
-                        // (split_aligned), so the packer's offset for it
-                        // starts a block no other range writes; pointers are
-                        // pre-offset, hence m_idx_start 0. Source rows lie in
-                        // `lhs` (check_matrix), the destination in the
-                        // `bytes` reserved; mr, kr, sr are the kernel's.
-                        unsafe {
-                            let off = offset(rows.start, k, mr, kr, sr);
-                            run(
-                                rows.len(),
-                                k,
-                                mr,
-                                kr,
-                                sr,
-                                0,
-                                src.0.add(rows.start * lhs_stride).cast(),
-                                stride_bytes,
-                                dst.0.add(off).cast(),
-                            );
-                        }
-                    });
+                    let x = engine::LhsSource { src: lhs, stride: lhs_stride, m, k, bl: 0, blocking: (mr, kr, sr) };
+                    engine::pack_lhs(
+                        &g,
+                        &self.info,
+                        &p,
+                        x,
+                        engine::LhsCalls::Blocks,
+                        out.data_mut().as_mut_slice(),
+                        par,
+                    )?;
                 }
                 LhsPacker::Api(api) => {
                     let cfg = sys::kai_matmul_pack_lhs_uker_config {
@@ -819,6 +793,7 @@ mod glue {
                     size_ok(bytes)?;
                     out.reset(layout, bytes);
                     let dst = SendPtr(out.data_mut().as_mut_ptr());
+                    let src = SendPtr(lhs.as_ptr() as *mut T);
                     engine::run_rows(par, &self.info, m, k, mr, |rows| {
                         let (src, dst) = (src, dst);
                         let off = p.packed_offset_with(rows.start, &pstride);
@@ -849,7 +824,7 @@ mod glue {
         /// and packers behind upstream's table APIs, which keep the checked
         /// path.
         pub(crate) fn prepare<T: FloatElement>(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
-            let lhs_fn = matches!(self.lhs.map(|l| l.packer), None | Some(LhsPacker::Fn { .. }));
+            let lhs_fn = matches!(self.lhs.map(|l| l.packer), None | Some(LhsPacker::Fn(_)));
             if !matches!(self.imp, Imp::Direct { .. } | Imp::Packed { .. }) || !lhs_fn || T::BYTES != self.elem_bytes()
             {
                 return Ok(None);
@@ -865,12 +840,12 @@ mod glue {
             error::mul(n, eb, "dst stride")?;
             let (t, g) = self.tiles()?;
             let lhs_bytes = match self.lhs.map(|l| l.packer) {
-                Some(LhsPacker::Fn { size, .. }) => {
+                Some(LhsPacker::Fn(lp)) => {
                     let (mr, kr, sr) = (t.mr, t.kr, t.sr);
                     let want =
                         error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.div_ceil(kr) * kr, "packed lhs")
                             .and_then(|x| error::mul(x, eb, "packed lhs"))?;
-                    let bytes = query!(&g, size, m, k, mr, kr, sr);
+                    let bytes = lp.size(&g, m, k, 0, (mr, kr, sr));
                     if bytes != want {
                         return Err(Error::PackerMismatch {
                             kernel: self.info.name,
@@ -911,8 +886,8 @@ mod glue {
             // kernels get one row per call as in `run_direct`.
             unsafe {
                 match (self.imp, self.lhs.map(|l| l.packer)) {
-                    (Imp::Packed { run, .. }, Some(LhsPacker::Fn { run: pack, .. })) => {
-                        pack(m, k, t.mr, t.kr, t.sr, 0, x.cast(), k * eb, lhs.cast());
+                    (Imp::Packed { run, .. }, Some(LhsPacker::Fn(pack))) => {
+                        pack.run(m, k, 0, (t.mr, t.kr, t.sr), 0, x, k * eb, lhs);
                         run(m, n, k, lhs.cast(), rp.cast(), y.cast(), n * eb, eb, clamp.min, clamp.max);
                     }
                     (Imp::Direct { run, .. }, None) => {

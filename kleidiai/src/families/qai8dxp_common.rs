@@ -13,6 +13,8 @@
 //! nearest even for f16 and bf16, as `fcvtn`/`bfcvtn` do).
 
 use crate::error::{self, Result};
+#[cfg(target_arch = "aarch64")]
+use crate::families::engine::LhsPacker;
 use crate::families::float_common::check_reference_operands;
 use crate::formats::{Int4PerChannel, Int8PerChannel, UInt2PerChannel};
 use crate::packed::Clamp;
@@ -65,7 +67,7 @@ impl Weights<'_> {
 
 /// An LHS element type with its `qai8dx` packer (each is an output type
 /// too, whose `from_f32` and `to_f32` make and check test data).
-pub(crate) trait LhsElem: OutElem {
+pub(crate) trait LhsElem: OutElem + Default {
     /// Quantises `m x k` dense rows exactly as this type's packer does, as
     /// called by [`Entry::pack_lhs_into`], for a kernel whose blocks are
     /// `block` values long (which only the f16 packer depends on).
@@ -86,88 +88,9 @@ pub(crate) trait LhsElem: OutElem {
         error::multiple_of(kr, sr, "kr", "sr must divide kr")
     }
 
-    /// The packer's size query, through the gate of a kernel that reads
-    /// from it.
+    /// The packer's run, size and offset queries.
     #[cfg(target_arch = "aarch64")]
-    fn packed_size(g: &crate::families::engine::Gate, m: usize, k: usize, mr: usize, kr: usize, sr: usize) -> usize;
-
-    /// The packer's offset query, as [`packed_size`](Self::packed_size).
-    #[cfg(target_arch = "aarch64")]
-    fn packed_offset(
-        g: &crate::families::engine::Gate,
-        m_idx: usize,
-        k: usize,
-        mr: usize,
-        kr: usize,
-        sr: usize,
-    ) -> usize;
-
-    /// Runs the packer on `m` rows, `stride` bytes apart, the first going to
-    /// slot `m_idx_start` of the row block `dst` points to.
-    ///
-    /// # Safety
-    /// `lhs` holds `m` rows of `k` values `stride` bytes apart, `dst` the
-    /// bytes the size query gives for `m_idx_start + m` rows,
-    /// `check_block(kr, sr)` holds and the CPU has the packer's features.
-    #[cfg(target_arch = "aarch64")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn pack(
-        m: usize,
-        k: usize,
-        mr: usize,
-        kr: usize,
-        sr: usize,
-        start: usize,
-        lhs: *const Self,
-        stride: usize,
-        dst: *mut u8,
-    );
-}
-
-/// `packed_size`, `packed_offset` and `pack` of an [`LhsElem`] impl: the
-/// size query, offset query and run function of its upstream packer.
-#[cfg(target_arch = "aarch64")]
-macro_rules! lhs_packer_fns {
-    ($size:ident, $offset:ident, $run:ident) => {
-        fn packed_size(
-            g: &$crate::families::engine::Gate,
-            m: usize,
-            k: usize,
-            mr: usize,
-            kr: usize,
-            sr: usize,
-        ) -> usize {
-            $crate::families::engine::query!(g, kleidiai_sys::$size, m, k, mr, kr, sr)
-        }
-
-        fn packed_offset(
-            g: &$crate::families::engine::Gate,
-            m_idx: usize,
-            k: usize,
-            mr: usize,
-            kr: usize,
-            sr: usize,
-        ) -> usize {
-            $crate::families::engine::query!(g, kleidiai_sys::$offset, m_idx, k, mr, kr, sr)
-        }
-
-        unsafe fn pack(
-            m: usize,
-            k: usize,
-            mr: usize,
-            kr: usize,
-            sr: usize,
-            start: usize,
-            lhs: *const Self,
-            stride: usize,
-            dst: *mut u8,
-        ) {
-            // SAFETY: the caller upholds this function's contract; `Self` is
-            // the packer's element type (f32, or the 16-bit pattern of its
-            // `float16_t` / bf16).
-            unsafe { kleidiai_sys::$run(m, k, mr, kr, sr, start, lhs.cast(), stride, dst.cast()) }
-        }
-    };
+    const LHS: LhsPacker;
 }
 
 impl LhsElem for f32 {
@@ -179,11 +102,7 @@ impl LhsElem for f32 {
     const PACKER: &'static str = "kai_lhs_quant_pack_qai8dxp_f32";
 
     #[cfg(target_arch = "aarch64")]
-    lhs_packer_fns!(
-        kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32,
-        kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32,
-        kai_run_lhs_quant_pack_qai8dxp_f32
-    );
+    const LHS: LhsPacker = crate::families::engine::lhs_packers::QAI8DXP_F32;
 }
 
 impl LhsElem for f16 {
@@ -210,11 +129,7 @@ impl LhsElem for f16 {
     }
 
     #[cfg(target_arch = "aarch64")]
-    lhs_packer_fns!(
-        kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f16_neon,
-        kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f16_neon,
-        kai_run_lhs_quant_pack_qai8dxp_f16_neon
-    );
+    const LHS: LhsPacker = crate::families::engine::lhs_packers::QAI8DXP_F16;
 }
 
 impl LhsElem for bf16 {
@@ -235,11 +150,7 @@ impl LhsElem for bf16 {
     }
 
     #[cfg(target_arch = "aarch64")]
-    lhs_packer_fns!(
-        kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_bf16_neon,
-        kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_bf16_neon,
-        kai_run_lhs_quant_pack_qai8dxp_bf16_neon
-    );
+    const LHS: LhsPacker = crate::families::engine::lhs_packers::QAI8DXP_BF16;
 }
 
 /// An output element type: f32, or f16 / bf16 rounded to nearest even from
@@ -448,7 +359,7 @@ pub(crate) use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::buffer::AlignedBuf;
     use crate::cpu::CpuFeature;
     use crate::families::engine::{self, Gate, Tiles, query};
     use crate::formats::Order;
@@ -668,47 +579,18 @@ mod imp {
     ) -> Result<()> {
         let (m, k, mr, kr, sr) = (layout.rows, layout.k, layout.r, layout.kr, layout.sr);
         engine::check_lhs_rows(m, k, lhs.len(), lhs_stride)?;
-        let stride_bytes = error::mul(lhs_stride, core::mem::size_of::<L>(), "lhs stride")?;
+        error::mul(lhs_stride, core::mem::size_of::<L>(), "lhs stride")?;
         L::check_block(kr, sr)?;
         // Reject a size the packer's query would wrap.
         let per_row = roundup(k, 32, "k")?.checked_add(8).ok_or_else(|| crate::Error::Overflow("k".into()))?;
         let size = error::mul(roundup(m, mr, "m")?, per_row, "packed lhs")?;
-        if L::packed_size(g, m, k, mr, kr, sr) != size {
+        if L::LHS.size(g, m, k, 0, (mr, kr, sr)) != size {
             return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
         }
         out.reset(layout, size);
-        let dst = SendPtr(out.data_mut().as_mut_ptr());
-        let src = SendPtr(lhs.as_ptr() as *mut L);
-        engine::run_rows(par, info, m, k, mr, |rows| {
-            let (src, dst) = (src, dst);
-            let (pieces, height) = if L::ROW_BY_ROW { (rows.len(), 1) } else { (1, rows.len()) };
-            for p in 0..pieces {
-                let first = rows.start + p * height;
-                let off = L::packed_offset(g, first, k, mr, kr, sr);
-                // SAFETY: `rows` starts at a multiple of mr (split_aligned),
-                // so its row blocks are written by this range only; `first`
-                // is rows.start or, row by row, any row of it, going to slot
-                // first % mr of the block the packer's offset points to.
-                // Source rows lie inside `lhs`, the destination inside the
-                // `size` bytes reserved (the packer's own size: all checked
-                // above), the blocks meet the packer's rules (check_block)
-                // and the CPU has its features (the gate of a kernel that
-                // reads it).
-                unsafe {
-                    L::pack(
-                        height,
-                        k,
-                        mr,
-                        kr,
-                        sr,
-                        first % mr,
-                        src.0.add(first * lhs_stride),
-                        stride_bytes,
-                        dst.0.add(off),
-                    );
-                }
-            }
-        });
+        let x = engine::LhsSource { src: lhs, stride: lhs_stride, m, k, bl: 0, blocking: (mr, kr, sr) };
+        let calls = if L::ROW_BY_ROW { engine::LhsCalls::RowByRow } else { engine::LhsCalls::Blocks };
+        engine::pack_lhs(g, info, &L::LHS, x, calls, out.data_mut().as_mut_slice(), par)?;
         Ok(())
     }
 
@@ -1021,7 +903,7 @@ mod imp {
             error::mul(error::mul(m, n, "dst")?, core::mem::size_of::<O>(), "dst")?;
             let per_row = roundup(k, 32, "k")?.checked_add(8).ok_or_else(|| crate::Error::Overflow("k".into()))?;
             let lhs_bytes = error::mul(roundup(m, t.mr, "m")?, per_row, "packed lhs")?;
-            if L::packed_size(&g, m, k, t.mr, t.kr, t.sr) != lhs_bytes {
+            if L::LHS.size(&g, m, k, 0, (t.mr, t.kr, t.sr)) != lhs_bytes {
                 return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
             }
             Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
@@ -1053,7 +935,7 @@ mod imp {
             // and column 0 are 0; single-row kernels get one row per call at
             // the packer's offset of that row, as in `run`.
             unsafe {
-                L::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * core::mem::size_of::<L>(), lhs);
+                L::LHS.run(m, k, 0, (t.mr, t.kr, t.sr), 0, x, k * core::mem::size_of::<L>(), lhs);
                 if self.one_row && m > 1 {
                     self.run_rows(p, lhs, rp, y, clamp);
                 } else {
@@ -1211,7 +1093,7 @@ mod imp {
             if !matches!(self.fns.run, Run::F32(_)) {
                 return Ok(None);
             }
-            let lhs_bytes = <f32 as LhsElem>::packed_size(&g, m, k, t.mr, t.kr, t.sr);
+            let lhs_bytes = <f32 as LhsElem>::LHS.size(&g, m, k, 0, (t.mr, t.kr, t.sr));
             Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
         }
 
@@ -1243,7 +1125,7 @@ mod imp {
             // and column 0 are 0. Single-row kernels (mr 1) get one row per
             // call at the packer's offset of that row.
             unsafe {
-                <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
+                <f32 as LhsElem>::LHS.run(m, k, 0, (t.mr, t.kr, t.sr), 0, x, k * 4, lhs);
                 let offset = |r| (self.fns.lhs_offset)(r, k);
                 prepared_rows(m, t.mr == 1, offset, |h, lo, r| {
                     run(h, n, k, lhs.add(lo).cast(), rp.cast(), y.add(r * n), n * 4, 4, clamp.min, clamp.max)

@@ -507,7 +507,7 @@ mod imp {
             if self.fns.run.dst_bytes() != 4 {
                 return Ok(None);
             }
-            let lhs_bytes = <f32 as LhsElem>::packed_size(&g, m, k, t.mr, t.kr, t.sr);
+            let lhs_bytes = <f32 as LhsElem>::LHS.size(&g, m, k, 0, (t.mr, t.kr, t.sr));
             Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
         }
 
@@ -538,7 +538,7 @@ mod imp {
             // and column 0 are 0. Single-row kernels (mr 1) get one row per
             // call at the packer's offset of that row, as in `run`.
             unsafe {
-                <f32 as LhsElem>::pack(m, k, t.mr, t.kr, t.sr, 0, x, k * 4, lhs);
+                <f32 as LhsElem>::LHS.run(m, k, 0, (t.mr, t.kr, t.sr), 0, x, k * 4, lhs);
                 let offset = |r| (self.fns.lhs_offset)(r, k);
                 prepared_rows(m, self.one_row && t.mr == 1, offset, |h, lo, r| {
                     run(h, n, k, bl, lhs.add(lo).cast(), rp.cast(), y.add(r * n), n * 4, 4, clamp.min, clamp.max)

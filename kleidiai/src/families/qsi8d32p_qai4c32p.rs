@@ -198,12 +198,11 @@ pub(crate) use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::buffer::AlignedBuf;
     use crate::cpu::{CpuFeature, Features};
-    use crate::families::engine::{self, Gate, Tiles, query};
+    use crate::families::engine::{self, Gate, Tiles};
 
     /// A query of `(m or row, k, bl, mr, kr, sr)`.
-    type Query6 = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize) -> usize;
     use crate::families::qsi8d32p_qsi4c32p::{self as q4, Run};
     use crate::formats::NibbleOrder;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
@@ -283,75 +282,12 @@ mod imp {
             }
         }
 
-        /// `kai_get_lhs_packed_size_*`, through the gate of a kernel that
-        /// reads this packer's output (`k % bl == 0`, `k % kr == 0`, or
-        /// upstream aborts).
-        #[allow(clippy::too_many_arguments)]
-        fn size(self, g: &Gate, m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            let size: Query6 = match self {
-                LhsQuant::F32 => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f32_neon,
-                LhsQuant::F16 => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32pscalef32_f16_neon,
-            };
-            query!(g, size, m, k, bl, mr, kr, sr)
-        }
-
-        /// `kai_get_lhs_packed_offset_*`, as [`size`](Self::size).
-        #[allow(clippy::too_many_arguments)]
-        fn offset(self, g: &Gate, m_idx: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            let offset: Query6 = match self {
-                LhsQuant::F32 => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f32_neon,
-                LhsQuant::F16 => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32pscalef32_f16_neon,
-            };
-            query!(g, offset, m_idx, k, bl, mr, kr, sr)
-        }
-
-        /// `kai_run_lhs_quant_pack_*` (`m_idx_start` 0).
-        ///
-        /// # Safety
-        /// `lhs` holds `m` rows `stride_bytes` apart of `k` values of this
-        /// packer's input type, `out` the packed size for those rows;
-        /// preconditions met; the CPU has the packer's features.
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn pack(
-            self,
-            m: usize,
-            k: usize,
-            bl: usize,
-            mr: usize,
-            kr: usize,
-            sr: usize,
-            lhs: *const c_void,
-            stride_bytes: usize,
-            out: *mut c_void,
-        ) {
-            // SAFETY: the caller's contract.
-            unsafe {
-                match self {
-                    LhsQuant::F32 => sys::kai_run_lhs_quant_pack_qsi8d32pscalef32_f32_neon(
-                        m,
-                        k,
-                        bl,
-                        mr,
-                        kr,
-                        sr,
-                        0,
-                        lhs.cast(),
-                        stride_bytes,
-                        out,
-                    ),
-                    LhsQuant::F16 => sys::kai_run_lhs_quant_pack_qsi8d32pscalef32_f16_neon(
-                        m,
-                        k,
-                        bl,
-                        mr,
-                        kr,
-                        sr,
-                        0,
-                        lhs,
-                        stride_bytes,
-                        out,
-                    ),
-                }
+        /// The upstream packer (`k % bl == 0`, `k % kr == 0`, or its
+        /// queries abort).
+        pub(crate) const fn packer(self) -> engine::LhsPacker {
+            match self {
+                LhsQuant::F32 => engine::lhs_packers::QSI8D32PSCALEF32_F32,
+                LhsQuant::F16 => engine::lhs_packers::QSI8D32PSCALEF32_F16,
             }
         }
     }
@@ -637,42 +573,26 @@ mod imp {
             out: &mut PackedLhs,
         ) -> Result<()> {
             check_lhs::<V>(m, k, lhs, lhs_stride)?;
-            let stride_bytes = error::mul(lhs_stride, core::mem::size_of::<V::Lhs>(), "lhs stride")?;
+            error::mul(lhs_stride, core::mem::size_of::<V::Lhs>(), "lhs stride")?;
             let layout = self.lhs_layout(m, k, bl)?;
             let g = engine::ensure_supported(&self.0.info)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
             // The packed size must not overflow: padded rows * (k + 8 per block).
             error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k + (k / bl) * 8, "packed lhs")?;
             // k % bl == 0 and k % kr == 0: check_k.
-            let size = V::LHS.size(&g, m, k, bl, mr, kr, sr);
+            let packer = V::LHS.packer();
+            let size = packer.size(&g, m, k, bl, (mr, kr, sr));
             out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(lhs.as_ptr() as *mut V::Lhs);
-            engine::run_rows(par, &self.0.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                let off = V::LHS.offset(&g, rows.start, k, bl, mr, kr, sr);
-                // SAFETY: `rows` starts at a multiple of mr (split_aligned), so
-                // the packer's offset for rows.start is the start of a whole
-                // row block no other range writes; the pointer is pre-offset,
-                // hence m_idx_start 0. Source rows lie inside `lhs` and are
-                // finite (check_lhs); the destination lies inside the `size`
-                // bytes reserved; bl % 32 == 0, bl % kr == 0, kr / sr in
-                // {4, 8} (check_k). The LHS packer's features are part of
-                // the kernel's (build_entries), checked by lhs_layout.
-                unsafe {
-                    V::LHS.pack(
-                        rows.len(),
-                        k,
-                        bl,
-                        mr,
-                        kr,
-                        sr,
-                        src.0.add(rows.start * lhs_stride).cast(),
-                        stride_bytes,
-                        dst.0.add(off).cast(),
-                    );
-                }
-            });
+            let x = engine::LhsSource { src: lhs, stride: lhs_stride, m, k, bl, blocking: (mr, kr, sr) };
+            engine::pack_lhs(
+                &g,
+                &self.0.info,
+                &packer,
+                x,
+                engine::LhsCalls::Blocks,
+                out.data_mut().as_mut_slice(),
+                par,
+            )?;
             Ok(())
         }
 
@@ -690,7 +610,7 @@ mod imp {
             let (t, g) = self.tiles()?;
             error::mul(error::mul(m.div_ceil(layout.r), layout.r, "packed lhs")?, k + (k / bl) * 8, "packed lhs")?;
             // k % bl == 0 and k % kr == 0: lhs_layout's check_k.
-            let lhs_bytes = V::LHS.size(&g, m, k, bl, t.mr, t.kr, t.sr);
+            let lhs_bytes = V::LHS.packer().size(&g, m, k, bl, (t.mr, t.kr, t.sr));
             Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
         }
 
@@ -722,7 +642,7 @@ mod imp {
             // kernels (m_step 1) take one row per call at the packer's
             // offset of that row, as in `run`.
             unsafe {
-                V::LHS.pack(m, k, bl, t.mr, t.kr, t.sr, x.cast(), k * core::mem::size_of::<V::Lhs>(), lhs.cast());
+                V::LHS.packer().run(m, k, bl, (t.mr, t.kr, t.sr), 0, x, k * core::mem::size_of::<V::Lhs>(), lhs);
                 let step = if t.m_step == 1 { 1 } else { m };
                 for row in (0..m).step_by(step) {
                     let (len, lo) = (step.min(m - row), (f.lhs_offset)(row, k, bl));

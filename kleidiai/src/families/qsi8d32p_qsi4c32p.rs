@@ -34,10 +34,10 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::buffer::AlignedBuf;
     use crate::cpu::CpuFeature;
     use crate::error;
-    use crate::families::engine::{self, Gate, PackedKernel as _, Prepared, Tiles, query};
+    use crate::families::engine::{self, Gate, PackedKernel as _, Prepared, Tiles};
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::quant::Rounding;
@@ -317,76 +317,16 @@ mod imp {
             }
         }
 
-        /// `kai_get_lhs_packed_size_*`, through the gate of a kernel that
-        /// reads this packer's output (`k % bl == 0` and `k % kr == 0`,
-        /// which `check_bl` checks, or upstream aborts).
-        #[allow(clippy::too_many_arguments)]
-        fn size(self, g: &Gate, m: usize, k: usize, bl: usize, mr: usize, kr: usize, sr: usize) -> usize {
-            let size: unsafe extern "C" fn(usize, usize, usize, usize, usize, usize) -> usize = match self {
-                LhsPacker::Scalar => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32,
-                LhsPacker::Neon => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon,
-                LhsPacker::Sb4x8 => sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon,
-                LhsPacker::F16 => sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon,
-            };
-            query!(g, size, m, k, bl, mr, kr, sr)
-        }
-
-        /// Packs `m` rows (`k` f32 each, dense) from `src` into `dst`,
-        /// starting at the packer's offset of row `m_idx` (a multiple of
-        /// `mr`; the pointers are not pre-offset).
-        ///
-        /// # Safety
-        /// `src` holds rows `m_idx .. m_idx + m` of a dense `? x k` f32
-        /// matrix, `dst` the packed size of at least `m_idx + m` rows; `k`,
-        /// `bl`, `mr`, `kr`, `sr` passed [`check`](Self::check) and
-        /// `check_bl`; the CPU has the packer's features.
-        // Inlined: the steady-state path calls it from row 0, where the
-        // offset query and its dispatch fold away.
-        #[allow(clippy::too_many_arguments)]
+        /// The upstream packer (`k % bl == 0` and `k % kr == 0`, which
+        /// `check_bl` checks, or its queries abort).
         #[inline(always)]
-        unsafe fn pack(
-            self,
-            m_idx: usize,
-            m: usize,
-            k: usize,
-            bl: usize,
-            (mr, kr, sr): (usize, usize, usize),
-            src: *const f32,
-            dst: *mut u8,
-        ) {
-            // SAFETY: the caller's contract; the offset query is pure
-            // arithmetic (row 0 starts at offset 0: no query) and the
-            // pointers are pre-offset (m_idx_start 0).
-            unsafe {
-                let s = src.add(m_idx * k);
-                let st = k * 4;
-                let off = if m_idx == 0 {
-                    0
-                } else {
-                    match self {
-                        LhsPacker::Scalar => {
-                            sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32(m_idx, k, bl, mr, kr, sr)
-                        }
-                        LhsPacker::Neon => {
-                            sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32_neon(m_idx, k, bl, mr, kr, sr)
-                        }
-                        LhsPacker::Sb4x8 => sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(
-                            m_idx, k, bl, mr, kr, sr,
-                        ),
-                        LhsPacker::F16 => {
-                            sys::kai_get_lhs_packed_offset_lhs_pack_f16pmrx2_f32_neon(m_idx, k, bl, mr, kr, sr)
-                        }
-                    }
-                };
-                let d = dst.add(off).cast();
-                match self {
-                    LhsPacker::Scalar => sys::kai_run_lhs_quant_pack_qsi8d32p_f32(m, k, bl, mr, kr, sr, 0, s, st, d),
-                    LhsPacker::Neon => sys::kai_run_lhs_quant_pack_qsi8d32p_f32_neon(m, k, bl, mr, kr, sr, 0, s, st, d),
-                    LhsPacker::Sb4x8 => {
-                        sys::kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon(m, k, bl, mr, kr, sr, 0, s, st, d)
-                    }
-                    LhsPacker::F16 => sys::kai_run_lhs_pack_f16pmrx2_f32_neon(m, k, bl, mr, kr, sr, 0, s.cast(), st, d),
-                }
+        pub(crate) const fn packer(self) -> engine::LhsPacker {
+            use engine::lhs_packers as P;
+            match self {
+                LhsPacker::Scalar => P::QSI8D32P_F32,
+                LhsPacker::Neon => P::QSI8D32P_F32_NEON,
+                LhsPacker::Sb4x8 => P::QSI8D32P4X8SB_F32,
+                LhsPacker::F16 => P::F16PMRX2_F32,
             }
         }
     }
@@ -512,21 +452,13 @@ mod imp {
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
             packer.check(mr, kr, sr, bl)?;
             // k % bl, k % kr: checked above by check_bl.
-            let size = packer.size(&g, m, k, bl, mr, kr, sr);
+            let p = packer.packer();
+            let size = p.size(&g, m, k, bl, (mr, kr, sr));
             out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(dense.as_ptr() as *mut f32);
-            engine::run_rows(par, &self.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                // SAFETY: `rows` starts at a multiple of mr (split_aligned),
-                // so the packed offset of rows.start begins a row group no
-                // other range writes, inside the `size` bytes reserved; the
-                // source is the dense m x k matrix (rows k floats apart, as
-                // the NEON packers assume); block length, k, mr, kr and sr
-                // meet the packer's assumptions (checked above); the CPU has
-                // the packer's features (ensure_supported in lhs_layout).
-                unsafe { packer.pack(rows.start, rows.len(), k, bl, (mr, kr, sr), src.0, dst.0) }
-            });
+            // The dense m x k matrix: rows k floats apart, as the NEON
+            // packers assume.
+            let x = engine::LhsSource { src: &dense, stride: k, m, k, bl, blocking: (mr, kr, sr) };
+            engine::pack_lhs(&g, &self.info, &p, x, engine::LhsCalls::Blocks, out.data_mut().as_mut_slice(), par)?;
             Ok(())
         }
 
@@ -566,7 +498,7 @@ mod imp {
             error::mul(error::mul(m, k, "lhs")?, 4, "lhs")?;
             error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
             // k % bl, k % kr: checked.
-            let lhs_bytes = self.lhs.size(&g, m, k, bl, mr, kr, sr);
+            let lhs_bytes = self.lhs.packer().size(&g, m, k, bl, (mr, kr, sr));
             Ok(Some(Prepared { m, n, k, bl, t, lhs_bytes }))
         }
 
@@ -596,7 +528,7 @@ mod imp {
             // `pack_lhs_into` write; GEMV kernels (mr 1) get one row per
             // call at the packer's offset of that row, as in `run`.
             unsafe {
-                self.lhs.pack(0, m, k, bl, (t.mr, t.kr, t.sr), x, lhs);
+                self.lhs.packer().run(m, k, bl, (t.mr, t.kr, t.sr), 0, x, k * 4, lhs);
                 let rp = rhs.data().as_ptr().cast();
                 let step = if t.mr == 1 { 1 } else { m };
                 let mut r0 = 0;

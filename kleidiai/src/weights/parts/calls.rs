@@ -93,13 +93,13 @@ impl PartKernel {
         }
         self.check_pack(h, (src.as_ptr(), src.len()), stride, out.len(), self.lhs_size(h))?;
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: the CPU runs the packer's kernel at its vector length
-        // (`ok`, for this kernel); `src` holds `h` rows of k f32 `stride`
-        // bytes apart, 4-byte aligned, and `out` the bytes h rows pack to
-        // (both checked above); the packer's parameters passed `check`.
-        unsafe {
-            ffi::pack(self.packer, h, self.k, self.lhs_bl, &self.t, src.as_ptr().cast(), stride, out.as_mut_ptr())
-        };
+        if let Some(p) = ffi::lhs_packer(self.packer) {
+            // The CPU runs the packer's kernel at its vector length (`ok`,
+            // for this kernel; `gate` its features); the packer's
+            // parameters passed `check`.
+            let t = &self.t;
+            p.pack_bytes(&self.gate, (h, self.k, self.lhs_bl), (t.mr, t.kr, t.sr), src, stride, out)?;
+        }
         Ok(())
     }
 
@@ -216,11 +216,16 @@ impl PartKernel {
             return;
         }
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: the caller's guarantee: the same arguments passed
-        // `pack_rows`' checks (see its SAFETY comment).
-        unsafe {
-            ffi::pack(self.packer, h, self.k, self.lhs_bl, &self.t, src.cast(), stride, out)
-        };
+        if let Some(p) = ffi::lhs_packer(self.packer) {
+            let t = &self.t;
+            // SAFETY: the caller's guarantee: the same arguments passed
+            // `pack_rows`' checks, which are `pack_bytes`' (`src` holds `h`
+            // rows of k f32 `stride` bytes apart, 4-byte aligned, `out` the
+            // bytes h rows pack to), on a thread that runs the packer's
+            // kernel at its vector length; the packer's parameters passed
+            // `check`.
+            unsafe { p.run(h, self.k, self.lhs_bl, (t.mr, t.kr, t.sr), 0, src, stride, out) };
+        }
         #[cfg(not(target_arch = "aarch64"))]
         let _ = (h, src, stride, out);
     }

@@ -1,9 +1,8 @@
 //! The upstream functions of the families with a per-thread form.
 use super::{LhsPacker, PartKernel};
 use crate::error::{Error, Result};
-use crate::families::engine::{Gate, Tiles, query};
+use crate::families::engine::{self, Gate, Tiles, query};
 use crate::registry::KernelInfo;
-use crate::sys;
 use crate::sys::interfaces as ifc;
 use core::ffi::c_void;
 use core::ops::Range;
@@ -95,145 +94,32 @@ pub(super) fn resolve(g: &Gate, info: &KernelInfo) -> Result<(Fns, Tiles)> {
     })
 }
 
-/// An LHS packer's size or offset query, by signature: `(m or row, k,
-/// [bl,] mr, kr, sr)`.
-#[derive(Clone, Copy)]
-enum Query {
-    /// With the block length `bl`.
-    Bl(unsafe extern "C" fn(usize, usize, usize, usize, usize, usize) -> usize),
-    /// Without.
-    NoBl(unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize),
-}
-
-type PackBl<S> = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, usize, *const S, usize, *mut c_void);
-type PackNoBl<S> = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, *const S, usize, *mut c_void);
-
-/// An LHS packer's run function, by signature: `(m, k, [bl,] mr, kr, sr,
-/// m_idx_start, lhs, lhs_stride, lhs_packed)` with an f32 or an untyped
-/// `lhs`.
-#[derive(Clone, Copy)]
-enum Pack {
-    /// With the block length `bl`, f32 `lhs`.
-    Bl(PackBl<f32>),
-    /// With `bl`, untyped `lhs` (f32 all the same: `_f32` in the name).
-    BlUntyped(PackBl<c_void>),
-    /// Without `bl`, f32 `lhs`.
-    NoBl(PackNoBl<f32>),
-    /// Without `bl`, untyped `lhs` (f32 all the same).
-    NoBlUntyped(PackNoBl<c_void>),
-}
-
-/// The upstream functions of one LHS packer, each named once (in
-/// [`lhs_fns`]).
-struct LhsFns {
-    size: Query,
-    offset: Query,
-    pack: Pack,
-}
-
-/// The upstream functions of `p` (none for `Direct`: no packer).
-const fn lhs_fns(p: LhsPacker) -> Option<&'static LhsFns> {
-    use Pack as P;
-    use Query as Q;
+/// The upstream packer of `p` (none for `Direct`).
+pub(super) const fn lhs_packer(p: LhsPacker) -> Option<&'static engine::LhsPacker> {
+    use engine::lhs_packers as L;
     Some(match p {
-        LhsPacker::Qsi8d32p => &LhsFns {
-            size: Q::Bl(sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32),
-            offset: Q::Bl(sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32),
-            pack: P::Bl(sys::kai_run_lhs_quant_pack_qsi8d32p_f32),
-        },
-        LhsPacker::Qsi8d32pNeon => &LhsFns {
-            size: Q::Bl(sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon),
-            offset: Q::Bl(sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32_neon),
-            pack: P::Bl(sys::kai_run_lhs_quant_pack_qsi8d32p_f32_neon),
-        },
-        LhsPacker::Qsi8d32p4x8sb => &LhsFns {
-            size: Q::Bl(sys::kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon),
-            offset: Q::Bl(sys::kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p4x8sb_f32_neon),
-            pack: P::Bl(sys::kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon),
-        },
-        LhsPacker::F16pmrx2 => &LhsFns {
-            size: Q::Bl(sys::kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon),
-            offset: Q::Bl(sys::kai_get_lhs_packed_offset_lhs_pack_f16pmrx2_f32_neon),
-            pack: P::BlUntyped(sys::kai_run_lhs_pack_f16pmrx2_f32_neon),
-        },
-        LhsPacker::Qai8dxp => &LhsFns {
-            size: Q::NoBl(sys::kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32),
-            offset: Q::NoBl(sys::kai_get_lhs_packed_offset_lhs_quant_pack_qai8dxp_f32),
-            pack: P::NoBl(sys::kai_run_lhs_quant_pack_qai8dxp_f32),
-        },
-        LhsPacker::F32p2vlx1Sme => &LhsFns {
-            size: Q::NoBl(sys::kai_get_lhs_packed_size_lhs_pack_f32p2vlx1_f32_sme),
-            offset: Q::NoBl(sys::kai_get_lhs_packed_offset_lhs_pack_f32p2vlx1_f32_sme),
-            pack: P::NoBlUntyped(sys::kai_run_lhs_pack_f32p2vlx1_f32_sme),
-        },
-        LhsPacker::Bf16p2vlx2Sme => &LhsFns {
-            size: Q::NoBl(sys::kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme),
-            offset: Q::NoBl(sys::kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme),
-            pack: P::NoBlUntyped(sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme),
-        },
-        LhsPacker::Bf16p2vlx2Sme2 => &LhsFns {
-            size: Q::NoBl(sys::kai_get_lhs_packed_size_lhs_pack_bf16p2vlx2_f32_sme2),
-            offset: Q::NoBl(sys::kai_get_lhs_packed_offset_lhs_pack_bf16p2vlx2_f32_sme2),
-            pack: P::NoBlUntyped(sys::kai_run_lhs_pack_bf16p2vlx2_f32_sme2),
-        },
+        LhsPacker::Qsi8d32p => &L::QSI8D32P_F32,
+        LhsPacker::Qsi8d32pNeon => &L::QSI8D32P_F32_NEON,
+        LhsPacker::Qsi8d32p4x8sb => &L::QSI8D32P4X8SB_F32,
+        LhsPacker::F16pmrx2 => &L::F16PMRX2_F32,
+        LhsPacker::Qai8dxp => &L::QAI8DXP_F32,
+        LhsPacker::F32p2vlx1Sme => &L::F32P2VLX1_SME,
+        LhsPacker::Bf16p2vlx2Sme => &L::BF16P2VLX2_SME,
+        LhsPacker::Bf16p2vlx2Sme2 => &L::BF16P2VLX2_SME2,
         LhsPacker::Direct => return None,
     })
 }
 
-impl Query {
-    /// Calls the query with `(m_or_row, k, [bl,] t.mr, t.kr, t.sr)`, through
-    /// the gate of the kernel that reads the packer's output (parameters
-    /// that passed `LhsPacker::check`, or upstream aborts).
-    fn call(self, g: &Gate, m_or_row: usize, k: usize, bl: usize, t: &Tiles) -> usize {
-        let (mr, kr, sr) = (t.mr, t.kr, t.sr);
-        match self {
-            Query::Bl(f) => query!(g, f, m_or_row, k, bl, mr, kr, sr),
-            Query::NoBl(f) => query!(g, f, m_or_row, k, mr, kr, sr),
-        }
-    }
-}
-
 /// Bytes `m` rows of `p` pack to (`g`: the gate of its kernel).
 pub(super) fn lhs_size(g: &Gate, p: LhsPacker, m: usize, k: usize, bl: usize, t: &Tiles) -> usize {
-    let Some(f) = lhs_fns(p) else { return 0 }; // `Direct`: nothing packed
-    f.size.call(g, m, k, bl, t)
+    let Some(f) = lhs_packer(p) else { return 0 }; // `Direct`: nothing packed
+    f.size(g, m, k, bl, (t.mr, t.kr, t.sr))
 }
 
 /// The offset of row `row` in `p`'s packed LHS, as [`lhs_size`].
 pub(super) fn lhs_offset(g: &Gate, p: LhsPacker, row: usize, k: usize, bl: usize, t: &Tiles) -> usize {
-    let Some(f) = lhs_fns(p) else { return 0 }; // `Direct`: nothing packed
-    f.offset.call(g, row, k, bl, t)
-}
-
-/// Packs `h` rows (m_idx_start 0, pointers pre-offset).
-///
-/// # Safety
-/// `src` holds `h` rows of `k` f32 `stride` bytes apart; `out` the bytes
-/// `h` rows pack to; the CPU runs the packer; parameters checked.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn pack(
-    p: LhsPacker,
-    h: usize,
-    k: usize,
-    bl: usize,
-    t: &Tiles,
-    src: *const f32,
-    stride: usize,
-    out: *mut u8,
-) {
-    let Some(f) = lhs_fns(p) else { return }; // `Direct`: no packer
-    let (mr, kr, sr) = (t.mr, t.kr, t.sr);
-    let o = out.cast::<c_void>();
-    // SAFETY: the caller's guarantees, for `p`'s own packer (all of them
-    // read f32 rows, whether their `lhs` is typed or not).
-    unsafe {
-        match f.pack {
-            Pack::Bl(run) => run(h, k, bl, mr, kr, sr, 0, src, stride, o),
-            Pack::BlUntyped(run) => run(h, k, bl, mr, kr, sr, 0, src.cast(), stride, o),
-            Pack::NoBl(run) => run(h, k, mr, kr, sr, 0, src, stride, o),
-            Pack::NoBlUntyped(run) => run(h, k, mr, kr, sr, 0, src.cast(), stride, o),
-        }
-    }
+    let Some(f) = lhs_packer(p) else { return 0 }; // `Direct`: nothing packed
+    f.offset(g, row, k, bl, (t.mr, t.kr, t.sr))
 }
 
 /// Runs the kernel on columns `cols` of all `m` rows.
