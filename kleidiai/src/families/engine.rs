@@ -755,6 +755,111 @@ pub(crate) fn pack_lhs<S: Copy + Default + Sync>(
     Ok(())
 }
 
+/// An RHS packer's size query `(n, k, nr, kr, sr)`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type RhsSizeNkBlocks = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
+/// The run of an RHS packer of per-channel quantised weights: `(num_groups,
+/// n, k, nr, kr, sr, rhs, bias, scale, rhs_packed, extra_bytes, params)`.
+#[cfg(target_arch = "aarch64")]
+#[rustfmt::skip]
+pub(crate) type PackChannel<V, P> =
+    unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, *const V, *const f32, *const f32, *mut c_void, usize, *const P);
+/// [`PackChannel`] of the 2-bit packers, with their 4-entry table last.
+#[cfg(target_arch = "aarch64")]
+#[rustfmt::skip]
+pub(crate) type PackChannelLut = unsafe extern "C" fn(
+    usize, usize, usize, usize, usize, usize, *const u8, *const f32, *const f32, *mut c_void, usize,
+    *const kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param, *const i32,
+);
+
+/// Per-channel quantised weights with what their packer takes besides.
+#[cfg(target_arch = "aarch64")]
+pub(crate) enum ChannelWeights<'a> {
+    /// int4 weights, read by an int4 packer of their order.
+    Int4(
+        &'a crate::formats::Int4PerChannel<'a>,
+        PackChannel<u8, kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param>,
+        kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param,
+    ),
+    /// int8 weights, read by an int8 packer of their order.
+    Int8(
+        &'a crate::formats::Int8PerChannel<'a>,
+        PackChannel<i8, kleidiai_sys::kai_rhs_pack_qsi8cx_params>,
+        kleidiai_sys::kai_rhs_pack_qsi8cx_params,
+    ),
+    /// 2-bit weights (N x K) with the packer's table (4 entries, then
+    /// zeros).
+    UInt2(
+        &'a crate::formats::UInt2PerChannel<'a>,
+        PackChannelLut,
+        kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param,
+        [i32; 16],
+    ),
+}
+
+/// Packs per-channel quantised weights `w` (one group, no extra bytes) with
+/// blocking `(nr, kr, sr)` into a new zeroed buffer of the packer's size
+/// (its query `size`) plus `tail` bytes after it: the one checked call of
+/// these packers. Checks the weights (`validate`: their data, scales and
+/// bias hold what `n`, `k` and their order need), the order the packer
+/// reads (`order` for int4 and int8, N x K for 2 bits) and, for 2 bits,
+/// `k % 32 == 0` (the packers load 8 bytes of a row at a time). The caller
+/// has checked the packer's rules on the blocking (its `KAI_ASSUME`s).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn pack_rhs_per_channel(
+    g: &Gate,
+    size: RhsSizeNkBlocks,
+    w: ChannelWeights<'_>,
+    order: crate::formats::Order,
+    (nr, kr, sr): Blocking,
+    tail: usize,
+) -> Result<crate::buffer::AlignedBuf> {
+    use crate::formats::Order;
+    let (n, k, w_order) = match &w {
+        ChannelWeights::Int4(w, ..) => (w.n, w.k, w.order),
+        ChannelWeights::Int8(w, ..) => (w.n, w.k, w.order),
+        ChannelWeights::UInt2(w, ..) => (w.n, w.k, Order::NxK),
+    };
+    match &w {
+        ChannelWeights::Int4(w, ..) => w.validate()?,
+        ChannelWeights::Int8(w, ..) => w.validate()?,
+        ChannelWeights::UInt2(w, ..) => {
+            w.validate()?;
+            crate::error::multiple_of(k, 32, "k", "2-bit packers and kernels")?;
+        }
+    }
+    if w_order != order {
+        return Err(Error::bad_value("weight order", format!("{w_order:?}"), format!("the packer reads {order:?}")));
+    }
+    let bytes = query!(g, size, n, k, nr, kr, sr);
+    let total = bytes.checked_add(tail).ok_or_else(|| Error::Overflow("packed rhs".into()))?;
+    let mut buf = crate::buffer::AlignedBuf::zeroed(total);
+    let dst = buf.as_mut_ptr().cast::<c_void>();
+    let bias = |b: Option<&[f32]>| b.map_or(core::ptr::null(), <[f32]>::as_ptr);
+    // SAFETY: the weights passed `validate` (data, scales and bias hold what
+    // n, k and their order need) and are in the order the packer reads
+    // (checked), 2-bit rows have k % 32 == 0 (checked); `buf` holds the
+    // packer's own size for (n, k, nr, kr, sr) (the query above, through
+    // the gate of a kernel that reads its output: the CPU runs it); one
+    // group, no extra bytes, the params and table by reference; the caller
+    // checked the packer's rules on the blocking.
+    unsafe {
+        match w {
+            ChannelWeights::Int4(w, run, p) => {
+                run(1, n, k, nr, kr, sr, w.data.as_ptr(), bias(w.bias), w.scales.as_ptr(), dst, 0, &p)
+            }
+            ChannelWeights::Int8(w, run, p) => {
+                run(1, n, k, nr, kr, sr, w.data.as_ptr(), bias(w.bias), w.scales.as_ptr(), dst, 0, &p)
+            }
+            ChannelWeights::UInt2(w, run, p, lut) => {
+                let (d, s) = (w.data.as_ptr(), w.scales.as_ptr());
+                run(1, n, k, nr, kr, sr, d, bias(w.bias), s, dst, 0, &p, lut.as_ptr())
+            }
+        }
+    }
+    Ok(buf)
+}
+
 /// Runs `rows(range)` over `0..m` cut into multiples of `mr` (LHS packing).
 pub(crate) fn run_rows<F>(par: Parallelism, info: &KernelInfo, m: usize, k: usize, mr: usize, rows: F)
 where

@@ -549,14 +549,18 @@ mod imp {
         /// The packer's size query for `n x k` weights, through the gate of
         /// a kernel that reads this format.
         fn packer_size(self, g: &Gate, n: usize, k: usize, nr: usize, kr: usize, sr: usize) -> usize {
-            let size: Int4PackedSize = match self {
+            query!(g, self.size_query(), n, k, nr, kr, sr)
+        }
+
+        /// The packer's size query.
+        fn size_query(self) -> Int4PackedSize {
+            match self {
                 RhsFormat::Qsi4cxp => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxp_qs4cxs1s0,
                 RhsFormat::Qsi4cxps1s0 => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon,
                 RhsFormat::Qsi8cxp => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi8cxp_qsi8cx_neon,
                 RhsFormat::Qsu2cxp4x4 => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon,
                 RhsFormat::Qsu2cxp4vlx4 => sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon,
-            };
-            query!(g, size, n, k, nr, kr, sr)
+            }
         }
     }
 
@@ -595,66 +599,47 @@ mod imp {
     }
 
     /// An int4 per-channel RHS packer's size query.
-    pub(crate) type Int4PackedSize = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
-    type Int4PackRun = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        *const u8,
-        *const f32,
-        *const f32,
-        *mut c_void,
-        usize,
-        *const sys::kai_rhs_pack_qs4cxs1s0_param,
-    );
+    pub(crate) type Int4PackedSize = engine::RhsSizeNkBlocks;
+    type Int4PackRun = engine::PackChannel<u8, sys::kai_rhs_pack_qs4cxs1s0_param>;
 
     /// Upstream's packer of int4 per-channel weights in `order` for `format`
-    /// (`Qsi4cxp`: N x K or K x N; `Qsi4cxps1s0`: N x K): its size query
-    /// and run function.
-    pub(crate) fn int4_per_channel_packer(format: RhsFormat, order: Order) -> (Int4PackedSize, Int4PackRun) {
+    /// (`Qsi4cxp`: N x K or K x N; `Qsi4cxps1s0`: N x K): its size query,
+    /// run function and the order it reads.
+    pub(crate) fn int4_per_channel_packer(format: RhsFormat, order: Order) -> (Int4PackedSize, Int4PackRun, Order) {
         match (format, order) {
             (RhsFormat::Qsi4cxp, Order::NxK) => (
                 sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxp_qs4cxs1s0,
                 sys::kai_run_rhs_pack_nxk_qsi4cxp_qs4cxs1s0,
+                Order::NxK,
             ),
             (RhsFormat::Qsi4cxp, Order::KxN) => (
                 sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi4cxp_qs4cxs1s0,
                 sys::kai_run_rhs_pack_kxn_qsi4cxp_qs4cxs1s0,
+                Order::KxN,
             ),
             _ => (
                 sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon,
                 sys::kai_run_rhs_pack_nxk_qsi4cxps1s0_qsu4cxs1s0_neon,
+                Order::NxK,
             ),
         }
     }
 
-    /// Packs int4 per-channel weights for `format` into `dst` with
+    /// Packs int4 per-channel weights for `format` with
     /// [`int4_per_channel_packer`]`(format, w.order)` (LHS zero point 1,
-    /// the weights' own zero point; one group, no extra bytes).
-    ///
-    /// # Safety
-    /// `w` is validated (`data` holds the n x k or k x n nibbles, `scales`
-    /// and `bias` n values); `dst` holds the bytes that packer's size query
-    /// returns for (n, k, nr, kr, sr); nr, kr and sr are the blocks of a
-    /// kernel reading `format`, with kr % sr == 0; `format` takes `w.order`.
-    /// The packers are plain C / NEON code: no feature beyond NEON.
-    pub(crate) unsafe fn pack_int4_per_channel(
+    /// the weights' own zero point) into a buffer of the packer's size. The
+    /// caller has checked `nr`, `kr` and `sr` are the blocks of a kernel
+    /// reading `format` (whose gate `g` is), with kr % sr == 0.
+    pub(crate) fn pack_int4_per_channel(
+        g: &Gate,
         format: RhsFormat,
         w: &Int4PerChannel<'_>,
-        nr: usize,
-        kr: usize,
-        sr: usize,
-        dst: *mut c_void,
-    ) {
-        let (_, run) = int4_per_channel_packer(format, w.order);
-        let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
+        blocking: engine::Blocking,
+    ) -> Result<AlignedBuf> {
+        let (size, run, order) = int4_per_channel_packer(format, w.order);
         let params =
             sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: w.encoding.rhs_zero_point() };
-        // SAFETY: the caller's contract is the packer's.
-        unsafe { run(1, w.n, w.k, nr, kr, sr, w.data.as_ptr(), bias, w.scales.as_ptr(), dst, 0, &params) }
+        engine::pack_rhs_per_channel(g, size, engine::ChannelWeights::Int4(w, run, params), order, blocking, 0)
     }
 
     /// `x` rounded up to a multiple of `to`, or an overflow error.
@@ -758,14 +743,12 @@ mod imp {
                     order_ok(w.order)?;
                     // k_internal (a multiple of 32) must be a multiple of kr.
                     error::multiple_of(32, kr, "32", "the int4 packers' k rounding")?;
-                    buf = AlignedBuf::zeroed(size);
-                    // SAFETY: w.validate() checked the data, scales and bias;
-                    // `buf` has the size the packer's own query returns for
-                    // (n, k, nr, kr, sr) (checked_size), the kernel's blocks;
-                    // kr % sr == 0 and k_internal (a multiple of 32) is a
-                    // multiple of kr (checked above); the format takes the
-                    // order (order_ok).
-                    unsafe { pack_int4_per_channel(self.rhs, &w, nr, kr, sr, buf.as_mut_ptr().cast()) }
+                    // `size` is the packer's own query for (n, k, nr, kr, sr)
+                    // (checked_size), the kernel's blocks; kr % sr == 0 and
+                    // k_internal (a multiple of 32) is a multiple of kr
+                    // (checked above); the format takes the order (order_ok).
+                    buf = pack_int4_per_channel(&g, self.rhs, &w, (nr, kr, sr))?;
+                    debug_assert_eq!(buf.len(), size);
                 }
                 (RhsFormat::Qsi8cxp, Weights::Int8(w)) => {
                     order_ok(w.order)?;
@@ -776,19 +759,15 @@ mod imp {
                             format!("{}: the qsi8cxp packers need sr 1", self.info.name),
                         ));
                     }
-                    let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
                     let params = sys::kai_rhs_pack_qsi8cx_params { lhs_zero_point: 1, scale_multiplier: 1.0 };
-                    buf = AlignedBuf::zeroed(size);
-                    let dst = buf.as_mut_ptr().cast();
                     let run = match w.order {
                         Order::NxK => sys::kai_run_rhs_pack_nxk_qsi8cxp_qsi8cx_neon,
                         Order::KxN => sys::kai_run_rhs_pack_kxn_qsi8cxp_qsi8cx_neon,
                     };
-                    // SAFETY: w.validate() checked `data` holds n * k values
-                    // and `scales`/`bias` n; `buf` has the packer's own size
-                    // for (n, k, nr, kr, sr); sr == 1, num_groups 1,
-                    // extra_bytes 0. Plain C packers.
-                    unsafe { run(1, n, k, nr, kr, sr, w.data.as_ptr(), bias, w.scales.as_ptr(), dst, 0, &params) }
+                    // sr == 1 (checked), the kernel's blocks; the size query
+                    // is the N x K packer's, which `checked_size` compared.
+                    let weights = engine::ChannelWeights::Int8(&w, run, params);
+                    buf = engine::pack_rhs_per_channel(&g, self.rhs.size_query(), weights, w.order, (nr, kr, sr), 0)?;
                 }
                 (RhsFormat::Qsu2cxp4x4 | RhsFormat::Qsu2cxp4vlx4, Weights::UInt2(w)) => {
                     error::multiple_of(k, 32, "k", "2-bit packers and kernels")?;
@@ -814,43 +793,26 @@ mod imp {
                         RhsFormat::Qsu2cxp4vlx4 => error::multiple_of(nr, 8, "nr", "2-bit SME packer")?,
                         _ => {}
                     }
-                    let total =
-                        size.checked_add(LUT_BYTES).ok_or_else(|| crate::Error::Overflow("packed rhs".into()))?;
-                    buf = AlignedBuf::zeroed(total);
                     let lut = lut_words(w.lut);
-                    for (i, v) in lut.iter().enumerate() {
-                        buf.as_mut_slice()[size + 4 * i..size + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
-                    }
-                    let bias = w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr);
                     let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 2 };
-                    let dst = buf.as_mut_ptr().cast();
                     let run = if self.rhs == RhsFormat::Qsu2cxp4x4 {
                         sys::kai_run_rhs_pack_nxk_qsu2cxp4x4bf32sf32_qsu2cx_neon
                     } else {
                         sys::kai_run_rhs_pack_nxk_qsu2cxp4vlx4_qsu2cx_neon
                     };
-                    // SAFETY: w.validate() checked `data` holds n rows of
-                    // k / 4 bytes (k % 32 == 0, so the packers' 8-byte loads
-                    // stay inside a row) and `scales`/`bias` n values; `buf`
-                    // holds the packer's own size plus the table; kr / sr == 4,
-                    // nr == 4 (NEON) or a multiple of 8 (SME), num_groups 1,
-                    // extra_bytes 0, zero points 1 and 2, a 4-entry table.
-                    unsafe {
-                        run(
-                            1,
-                            n,
-                            k,
-                            nr,
-                            kr,
-                            sr,
-                            w.data.as_ptr(),
-                            bias,
-                            w.scales.as_ptr(),
-                            dst,
-                            0,
-                            &params,
-                            lut.as_ptr(),
-                        )
+                    // kr / sr == 4, nr == 4 (NEON) or a multiple of 8 (SME)
+                    // (checked above); the table after the packer's size.
+                    let weights = engine::ChannelWeights::UInt2(&w, run, params, lut);
+                    buf = engine::pack_rhs_per_channel(
+                        &g,
+                        self.rhs.size_query(),
+                        weights,
+                        Order::NxK,
+                        (nr, kr, sr),
+                        LUT_BYTES,
+                    )?;
+                    for (i, v) in lut.iter().enumerate() {
+                        buf.as_mut_slice()[size + 4 * i..size + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
                     }
                 }
                 (_, Weights::Int4(_)) => return Err(wrong("int4")),
@@ -1041,20 +1003,12 @@ mod imp {
                     why: format!("has no upstream packer for {:?} weights (use N x K)", w.order),
                 });
             }
-            let (n, k, nr, kr, sr) = (w.n, w.k, layout.r, layout.kr, layout.sr);
+            let (nr, kr, sr) = (layout.r, layout.kr, layout.sr);
             error::multiple_of(kr, sr, "kr", "sr must divide kr")?;
-            let format = self.rhs;
-            let (size, _) = int4_per_channel_packer(format, w.order);
-            // SAFETY: w.validate() checked `data` holds the n x k (or k x n)
-            // nibbles, `scales` and `bias` n values; the buffer has the size
-            // the packer's own query returns for (n, k, nr, kr, sr), the
-            // kernel's blocks for its format; kr % sr == 0 (checked); the
-            // format takes the order (checked).
-            let buf = unsafe {
-                let mut buf = AlignedBuf::zeroed(size(n, k, nr, kr, sr));
-                pack_int4_per_channel(format, w, nr, kr, sr, buf.as_mut_ptr().cast());
-                buf
-            };
+            // The blocks are the kernel's for its format; kr % sr == 0
+            // (checked); the format takes the order (checked).
+            let g = engine::ensure_supported(&self.info)?;
+            let buf = pack_int4_per_channel(&g, self.rhs, w, (nr, kr, sr))?;
             Ok(PackedRhs::new(layout, buf))
         }
 
