@@ -64,25 +64,17 @@ mod imp {
     use crate::cpu::{CpuFeature, Features};
     use crate::error::{self, Result};
     use crate::families::engine::{self, Gate, Prepared, Tiles, query};
-    use crate::formats::{FloatElement, FloatWeights};
+    use crate::formats::{FloatElement, FloatWeights, Order};
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::info::{KernelInfo, TileKind};
-    use core::ffi::c_void;
     use half::bf16;
     use kleidiai_sys as sys;
 
     // The upstream function types are the float families' (same C signatures).
-    use crate::families::float_common::{Getter, OffsetFn, PackedRunFn as RunFn, RhsPackFn, RhsSizeFn};
+    use crate::families::float_common::{Getter, OffsetFn, PackedRunFn as RunFn};
 
-    /// An RHS packer's size query.
-    #[derive(Clone, Copy)]
-    enum RhsSize {
-        /// `(n, k)`.
-        Nk(RhsSizeFn),
-        /// `(n, k, nr, kr)`.
-        NkNrKr(unsafe extern "C" fn(usize, usize, usize, usize) -> usize),
-    }
+    use engine::FloatRhsSize as RhsSize;
 
     /// The interface functions of one kernel.
     #[derive(Clone, Copy)]
@@ -165,8 +157,10 @@ mod imp {
         pub format: &'static str,
         /// Bytes of one bias value in the packed blocks (f32 4, f16 2).
         pub bias_bytes: usize,
-        run: RhsPackFn,
+        run: engine::PackFloat,
         size: RhsSize,
+        /// Bytes of the weights it reads.
+        elem_bytes: usize,
         /// The packer's own n step, checked against the kernel's nr (it
         /// depends on the vector length); `None` where upstream asserts nr.
         n_step: Option<Getter>,
@@ -188,6 +182,7 @@ mod imp {
         bias_bytes: 4,
         run: sys::kai_run_rhs_quant_pack_kxn_bf16p12x4biasf32_f32_neon,
         size: RhsSize::NkNrKr(sys::kai_get_rhs_packed_size_rhs_quant_pack_kxn_bf16p12x4biasf32_f32_neon),
+        elem_bytes: 4,
         n_step: None,
         bias_required: false,
         format_packers: BF16P12X4BIASF32_PACKERS,
@@ -200,6 +195,7 @@ mod imp {
         bias_bytes: 4,
         run: sys::kai_run_rhs_pack_kxn_bf16p12x4biasf32_f16_neon,
         size: RhsSize::Nk(sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p12x4biasf32_f16_neon),
+        elem_bytes: 2,
         n_step: None,
         bias_required: false,
         format_packers: BF16P12X4BIASF32_PACKERS,
@@ -211,6 +207,7 @@ mod imp {
         bias_bytes: 2,
         run: sys::kai_run_rhs_pack_kxn_bf16p12x4biasf16_f16_neon,
         size: RhsSize::Nk(sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p12x4biasf16_f16_neon),
+        elem_bytes: 2,
         n_step: None,
         bias_required: false,
         format_packers: &["kai_rhs_pack_kxn_bf16p12x4biasf16_f16_neon"],
@@ -223,6 +220,7 @@ mod imp {
         bias_bytes: 4,
         run: sys::kai_run_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme,
         size: RhsSize::Nk(sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme),
+        elem_bytes: 4,
         n_step: Some(sys::kai_get_n_step_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme),
         bias_required: true,
         format_packers: &["kai_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme"],
@@ -356,10 +354,13 @@ mod imp {
             let bias = if p.bias_required { Some(w.bias_or_zeros()) } else { w.bias.map(|b| b[..n].into()) };
             let wide: Option<Vec<f32>> =
                 bias.as_ref().filter(|_| p.bias_bytes != T::BYTES).map(|b| b.iter().map(|v| v.to_f32()).collect());
-            let bias_ptr = match (&wide, &bias) {
-                (Some(b), _) => b.as_ptr().cast::<c_void>(),
-                (None, Some(b)) => b.as_ptr().cast::<c_void>(),
-                (None, None) => core::ptr::null(),
+            let packer = engine::FloatRhsPacker {
+                run: p.run,
+                size: p.size,
+                order: Order::KxN,
+                elem_bytes: p.elem_bytes,
+                bias_bytes: p.bias_bytes,
+                bias_required: p.bias_required,
             };
             // No overflow: checked above.
             let size = match p.size {
@@ -367,31 +368,15 @@ mod imp {
                 RhsSize::NkNrKr(f) => query!(&g, f, n, k, nr, kr),
             };
             let mut buf = AlignedBuf::zeroed(size);
-            // SAFETY: `kxn` holds k rows of n `T` `stride` bytes apart, the
-            // bias is null (packers that allow it) or n values of the packed
-            // bias type (`bias_bytes`); the destination has the packer's size
-            // for (n, k); nr, kr, sr are the kernel's, the values the packer
-            // asserts (or its n step: checked above); one group, no scale, no
-            // extra bytes, no params. The CPU has the kernel's features
+            // nr, kr, sr are the kernel's, the values the packer asserts (or
+            // its n step: checked above). The CPU has the kernel's features
             // (rhs_layout), which are the packer's, and FP16 for the f16
             // packer of an f32 kernel (need_fp16).
-            unsafe {
-                (p.run)(
-                    1,
-                    n,
-                    k,
-                    nr,
-                    kr,
-                    sr,
-                    stride,
-                    kxn.as_ptr().cast(),
-                    bias_ptr,
-                    core::ptr::null(),
-                    buf.as_mut_ptr().cast(),
-                    0,
-                    core::ptr::null(),
-                );
-            }
+            let blocking = (nr, kr, sr);
+            match (&wide, &bias) {
+                (Some(b), _) => packer.pack(&g, (n, k), blocking, &kxn, stride, Some(b.as_slice()), buf.as_mut_slice()),
+                (None, b) => packer.pack(&g, (n, k), blocking, &kxn, stride, b.as_deref(), buf.as_mut_slice()),
+            }?;
             zero_k_padding_with_bias(buf.as_mut_slice(), n, k, nr, kr, p.bias_bytes);
             Ok(PackedRhs::new(layout, buf))
         }

@@ -860,6 +860,102 @@ pub(crate) fn pack_rhs_per_channel(
     Ok(buf)
 }
 
+/// The run of an RHS packer of float weights: `(num_groups, n, k, nr, kr,
+/// sr, rhs_stride, rhs, bias, scale, rhs_packed, extra_bytes, params)`.
+#[cfg(target_arch = "aarch64")]
+#[rustfmt::skip]
+pub(crate) type PackFloat = unsafe extern "C" fn(
+    usize, usize, usize, usize, usize, usize, usize,
+    *const c_void, *const c_void, *const c_void, *mut c_void, usize, *const c_void,
+);
+
+/// An RHS packer of float weights' size query, by signature.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum FloatRhsSize {
+    /// `(n, k)`.
+    Nk(unsafe extern "C" fn(usize, usize) -> usize),
+    /// `(n, k, nr, kr)`.
+    NkNrKr(unsafe extern "C" fn(usize, usize, usize, usize) -> usize),
+}
+
+/// An RHS packer of float weights: its run and size query, the order and
+/// the bytes of the weights it reads, the bytes of its bias and whether it
+/// reads one always (else a null bias means zero). Its callers name these
+/// together, from upstream's packer.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) struct FloatRhsPacker {
+    pub run: PackFloat,
+    pub size: FloatRhsSize,
+    pub order: crate::formats::Order,
+    pub elem_bytes: usize,
+    pub bias_bytes: usize,
+    pub bias_required: bool,
+}
+
+#[cfg(target_arch = "aarch64")]
+impl FloatRhsPacker {
+    /// Packs `n x k` weights `data` (in the packer's order, rows `stride`
+    /// bytes apart) and `bias` (`n` values, or none) with blocking `(nr,
+    /// kr, sr)` into `dst` (one group, no scale, extra bytes or params):
+    /// the one checked call of these packers. Checks `n` and `k` are
+    /// nonzero, the element sizes are the packer's, the rows lie inside
+    /// `data`, the bias (when the packer requires one: there is one) holds
+    /// `n` values and `dst` the packer's size (its query, through the gate
+    /// `g` of a kernel that reads its output). The caller has checked the
+    /// packer's rules on the blocking and any CPU feature it needs beyond
+    /// the kernel's.
+    #[allow(clippy::too_many_arguments)] // the packer's operands
+    pub(crate) fn pack<T, B>(
+        &self,
+        g: &Gate,
+        (n, k): (usize, usize),
+        (nr, kr, sr): Blocking,
+        data: &[T],
+        stride: usize,
+        bias: Option<&[B]>,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        use crate::error;
+        use crate::formats::Order;
+        error::nonzero(n, "n")?;
+        error::nonzero(k, "k")?;
+        let (eb, bb) = (core::mem::size_of::<T>(), core::mem::size_of::<B>());
+        if eb != self.elem_bytes || bias.is_some() && bb != self.bias_bytes {
+            return Err(Error::bad_value("element type", eb, "not the packer's"));
+        }
+        let (rows, cols) = if self.order == Order::NxK { (n, k) } else { (k, n) };
+        let row = error::mul(cols, eb, "rhs")?;
+        if stride < row {
+            return Err(Error::Stride { what: "weights", stride, why: format!("do not hold {cols} values each") });
+        }
+        let need = (rows - 1).checked_mul(stride).and_then(|v| v.checked_add(row));
+        error::at_least_bytes(data.len() * eb, need.ok_or_else(|| Error::Overflow("rhs".into()))?, "weights")?;
+        match bias {
+            Some(b) => error::at_least(b.len(), n, "bias")?,
+            None if self.bias_required => return Err(Error::bad_value("bias", "none", "the packer reads one")),
+            None => {}
+        }
+        let size = match self.size {
+            FloatRhsSize::Nk(f) => query!(g, f, n, k),
+            FloatRhsSize::NkNrKr(f) => query!(g, f, n, k, nr, kr),
+        };
+        error::at_least_bytes(dst.len(), size, "packed rhs")?;
+        let b = bias.map_or(core::ptr::null(), |b| b.as_ptr().cast::<c_void>());
+        let (d, o) = (data.as_ptr().cast::<c_void>(), dst.as_mut_ptr().cast::<c_void>());
+        let null = core::ptr::null();
+        // SAFETY: `data` holds the n x k values of the packer's size in its
+        // order, rows `stride` bytes apart, the bias is n values of the
+        // packer's bias size or null where it allows that, `dst` holds its
+        // size for (n, k) (all checked above); the gate proves the CPU runs
+        // the packer; one group, no scale, no extra bytes, no params; the
+        // caller checked its rules on the blocking.
+        unsafe { (self.run)(1, n, k, nr, kr, sr, stride, d, b, null, o, 0, null) };
+        Ok(())
+    }
+}
+
 /// Runs `rows(range)` over `0..m` cut into multiples of `mr` (LHS packing).
 pub(crate) fn run_rows<F>(par: Parallelism, info: &KernelInfo, m: usize, k: usize, mr: usize, rows: F)
 where

@@ -167,21 +167,7 @@ mod glue {
     /// `run_matmul` of the families with a packed LHS.
     pub(crate) type PackedRunFn = engine::RunPlain<c_void>;
     pub(crate) type UkerApiFn = unsafe extern "C" fn() -> sys::kai_matmul_uker_api;
-    pub(crate) type RhsPackFn = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *const c_void,
-        *mut c_void,
-        usize,
-        *const c_void,
-    );
+    pub(crate) type RhsPackFn = engine::PackFloat;
     pub(crate) type RhsSizeFn = unsafe extern "C" fn(usize, usize) -> usize;
     type RhsApiFn = unsafe extern "C" fn() -> sys::kai_matmul_pack_rhs_uker_api;
     type LhsApiFn = unsafe extern "C" fn() -> sys::kai_matmul_pack_lhs_uker_api;
@@ -647,30 +633,18 @@ mod glue {
                         });
                     }
                     out.reset(layout, bytes);
-                    let buf = out.data_mut();
-                    // SAFETY: `data` holds n x k elements in `order` with
-                    // rows `row_stride` bytes apart, `bias` n elements, the
-                    // buffer the size the packer reports for (n, k); nr, kr
-                    // and sr are the kernel's, which the packer accepts
-                    // (nr checked just above); scale and params are null,
-                    // extra_bytes 0, one group, as upstream requires.
-                    unsafe {
-                        run(
-                            1,
-                            n,
-                            k,
-                            nr,
-                            kr,
-                            sr,
-                            row_stride,
-                            data.as_ptr().cast(),
-                            bias.as_ptr().cast(),
-                            core::ptr::null(),
-                            buf.as_mut_ptr().cast(),
-                            0,
-                            core::ptr::null(),
-                        );
-                    }
+                    // nr, kr and sr are the kernel's, which the packer
+                    // accepts (nr checked just above).
+                    let p = engine::FloatRhsPacker {
+                        run,
+                        size: engine::FloatRhsSize::Nk(size),
+                        order,
+                        elem_bytes: self.elem_bytes(),
+                        bias_bytes: self.elem_bytes(),
+                        bias_required: true,
+                    };
+                    let dst = out.data_mut().as_mut_slice();
+                    p.pack(&g, (n, k), (nr, kr, sr), data, row_stride, Some(bias), dst)?;
                 }
                 RhsPacker::Api(api) => {
                     let cfg = sys::kai_matmul_pack_rhs_uker_config {

@@ -229,26 +229,21 @@ impl PartKernel {
         crate::weights::f16_kxn::f16_rows_to_f32_kxn(src, stride, n, k, kxn);
         bias[..n].fill(0.0);
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: the CPU runs the kernel (and so the SME packer) at its
-        // vector length (`ok`); `kxn` holds k rows of n f32 (stride 4n bytes),
-        // `bias` n f32, `out` the packer's size for (n, k) (= rhs_len, checked);
-        // nr, kr, sr are the kernel's, which `resolve` matched to the layout.
-        unsafe {
-            crate::sys::kai_run_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme(
-                1,
-                n,
-                k,
-                self.t.nr,
-                self.t.kr,
-                self.t.sr,
-                n * 4,
-                kxn.as_ptr().cast(),
-                bias.as_ptr().cast(),
-                core::ptr::null(),
-                out.as_mut_ptr().cast(),
-                0,
-                core::ptr::null(),
-            );
+        {
+            use crate::families::engine::{FloatRhsPacker, FloatRhsSize};
+            // The CPU runs the kernel (and so the SME packer) at its vector
+            // length (`ok`; `gate` its features); nr, kr, sr are the
+            // kernel's, which `resolve` matched to the layout.
+            let p = FloatRhsPacker {
+                run: crate::sys::kai_run_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme,
+                size: FloatRhsSize::Nk(crate::sys::kai_get_rhs_packed_size_rhs_pack_kxn_bf16p2vlx2b_f32_x32_sme),
+                order: crate::formats::Order::KxN,
+                elem_bytes: 4,
+                bias_bytes: 4,
+                bias_required: true,
+            };
+            let t = &self.t;
+            p.pack(&self.gate, (n, k), (t.nr, t.kr, t.sr), kxn, n * 4, Some(&bias[..n]), out)?;
         }
         Ok(())
     }
