@@ -956,6 +956,135 @@ impl FloatRhsPacker {
     }
 }
 
+/// An RHS packer of int4 weights in blocks with bf16 scales: `(num_groups,
+/// n, k, nr, kr, sr, bl, rhs, rhs_stride, bias, scale, scale_stride,
+/// rhs_packed, extra_bytes, params)`.
+#[cfg(target_arch = "aarch64")]
+#[rustfmt::skip]
+pub(crate) type PackQsu4<P> = unsafe extern "C" fn(
+    usize, usize, usize, usize, usize, usize, usize, *const u8, usize,
+    *const f32, *const c_void, usize, *mut c_void, usize, *const P,
+);
+/// An RHS packer of `qsu4c32s16s0` rows (each block its f16 scale, then its
+/// nibbles): `(num_groups, n, k, nr, kr, sr, bl, rhs, bias, rhs_packed,
+/// extra_bytes, params)`.
+#[cfg(target_arch = "aarch64")]
+#[rustfmt::skip]
+pub(crate) type PackS16s0 = unsafe extern "C" fn(
+    usize, usize, usize, usize, usize, usize, usize, *const u8, *const f32, *mut c_void, usize,
+    *const kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param,
+);
+/// The size query `(n, k, nr, kr, sr, bl, scale type)` of a [`PackQsu4`].
+#[cfg(target_arch = "aarch64")]
+pub(crate) type SizeQsu4 =
+    unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, kleidiai_sys::kai_datatype) -> usize;
+
+/// An RHS packer of int4 weights in blocks of `bl` (unsigned nibbles, zero
+/// point 8, read for an LHS of zero point 1), by signature, with its size
+/// query.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum BlockRhsPacker {
+    /// N x K nibbles (low first), bf16 scales.
+    Nxk(SizeQsu4, PackQsu4<kleidiai_sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params>),
+    /// K x N nibbles (low first), bf16 scales.
+    Kxn(SizeQsu4, PackQsu4<kleidiai_sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params>),
+    /// `qsu4c32s16s0` rows, no bias; size query `(n, k, nr, kr, bl)`.
+    S16s0(RhsSizeNkBlocks, PackS16s0),
+}
+
+/// Block-quantised int4 weights for a [`BlockRhsPacker`]: `values` (the
+/// packer's rows, `rhs_stride` bytes apart; for `S16s0` the n rows of
+/// `k / bl` blocks of `2 + bl / 2` bytes, the strides unused), `scales` (n
+/// rows of `k / bl` bf16, `scale_stride` bytes apart) and the bias.
+#[cfg(target_arch = "aarch64")]
+pub(crate) struct BlockRhs<'a> {
+    pub dims: (usize, usize, usize),
+    pub values: &'a [u8],
+    pub rhs_stride: usize,
+    pub scales: &'a [u16],
+    pub scale_stride: usize,
+    pub bias: Option<&'a [f32]>,
+}
+
+#[cfg(target_arch = "aarch64")]
+impl BlockRhsPacker {
+    /// Packs `w` with blocking `(nr, kr, sr)` into a new zeroed buffer of
+    /// the packer's size (one group, no extra bytes): the one checked call
+    /// of these packers. Checks `n`, `k`, `bl` are nonzero, `k` a multiple
+    /// of `bl`, `bl` even, that the values, scales (not for `S16s0`) and
+    /// bias (`n` values; none for `S16s0`) hold what `(n, k, bl)` and the
+    /// strides need. The caller has checked the packer's rules on the
+    /// blocking and block length (its `KAI_ASSUME`s) and any CPU feature it
+    /// needs beyond the kernel's whose gate `g` is.
+    pub(crate) fn pack(self, g: &Gate, w: BlockRhs<'_>, (nr, kr, sr): Blocking) -> Result<crate::buffer::AlignedBuf> {
+        use crate::error;
+        let (n, k, bl) = w.dims;
+        error::nonzero(n, "n")?;
+        error::nonzero(k, "k")?;
+        error::nonzero(bl, "bl")?;
+        error::multiple_of(k, bl, "k", "whole blocks")?;
+        error::multiple_of(bl, 2, "bl", "whole bytes")?;
+        // Bytes of `rows` rows of `row` bytes, `stride` apart.
+        let span = |rows: usize, row: usize, stride: usize| -> Result<usize> {
+            if stride < row {
+                return Err(Error::Stride { what: "int4 weights", stride, why: format!("shorter than {row} bytes") });
+            }
+            error::mul(rows - 1, stride, "int4 weights")?.checked_add(row).ok_or_else(|| Error::Overflow("rhs".into()))
+        };
+        let blocks = k / bl;
+        let (values, with_scales) = match self {
+            BlockRhsPacker::Nxk(..) => (span(n, k.div_ceil(2), w.rhs_stride)?, true),
+            BlockRhsPacker::Kxn(..) => (span(k, n.div_ceil(2), w.rhs_stride)?, true),
+            BlockRhsPacker::S16s0(..) => (error::mul(error::mul(n, blocks, "rhs")?, 2 + bl / 2, "rhs")?, false),
+        };
+        error::at_least_bytes(w.values.len(), values, "int4 weights")?;
+        if with_scales {
+            let scales = span(n, blocks * 2, w.scale_stride)?;
+            error::at_least_bytes(w.scales.len() * 2, scales, "int4 weight scales")?;
+        }
+        match w.bias {
+            Some(_) if !with_scales => return Err(Error::bad_value("bias", "some", "the packer takes none")),
+            Some(b) => error::at_least(b.len(), n, "bias")?,
+            None => {}
+        }
+        let dt = kleidiai_sys::kai_datatype_kai_dt_bf16;
+        let size = match self {
+            BlockRhsPacker::Nxk(size, _) | BlockRhsPacker::Kxn(size, _) => query!(g, size, n, k, nr, kr, sr, bl, dt),
+            BlockRhsPacker::S16s0(size, _) => query!(g, size, n, k, nr, kr, bl),
+        };
+        let mut buf = crate::buffer::AlignedBuf::zeroed(size);
+        let out = buf.as_mut_ptr().cast::<c_void>();
+        let (v, bias) = (w.values.as_ptr(), w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr));
+        let (rs, sp, ss) = (w.rhs_stride, w.scales.as_ptr().cast::<c_void>(), w.scale_stride);
+        // SAFETY: the values, scales and bias hold what (n, k, bl) and the
+        // strides need in the packer's layout (checked above), `buf` the
+        // packer's own size (the query above, through the gate of a kernel
+        // that reads its output: the CPU runs it); bf16 scales, zero points
+        // 1 and 8, one group, no extra bytes, the params by reference; the
+        // caller checked the packer's rules on the blocking.
+        unsafe {
+            match self {
+                BlockRhsPacker::Nxk(_, run) => {
+                    use kleidiai_sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params as P;
+                    let p = P { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
+                    run(1, n, k, nr, kr, sr, bl, v, rs, bias, sp, ss, out, 0, &p)
+                }
+                BlockRhsPacker::Kxn(_, run) => {
+                    use kleidiai_sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params as P;
+                    let p = P { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
+                    run(1, n, k, nr, kr, sr, bl, v, rs, bias, sp, ss, out, 0, &p)
+                }
+                BlockRhsPacker::S16s0(_, run) => {
+                    let p = kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
+                    run(1, n, k, nr, kr, sr, bl, v, core::ptr::null(), out, 0, &p)
+                }
+            }
+        }
+        Ok(buf)
+    }
+}
+
 /// Runs `rows(range)` over `0..m` cut into multiples of `mr` (LHS packing).
 pub(crate) fn run_rows<F>(par: Parallelism, info: &KernelInfo, m: usize, k: usize, mr: usize, rows: F)
 where

@@ -106,11 +106,15 @@ pub(crate) mod tests {
         let (n, k, bl) = (9, 128, 64);
         let tw = TestWeights::new(&mut rng, n, k, bl);
         let w = tw.view(0, false, true);
+        // The packers are plain C and NEON: the gate of any kernel that runs.
+        let f = crate::cpu::Features::current();
+        let info = crate::families::all_kernel_infos().into_iter().find(|i| i.supported(&f).is_ok());
+        let g = crate::families::engine::gate_with(info.expect("a kernel runs on every aarch64 CPU"), &f).unwrap();
         for (nr, kr, sr) in [(4, 8, 2), (8, 16, 2)] {
             let layout =
                 crate::packed::PackedLayout { format: FORMAT_QSI4C32P, rows: n, k, r: nr, kr, sr, bl, vector_bytes: 0 };
-            let neon = pack_qsi4c32p_rhs(layout, &w).unwrap();
-            let scalar = pack_scalar_nxk(layout, &w);
+            let neon = pack_qsi4c32p_rhs(&g, layout, &w).unwrap();
+            let scalar = pack_scalar_nxk(&g, layout, &w);
             let (a, b) = (neon.as_bytes(), &scalar[..]);
             assert_eq!(a.len(), b.len());
             let stride = (k / bl) * nr * (bl / 2 + 2) + nr * 8;

@@ -58,7 +58,6 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::AlignedBuf;
     use crate::cpu::{CpuFeature, Features};
     use crate::error;
     use crate::families::engine::{self, Tiles};
@@ -117,39 +116,12 @@ mod imp {
         error::multiple_of(bl, kr, "bl", "qsi4c32 packing: bl must be a multiple of kr")
     }
 
-    /// A qsi4c32p RHS packer's size query.
-    type PackedSize = unsafe extern "C" fn(usize, usize, usize, usize, usize, usize, sys::kai_datatype) -> usize;
-    /// A qsi4c32p RHS packer's run function, with parameters `P`.
-    type PackRun<P> = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        *const u8,
-        usize,
-        *const f32,
-        *const core::ffi::c_void,
-        usize,
-        *mut core::ffi::c_void,
-        usize,
-        *const P,
-    );
-
-    /// A qsi4c32p RHS packer by input order (the parameter struct differs).
-    #[derive(Clone, Copy)]
-    enum Packer {
-        Nxk(PackedSize, PackRun<sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params>),
-        Kxn(PackedSize, PackRun<sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params>),
-    }
-    use Packer::{Kxn, Nxk};
+    use engine::BlockRhsPacker::{Kxn, Nxk};
 
     /// Packs `w` into the `qsi4c32p` / `qsi4c32ps1s0` layout `layout`
     /// (bf16 scales, sums and bias), choosing upstream's packer by format,
     /// input order, `kr / sr` and the CPU. Shared with the bf16-output family.
-    pub(crate) fn pack_qsi4c32p_rhs(layout: PackedLayout, w: &BlockInt4<'_>) -> Result<PackedRhs> {
+    pub(crate) fn pack_qsi4c32p_rhs(g: &engine::Gate, layout: PackedLayout, w: &BlockInt4<'_>) -> Result<PackedRhs> {
         let (n, k, bl) = check_weights(w)?;
         let (nr, kr, sr) = (layout.r, layout.kr, layout.sr);
         check_bl(k, bl, kr)?;
@@ -172,13 +144,6 @@ mod imp {
         let scales = w.scale_bits(SCALE_TYPE)?;
         let rhs_stride = if kxn { n.div_ceil(2) } else { k / 2 };
         let scale_stride = (k / bl) * 2;
-        let bias = w.bias().map_or(core::ptr::null(), <[f32]>::as_ptr);
-        let dt = sys::kai_datatype_kai_dt_bf16;
-        let p_nxk =
-            sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
-        let p_kxn =
-            sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
-        let (vp, sp) = (values.as_ptr(), scales.as_ptr().cast::<core::ffi::c_void>());
         // Upstream's packer for the format, input order and `kr / sr`.
         let packer = match (ps1s0, kxn, kr / sr) {
             (true, true, _) => Kxn(
@@ -206,25 +171,18 @@ mod imp {
                 sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0,
             ),
         };
-        let (Nxk(size, _) | Kxn(size, _)) = packer;
-        let mut buf;
-        // SAFETY: (either order) `values` holds the whole matrix in `order`
-        // with rows `rhs_stride` bytes apart (qsu4_s1s0), `scales` n rows of
-        // k / bl bf16 (`scale_stride` bytes), `bias` n floats or null;
         // k % bl == 0, bl % 32 == 0, bl % kr == 0, kr % sr == 0, nr % 4 == 0
-        // (checked above), zero points 1 / 8 and scale type bf16 as the
-        // packers require, num_groups 1, extra_bytes 0; the destination has
-        // the size the packer's own query returns. The NEON packers need
-        // nothing beyond NEON except the K x N s1s0 one (FP16 + BF16,
-        // checked).
-        unsafe {
-            buf = AlignedBuf::zeroed(size(n, k, nr, kr, sr, bl, dt));
-            let out = buf.as_mut_ptr().cast();
-            match packer {
-                Nxk(_, run) => run(1, n, k, nr, kr, sr, bl, vp, rhs_stride, bias, sp, scale_stride, out, 0, &p_nxk),
-                Kxn(_, run) => run(1, n, k, nr, kr, sr, bl, vp, rhs_stride, bias, sp, scale_stride, out, 0, &p_kxn),
-            }
-        }
+        // (checked above). The NEON packers need nothing beyond NEON except
+        // the K x N s1s0 one (FP16 + BF16, checked).
+        let x = engine::BlockRhs {
+            dims: (n, k, bl),
+            values: &values,
+            rhs_stride,
+            scales: &scales,
+            scale_stride,
+            bias: w.bias(),
+        };
+        let buf = packer.pack(g, x, (nr, kr, sr))?;
         Ok(PackedRhs::new(layout, buf))
     }
 
@@ -450,7 +408,8 @@ mod imp {
         /// Packs the weights for this kernel (bf16 scales).
         pub(crate) fn pack_rhs(&self, w: &BlockInt4<'_>) -> Result<PackedRhs> {
             let (n, k, bl) = check_weights(w)?;
-            pack_qsi4c32p_rhs(self.rhs_layout(n, k, bl)?, w)
+            let (_, g) = self.tiles()?;
+            pack_qsi4c32p_rhs(&g, self.rhs_layout(n, k, bl)?, w)
         }
 
         /// Quantises and packs an f32 LHS with `kai_lhs_quant_pack_qai8dxp_f32`.
@@ -607,35 +566,22 @@ mod imp {
     /// `kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0` (any `kr / sr`), for the
     /// tests comparing it with the NEON packers.
     #[cfg(test)]
-    pub(crate) fn pack_scalar_nxk(layout: PackedLayout, w: &BlockInt4<'_>) -> Vec<u8> {
+    pub(crate) fn pack_scalar_nxk(g: &engine::Gate, layout: PackedLayout, w: &BlockInt4<'_>) -> Vec<u8> {
         let (n, k, bl, nr, kr, sr) = (w.n(), w.k(), w.bl(), layout.r, layout.kr, layout.sr);
         let values = w.qsu4_s1s0(Order::NxK).unwrap();
         let scales = w.scale_bits(SCALE_TYPE).unwrap();
-        let dt = sys::kai_datatype_kai_dt_bf16;
-        let p =
-            sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
-        // SAFETY: as in pack_qsi4c32p_rhs (same checks hold for these shapes).
-        unsafe {
-            let size = sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(n, k, nr, kr, sr, bl, dt);
-            let mut buf = vec![0u8; size];
-            sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0(
-                1,
-                n,
-                k,
-                nr,
-                kr,
-                sr,
-                bl,
-                values.as_ptr(),
-                k / 2,
-                w.bias().unwrap().as_ptr(),
-                scales.as_ptr().cast(),
-                (k / bl) * 2,
-                buf.as_mut_ptr().cast(),
-                0,
-                &p,
-            );
-            buf
-        }
+        let packer = Nxk(
+            sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0,
+            sys::kai_run_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0,
+        );
+        let x = engine::BlockRhs {
+            dims: (n, k, bl),
+            values: &values,
+            rhs_stride: k / 2,
+            scales: &scales,
+            scale_stride: (k / bl) * 2,
+            bias: w.bias(),
+        };
+        packer.pack(g, x, (nr, kr, sr)).unwrap().as_slice().to_vec()
     }
 }

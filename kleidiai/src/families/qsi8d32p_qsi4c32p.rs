@@ -34,7 +34,6 @@ pub use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::AlignedBuf;
     use crate::cpu::CpuFeature;
     use crate::error;
     use crate::families::engine::{self, Gate, PackedKernel as _, Prepared, Tiles};
@@ -42,7 +41,6 @@ mod imp {
     use crate::par::Parallelism;
     use crate::quant::Rounding;
     use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
-    use core::ffi::c_void;
     use kleidiai_sys as sys;
     use std::borrow::Cow;
 
@@ -73,27 +71,9 @@ mod imp {
         if format == FORMAT_SCALEF16 { usize::MAX } else { sys::KAI_SME_VEC_LENGTH_MAX_BYTES as usize }
     }
 
-    /// An f16-scale RHS packer's size query (`n, k, nr, kr, bl`).
-    type RhsSizeFn = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
-    /// An f16-scale RHS packer (`kai_run_rhs_pack_nxk_qsi4c32p*_qsu4c32s16s0*`).
-    type RhsPackFn = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        *const u8,
-        *const f32,
-        *mut c_void,
-        usize,
-        *const sys::kai_rhs_pack_qs4cxs1s0_param,
-    );
-
     /// Packs `w` (no bias) into one of the f16-scale formats `layout`
     /// describes. Shared with `matmul_clamp_f32_f16p_qsi4c32p`.
-    pub(crate) fn pack_f16_rhs(layout: PackedLayout, w: &BlockInt4<'_>, family: &str) -> Result<PackedRhs> {
+    pub(crate) fn pack_f16_rhs(g: &Gate, layout: PackedLayout, w: &BlockInt4<'_>, family: &str) -> Result<PackedRhs> {
         let (n, k, bl) = check_weights_no_bias(w, family)?;
         let (nr, kr, sr) = (layout.r, layout.kr, layout.sr);
         check_bl(k, bl, kr, max_bl(layout.format))?;
@@ -109,8 +89,7 @@ mod imp {
             ));
         }
         let src: Cow<'_, [u8]> = w.qsu4c32s16s0()?;
-        let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
-        let (size, run): (RhsSizeFn, RhsPackFn) = match layout.format {
+        let (size, run): (engine::RhsSizeNkBlocks, engine::PackS16s0) = match layout.format {
             FORMAT_SCALEF16 => (
                 sys::kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0,
                 sys::kai_run_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0,
@@ -124,19 +103,19 @@ mod imp {
                 sys::kai_run_rhs_pack_nxk_qsi4c32ps4s0sf16_qsu4c32s16s0_neon,
             ),
         };
-        // SAFETY: (every packer) `src` holds n rows of k / bl blocks of
-        // (2 + bl / 2) bytes, the layout the packers read (qsu4c32s16s0);
-        // k % bl == 0, bl % 32 == 0, k % kr == 0, k even, bl <= 256 for the
-        // SME packers, kr / sr as each packer assumes (checked above); bias
-        // null, num_groups 1, extra_bytes 0, zero points 1 / 8; the
-        // destination is zeroed (the s1s0 packer leaves padding rows
-        // unwritten) and has the size the packer's own query returns. The
-        // packers are plain C / NEON code.
-        let buf = unsafe {
-            let mut buf = AlignedBuf::zeroed(size(n, k, nr, kr, bl));
-            run(1, n, k, nr, kr, sr, bl, src.as_ptr(), core::ptr::null(), buf.as_mut_ptr().cast(), 0, &params);
-            buf
+        // (every packer) k % bl == 0, bl % 32 == 0, k % kr == 0, k even,
+        // bl <= 256 for the SME packers, kr / sr as each packer assumes
+        // (checked above); the destination is zeroed (the s1s0 packer leaves
+        // padding rows unwritten). The packers are plain C / NEON code.
+        let x = engine::BlockRhs {
+            dims: (n, k, bl),
+            values: &src,
+            rhs_stride: 0,
+            scales: &[],
+            scale_stride: 0,
+            bias: None,
         };
+        let buf = engine::BlockRhsPacker::S16s0(size, run).pack(g, x, (nr, kr, sr))?;
         Ok(PackedRhs::new(layout, buf))
     }
 
@@ -421,9 +400,9 @@ mod imp {
         /// the same layout.
         pub(crate) fn pack_rhs(&self, w: &BlockInt4<'_>) -> Result<PackedRhs> {
             let (n, k, bl) = check_weights_no_bias(w, self.info.family)?;
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             self.check(k, bl, &t)?;
-            pack_f16_rhs(self.rhs_layout(n, k, bl)?, w, self.info.family)
+            pack_f16_rhs(&g, self.rhs_layout(n, k, bl)?, w, self.info.family)
         }
 
         /// Packs an `m x k` f32 LHS (rows `lhs_stride` apart), quantised in
