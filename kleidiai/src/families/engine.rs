@@ -974,6 +974,15 @@ pub(crate) type PackS16s0 = unsafe extern "C" fn(
     usize, usize, usize, usize, usize, usize, usize, *const u8, *const f32, *mut c_void, usize,
     *const kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param,
 );
+/// An RHS packer of asymmetric int4 weights in blocks (f32 scales and zero
+/// points): `(num_groups, n, k, nr, kr, sr, bl, rhs, zero, bias, scale,
+/// rhs_packed, extra_bytes, params)`.
+#[cfg(target_arch = "aarch64")]
+#[rustfmt::skip]
+pub(crate) type PackQai4 = unsafe extern "C" fn(
+    usize, usize, usize, usize, usize, usize, usize, *const u8, *const c_void, *const c_void, *const c_void,
+    *mut c_void, usize, *const kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param,
+);
 /// The size query `(n, k, nr, kr, sr, bl, scale type)` of a [`PackQsu4`].
 #[cfg(target_arch = "aarch64")]
 pub(crate) type SizeQsu4 =
@@ -991,19 +1000,33 @@ pub(crate) enum BlockRhsPacker {
     Kxn(SizeQsu4, PackQsu4<kleidiai_sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params>),
     /// `qsu4c32s16s0` rows, no bias; size query `(n, k, nr, kr, bl)`.
     S16s0(RhsSizeNkBlocks, PackS16s0),
+    /// N x K nibbles (the order of its function), f32 scales and zero
+    /// points; size query `(n, k, nr, kr, bl)`.
+    Qai4(RhsSizeNkBlocks, PackQai4),
+}
+
+/// The scales of [`BlockRhs`]: n rows of `k / bl`.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum BlockScales<'a> {
+    /// bf16 bits, rows `stride` bytes apart.
+    Bf16 { scales: &'a [u16], stride: usize },
+    /// f32 scales and zero points, dense.
+    F32 { scales: &'a [f32], zeros: &'a [f32] },
+    /// None (`qsu4c32s16s0` rows carry theirs).
+    None,
 }
 
 /// Block-quantised int4 weights for a [`BlockRhsPacker`]: `values` (the
 /// packer's rows, `rhs_stride` bytes apart; for `S16s0` the n rows of
-/// `k / bl` blocks of `2 + bl / 2` bytes, the strides unused), `scales` (n
-/// rows of `k / bl` bf16, `scale_stride` bytes apart) and the bias.
+/// `k / bl` blocks of `2 + bl / 2` bytes, for `Qai4` n dense rows of `k /
+/// 2` bytes: the stride unused), the scales and the bias.
 #[cfg(target_arch = "aarch64")]
 pub(crate) struct BlockRhs<'a> {
     pub dims: (usize, usize, usize),
     pub values: &'a [u8],
     pub rhs_stride: usize,
-    pub scales: &'a [u16],
-    pub scale_stride: usize,
+    pub scales: BlockScales<'a>,
     pub bias: Option<&'a [f32]>,
 }
 
@@ -1012,9 +1035,9 @@ impl BlockRhsPacker {
     /// Packs `w` with blocking `(nr, kr, sr)` into a new zeroed buffer of
     /// the packer's size (one group, no extra bytes): the one checked call
     /// of these packers. Checks `n`, `k`, `bl` are nonzero, `k` a multiple
-    /// of `bl`, `bl` even, that the values, scales (not for `S16s0`) and
-    /// bias (`n` values; none for `S16s0`) hold what `(n, k, bl)` and the
-    /// strides need. The caller has checked the packer's rules on the
+    /// of `bl`, `bl` even, that the values, the scales (of the packer's
+    /// kind) and the bias (`n` values; none for `S16s0`) hold what `(n, k,
+    /// bl)` and the strides need. The caller has checked the packer's rules on the
     /// blocking and block length (its `KAI_ASSUME`s) and any CPU feature it
     /// needs beyond the kernel's whose gate `g` is.
     pub(crate) fn pack(self, g: &Gate, w: BlockRhs<'_>, (nr, kr, sr): Blocking) -> Result<crate::buffer::AlignedBuf> {
@@ -1033,30 +1056,43 @@ impl BlockRhsPacker {
             error::mul(rows - 1, stride, "int4 weights")?.checked_add(row).ok_or_else(|| Error::Overflow("rhs".into()))
         };
         let blocks = k / bl;
-        let (values, with_scales) = match self {
-            BlockRhsPacker::Nxk(..) => (span(n, k.div_ceil(2), w.rhs_stride)?, true),
-            BlockRhsPacker::Kxn(..) => (span(k, n.div_ceil(2), w.rhs_stride)?, true),
-            BlockRhsPacker::S16s0(..) => (error::mul(error::mul(n, blocks, "rhs")?, 2 + bl / 2, "rhs")?, false),
+        let values = match self {
+            BlockRhsPacker::Nxk(..) => span(n, k.div_ceil(2), w.rhs_stride)?,
+            BlockRhsPacker::Kxn(..) => span(k, n.div_ceil(2), w.rhs_stride)?,
+            BlockRhsPacker::S16s0(..) => error::mul(error::mul(n, blocks, "rhs")?, 2 + bl / 2, "rhs")?,
+            BlockRhsPacker::Qai4(..) => error::mul(n, k / 2, "rhs")?,
         };
         error::at_least_bytes(w.values.len(), values, "int4 weights")?;
-        if with_scales {
-            let scales = span(n, blocks * 2, w.scale_stride)?;
-            error::at_least_bytes(w.scales.len() * 2, scales, "int4 weight scales")?;
-        }
+        let per_row = error::mul(n, blocks, "int4 weight scales")?;
+        let (scale, zero, ss) = match (self, w.scales) {
+            (BlockRhsPacker::Nxk(..) | BlockRhsPacker::Kxn(..), BlockScales::Bf16 { scales, stride }) => {
+                error::at_least_bytes(scales.len() * 2, span(n, blocks * 2, stride)?, "int4 weight scales")?;
+                (scales.as_ptr().cast::<c_void>(), core::ptr::null(), stride)
+            }
+            (BlockRhsPacker::Qai4(..), BlockScales::F32 { scales, zeros }) => {
+                error::at_least(scales.len(), per_row, "int4 weight scales")?;
+                error::at_least(zeros.len(), per_row, "int4 weight offsets")?;
+                (scales.as_ptr().cast::<c_void>(), zeros.as_ptr().cast::<c_void>(), 0)
+            }
+            (BlockRhsPacker::S16s0(..), BlockScales::None) => (core::ptr::null(), core::ptr::null(), 0),
+            _ => return Err(Error::bad_value("int4 weight scales", "these", "not the packer's")),
+        };
         match w.bias {
-            Some(_) if !with_scales => return Err(Error::bad_value("bias", "some", "the packer takes none")),
+            Some(_) if matches!(self, BlockRhsPacker::S16s0(..)) => {
+                return Err(Error::bad_value("bias", "some", "the packer takes none"));
+            }
             Some(b) => error::at_least(b.len(), n, "bias")?,
             None => {}
         }
         let dt = kleidiai_sys::kai_datatype_kai_dt_bf16;
         let size = match self {
             BlockRhsPacker::Nxk(size, _) | BlockRhsPacker::Kxn(size, _) => query!(g, size, n, k, nr, kr, sr, bl, dt),
-            BlockRhsPacker::S16s0(size, _) => query!(g, size, n, k, nr, kr, bl),
+            BlockRhsPacker::S16s0(size, _) | BlockRhsPacker::Qai4(size, _) => query!(g, size, n, k, nr, kr, bl),
         };
         let mut buf = crate::buffer::AlignedBuf::zeroed(size);
         let out = buf.as_mut_ptr().cast::<c_void>();
         let (v, bias) = (w.values.as_ptr(), w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr));
-        let (rs, sp, ss) = (w.rhs_stride, w.scales.as_ptr().cast::<c_void>(), w.scale_stride);
+        let (rs, sp) = (w.rhs_stride, scale);
         // SAFETY: the values, scales and bias hold what (n, k, bl) and the
         // strides need in the packer's layout (checked above), `buf` the
         // packer's own size (the query above, through the gate of a kernel
@@ -1078,6 +1114,10 @@ impl BlockRhsPacker {
                 BlockRhsPacker::S16s0(_, run) => {
                     let p = kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
                     run(1, n, k, nr, kr, sr, bl, v, core::ptr::null(), out, 0, &p)
+                }
+                BlockRhsPacker::Qai4(_, run) => {
+                    let p = kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
+                    run(1, n, k, nr, kr, sr, bl, v, zero, bias.cast(), sp, out, 0, &p)
                 }
             }
         }

@@ -178,8 +178,7 @@ mod imp {
             dims: (n, k, bl),
             values: &values,
             rhs_stride,
-            scales: &scales,
-            scale_stride,
+            scales: engine::BlockScales::Bf16 { scales: &scales, stride: scale_stride },
             bias: w.bias(),
         };
         let buf = packer.pack(g, x, (nr, kr, sr))?;
@@ -578,8 +577,7 @@ mod imp {
             dims: (n, k, bl),
             values: &values,
             rhs_stride: k / 2,
-            scales: &scales,
-            scale_stride: (k / bl) * 2,
+            scales: engine::BlockScales::Bf16 { scales: &scales, stride: (k / bl) * 2 },
             bias: w.bias(),
         };
         packer.pack(g, x, (nr, kr, sr)).unwrap().as_slice().to_vec()

@@ -198,7 +198,6 @@ pub(crate) use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::AlignedBuf;
     use crate::cpu::{CpuFeature, Features};
     use crate::families::engine::{self, Gate, Tiles};
 
@@ -472,46 +471,21 @@ mod imp {
             let (n, k, nr, kr, sr, bl) = (w.n, w.k, layout.r, layout.kr, layout.sr, w.bl);
             // The packed size must not overflow: padded rows * (blocks * (bl/2 + 8) + 4).
             error::mul(error::mul(n.div_ceil(nr), nr, "packed rhs")?, (k / bl) * (bl / 2 + 8) + 4, "packed rhs")?;
-            let bias = w.bias.map_or(core::ptr::null(), |b| b.as_ptr().cast::<c_void>());
-            let params = sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
-            let (zero, scale) = (w.offsets.as_ptr().cast::<c_void>(), w.scales.as_ptr().cast::<c_void>());
-            let mut buf;
-            if layout.format == FORMAT_QAI4C32P {
+            let g = engine::ensure_supported(&self.0.info)?;
+            let scales = engine::BlockScales::F32 { scales: w.scales, zeros: w.offsets };
+            let data;
+            let packer = if layout.format == FORMAT_QAI4C32P {
                 if kr > 16 {
                     return Err(crate::Error::WrongFamily {
                         kernel: self.0.info.name,
                         why: format!("kr {kr} > 16 is not supported by the qai4c32p packer"),
                     });
                 }
-                let data = w.offset8_data(NibbleOrder::HighFirst);
-                // SAFETY: w was validated (n x k/2 bytes of data, n x k/bl
-                // scales and offsets, n biases); k % bl == 0, bl % 32 == 0,
-                // bl % kr == 0, sr == 2, kr <= 16 (check_k and above); the
-                // zero points are the ones the packer accepts; the buffer has
-                // the size the packer's query returns. NEON code only.
-                unsafe {
-                    buf = AlignedBuf::zeroed(
-                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qai4c32p_qau4c32s0s1_f32_f32_f32_neon(
-                            n, k, nr, kr, bl,
-                        ),
-                    );
-                    sys::kai_run_rhs_pack_nxk_qai4c32p_qau4c32s0s1_f32_f32_f32_neon(
-                        1,
-                        n,
-                        k,
-                        nr,
-                        kr,
-                        sr,
-                        bl,
-                        data.as_ptr(),
-                        zero,
-                        bias,
-                        scale,
-                        buf.as_mut_ptr().cast(),
-                        0,
-                        &params,
-                    );
-                }
+                data = w.offset8_data(NibbleOrder::HighFirst);
+                engine::BlockRhsPacker::Qai4(
+                    sys::kai_get_rhs_packed_size_rhs_pack_nxk_qai4c32p_qau4c32s0s1_f32_f32_f32_neon,
+                    sys::kai_run_rhs_pack_nxk_qai4c32p_qau4c32s0s1_f32_f32_f32_neon,
+                )
             } else {
                 error::multiple_of(nr, 4, "nr", "the nrx4 packer interleaves rows by 4")?;
                 if kr / sr != 4 {
@@ -521,26 +495,23 @@ mod imp {
                     });
                 }
                 // Both nibble orders have a packer: no copy for Offset8 data.
-                let data = w.offset8_data(w.nibbles);
-                // SAFETY: as above, plus nr % 4 == 0 and kr / sr == 4; the
-                // packer picked reads the nibble order the data has.
-                unsafe {
-                    buf = AlignedBuf::zeroed(
-                        sys::kai_get_rhs_packed_size_rhs_pack_nxk_qai4c32ps1s0nrx4_qau4c32s1s0_f32_f32_f32_neon(
-                            n, k, nr, kr, bl,
-                        ),
-                    );
-                    let run = match w.nibbles {
-                        NibbleOrder::LowFirst => {
-                            sys::kai_run_rhs_pack_nxk_qai4c32ps1s0nrx4_qau4c32s1s0_f32_f32_f32_neon
-                        }
-                        NibbleOrder::HighFirst => {
-                            sys::kai_run_rhs_pack_nxk_qai4c32ps1s0nrx4_qau4c32s0s1_f32_f32_f32_neon
-                        }
-                    };
-                    run(1, n, k, nr, kr, sr, bl, data.as_ptr(), zero, bias, scale, buf.as_mut_ptr().cast(), 0, &params);
-                }
-            }
+                data = w.offset8_data(w.nibbles);
+                // The packer picked reads the nibble order the data has.
+                let run = match w.nibbles {
+                    NibbleOrder::LowFirst => sys::kai_run_rhs_pack_nxk_qai4c32ps1s0nrx4_qau4c32s1s0_f32_f32_f32_neon,
+                    NibbleOrder::HighFirst => sys::kai_run_rhs_pack_nxk_qai4c32ps1s0nrx4_qau4c32s0s1_f32_f32_f32_neon,
+                };
+                engine::BlockRhsPacker::Qai4(
+                    sys::kai_get_rhs_packed_size_rhs_pack_nxk_qai4c32ps1s0nrx4_qau4c32s1s0_f32_f32_f32_neon,
+                    run,
+                )
+            };
+            // w was validated; k % bl == 0, bl % 32 == 0, bl % kr == 0,
+            // sr == 2, and kr <= 16 or nr % 4 == 0 and kr / sr == 4 (check_k
+            // and above); the zero points are the ones the packers accept.
+            // NEON code only.
+            let x = engine::BlockRhs { dims: (n, k, bl), values: &data, rhs_stride: 0, scales, bias: w.bias };
+            let buf = packer.pack(&g, x, (nr, kr, sr))?;
             Ok(PackedRhs::new(layout, buf))
         }
 

@@ -111,8 +111,7 @@ mod imp {
             dims: (n, k, bl),
             values: &src,
             rhs_stride: 0,
-            scales: &[],
-            scale_stride: 0,
+            scales: engine::BlockScales::None,
             bias: None,
         };
         let buf = engine::BlockRhsPacker::S16s0(size, run).pack(g, x, (nr, kr, sr))?;
