@@ -438,6 +438,9 @@ enum LhsRun {
     NoBl(PackLhsNoBl<f32>),
     /// Without it, untyped rows.
     NoBlUntyped(PackLhsNoBl<c_void>),
+    /// A `kai_matmul_pack_lhs_uker_api` table (its own queries; no block
+    /// length, blocking or `m_idx_start`: always 0).
+    Api(crate::families::uker::PackLhs),
 }
 
 /// An LHS packer's size and offset queries, by signature.
@@ -448,6 +451,8 @@ enum LhsQueries {
     Bl(LhsQueryBl, LhsQueryBl),
     /// `(m or row, k, mr, kr, sr)`.
     NoBl(LhsQueryNoBl, LhsQueryNoBl),
+    /// A table's own (`(m or row, k)`).
+    Table(crate::families::uker::PackLhs),
 }
 
 /// An LHS packer's blocking `(mr, kr, sr)`: its kernel's.
@@ -498,10 +503,17 @@ impl LhsPacker {
         LhsPacker { run: LhsRun::NoBlUntyped(run), queries: LhsQueries::NoBl(size, offset), elem_bytes }
     }
 
+    /// A table packer (made through the gate of a kernel that reads its
+    /// output) of rows of `elem_bytes`-byte values.
+    pub(crate) fn api(table: crate::families::uker::PackLhs, elem_bytes: usize) -> Self {
+        LhsPacker { run: LhsRun::Api(table), queries: LhsQueries::Table(table), elem_bytes }
+    }
+
     /// Bytes `m` rows pack to (`bl` ignored by packers without one; `g`
     /// the gate of a kernel that reads the packer's output).
     pub(crate) fn size(&self, g: &Gate, m: usize, k: usize, bl: usize, (mr, kr, sr): Blocking) -> usize {
         match self.queries {
+            LhsQueries::Table(t) => t.packed_size(m, k),
             LhsQueries::Bl(f, _) => query!(g, f, m, k, bl, mr, kr, sr),
             LhsQueries::NoBl(f, _) => query!(g, f, m, k, mr, kr, sr),
         }
@@ -511,6 +523,7 @@ impl LhsPacker {
     /// [`size`](Self::size).
     pub(crate) fn offset(&self, g: &Gate, row: usize, k: usize, bl: usize, (mr, kr, sr): Blocking) -> usize {
         match self.queries {
+            LhsQueries::Table(t) => t.packed_offset(row, k),
             LhsQueries::Bl(_, f) => query!(g, f, row, k, bl, mr, kr, sr),
             LhsQueries::NoBl(_, f) => query!(g, f, row, k, mr, kr, sr),
         }
@@ -526,7 +539,7 @@ impl LhsPacker {
     /// [`size`](Self::size) gives for `m_idx_start + m` rows; the CPU runs
     /// the packer (the gate of a kernel that reads it), and its blocking
     /// and block length meet its rules (else it aborts in `KAI_ASSUME`, or
-    /// divides by zero).
+    /// divides by zero); `m_idx_start` is 0 for a table packer.
     #[allow(clippy::too_many_arguments)] // the packer's own parameters
     #[inline(always)]
     pub(crate) unsafe fn run<S>(
@@ -549,6 +562,10 @@ impl LhsPacker {
                 LhsRun::BlUntyped(f) => f(m, k, bl, mr, kr, sr, m_idx_start, src.cast(), stride, d),
                 LhsRun::NoBl(f) => f(m, k, mr, kr, sr, m_idx_start, src.cast(), stride, d),
                 LhsRun::NoBlUntyped(f) => f(m, k, mr, kr, sr, m_idx_start, src.cast(), stride, d),
+                LhsRun::Api(t) => {
+                    debug_assert_eq!(m_idx_start, 0);
+                    t.run(m, k, src.cast(), stride, dst)
+                }
             }
         }
     }
@@ -652,6 +669,8 @@ pub(crate) mod lhs_packers {
         QSI8D32P_F32_NEON = bl(kai_run_lhs_quant_pack_qsi8d32p_f32_neon, kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon, kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p_f32_neon);
         /// `kai_lhs_quant_pack_qsi8d32p4x8sb_f32_neon`.
         QSI8D32P4X8SB_F32 = bl(kai_run_lhs_quant_pack_qsi8d32p4x8sb_f32_neon, kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p4x8sb_f32_neon, kai_get_lhs_packed_offset_lhs_quant_pack_qsi8d32p4x8sb_f32_neon);
+        /// `kai_lhs_pack_x8p2vlx4_x8_sme`.
+        X8P2VLX4_SME = no_bl_untyped(kai_run_lhs_pack_x8p2vlx4_x8_sme, kai_get_lhs_packed_size_lhs_pack_x8p2vlx4_x8_sme, kai_get_lhs_packed_offset_lhs_pack_x8p2vlx4_x8_sme, 1);
         /// `kai_lhs_pack_f16pmrx2_f32_neon` (f32 rows).
         F16PMRX2_F32 = bl_untyped(kai_run_lhs_pack_f16pmrx2_f32_neon, kai_get_lhs_packed_size_lhs_pack_f16pmrx2_f32_neon, kai_get_lhs_packed_offset_lhs_pack_f16pmrx2_f32_neon, 4);
     }
@@ -708,6 +727,9 @@ pub(crate) fn pack_lhs<S: Copy + Default + Sync>(
     p.check_elem::<S>(info.name)?;
     check_lhs_rows(m, k, src.len(), stride)?;
     let stride_bytes = error::mul(stride, p.elem_bytes, "lhs stride")?;
+    if matches!(p.run, LhsRun::Api(_)) && calls != LhsCalls::Blocks {
+        return Err(Error::bad_value("LHS packing", "row by row", "a table packer packs row blocks"));
+    }
     let (kc, row_by_row) = match calls {
         LhsCalls::Blocks => (k, false),
         LhsCalls::RowByRow => (k, true),

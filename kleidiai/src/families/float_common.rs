@@ -718,7 +718,7 @@ mod glue {
             }
             check_matrix(m, k, lhs.len(), lhs_stride, "lhs")?;
             let eb = T::BYTES;
-            let stride_bytes = error::mul(lhs_stride, eb, "lhs stride")?;
+            error::mul(lhs_stride, eb, "lhs stride")?;
             let layout = self.lhs_layout(m, k)?;
             let g = engine::ensure_supported(&self.info)?;
             let (mr, kr, sr) = (layout.r, layout.kr, layout.sr);
@@ -735,21 +735,10 @@ mod glue {
                 }
                 Ok(())
             };
-            match fmt.packer {
+            let p = match fmt.packer {
                 LhsPacker::Fn(p) => {
-                    let bytes = p.size(&g, m, k, 0, (mr, kr, sr));
-                    size_ok(bytes)?;
-                    out.reset(layout, bytes);
-                    let x = engine::LhsSource { src: lhs, stride: lhs_stride, m, k, bl: 0, blocking: (mr, kr, sr) };
-                    engine::pack_lhs(
-                        &g,
-                        &self.info,
-                        &p,
-                        x,
-                        engine::LhsCalls::Blocks,
-                        out.data_mut().as_mut_slice(),
-                        par,
-                    )?;
+                    size_ok(p.size(&g, m, k, 0, (mr, kr, sr)))?;
+                    p
                 }
                 LhsPacker::Api(api) => {
                     let cfg = sys::kai_matmul_pack_lhs_uker_config {
@@ -765,29 +754,12 @@ mod glue {
                     }
                     self.check_api_lhs_stride(m, k, pstride.m, &g)?;
                     size_ok(bytes)?;
-                    out.reset(layout, bytes);
-                    let dst = SendPtr(out.data_mut().as_mut_ptr());
-                    let src = SendPtr(lhs.as_ptr() as *mut T);
-                    engine::run_rows(par, &self.info, m, k, mr, |rows| {
-                        let (src, dst) = (src, dst);
-                        let off = p.packed_offset_with(rows.start, &pstride);
-                        // SAFETY: as for the named packers: rows start at a
-                        // multiple of mr, the packer's own offset for that
-                        // row locates its blocks (its packed stride does
-                        // not depend on the rows), the source rows lie in
-                        // `lhs`, features are present.
-                        unsafe {
-                            p.run(
-                                rows.len(),
-                                k,
-                                src.0.add(rows.start * lhs_stride).cast(),
-                                stride_bytes,
-                                dst.0.add(off),
-                            )
-                        }
-                    });
+                    engine::LhsPacker::api(p, eb)
                 }
-            }
+            };
+            out.reset(layout, p.size(&g, m, k, 0, (mr, kr, sr)));
+            let x = engine::LhsSource { src: lhs, stride: lhs_stride, m, k, bl: 0, blocking: (mr, kr, sr) };
+            engine::pack_lhs(&g, &self.info, &p, x, engine::LhsCalls::Blocks, out.data_mut().as_mut_slice(), par)?;
             Ok(())
         }
 

@@ -515,47 +515,17 @@ mod imp {
             let mr = layout.r;
             error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.next_multiple_of(KR), "packed lhs")?;
             let g = engine::ensure_supported(&self.info)?;
-            let p = (self.lhs == Lhs::X8p4vsx4).then(|| PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme, &g));
             // mr is the packer's (check_tiles), kr 4, sr 1.
-            let size = match &p {
-                Some(p) => p.packed_size(m, k),
-                None => query!(&g, sys::kai_get_lhs_packed_size_lhs_pack_x8p2vlx4_x8_sme, m, k, mr, KR, 1),
-            };
-            let p = &p;
-            out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(lhs.as_ptr() as *mut i8);
-            engine::run_rows(par, &self.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                // SAFETY: rows.start is a multiple of mr (split_aligned), so
-                // its packed offset starts a whole row block no other range
-                // writes; the pointer is pre-offset (m_idx_start 0); the
-                // source rows lie inside `lhs` (check_lhs), the destination
-                // inside the `size` bytes reserved.
-                unsafe {
-                    let s = src.0.add(rows.start * lhs_stride).cast::<u8>();
-                    match p {
-                        Some(p) => {
-                            let off = p.packed_offset(rows.start, k);
-                            p.run(rows.len(), k, s, lhs_stride, dst.0.add(off));
-                        }
-                        None => {
-                            let off = sys::kai_get_lhs_packed_offset_lhs_pack_x8p2vlx4_x8_sme(rows.start, k, mr, KR, 1);
-                            sys::kai_run_lhs_pack_x8p2vlx4_x8_sme(
-                                rows.len(),
-                                k,
-                                mr,
-                                KR,
-                                1,
-                                0,
-                                s.cast(),
-                                lhs_stride,
-                                dst.0.add(off).cast(),
-                            );
-                        }
-                    }
+            let p = match self.lhs {
+                Lhs::X8p4vsx4 => {
+                    engine::LhsPacker::api(PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme, &g), 1)
                 }
-            });
+                _ => engine::lhs_packers::X8P2VLX4_SME,
+            };
+            let size = p.size(&g, m, k, 0, (mr, KR, 1));
+            out.reset(layout, size);
+            let x = engine::LhsSource { src: lhs, stride: lhs_stride, m, k, bl: 0, blocking: (mr, KR, 1) };
+            engine::pack_lhs(&g, &self.info, &p, x, engine::LhsCalls::Blocks, out.data_mut().as_mut_slice(), par)?;
             Ok(())
         }
 

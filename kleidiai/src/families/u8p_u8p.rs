@@ -187,22 +187,12 @@ mod imp {
             let layout = self.lhs_layout(m, k)?;
             let mr = layout.r;
             error::mul(error::mul(m.div_ceil(mr), mr, "packed lhs")?, k.next_multiple_of(KR), "packed lhs")?;
-            let p = PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme, &engine::ensure_supported(&self.info)?);
-            let size = p.packed_size(m, k);
+            let g = engine::ensure_supported(&self.info)?;
+            let p = engine::LhsPacker::api(PackLhs::new(sys::kai_matmul_pack_lhs_mxk_x8p4vsx4_x8_sme, &g), 1);
+            let size = p.size(&g, m, k, 0, (mr, KR, 1));
             out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let src = SendPtr(lhs.as_ptr() as *mut u8);
-            engine::run_rows(par, &self.info, m, k, mr, |rows| {
-                let (src, dst) = (src, dst);
-                // SAFETY: rows.start is a multiple of mr (split_aligned), so
-                // its packed offset starts a whole row block no other range
-                // writes; the source rows lie inside `lhs` (check_lhs) and
-                // the destination inside the `size` bytes reserved.
-                unsafe {
-                    let off = p.packed_offset(rows.start, k);
-                    p.run(rows.len(), k, src.0.add(rows.start * lhs_stride), lhs_stride, dst.0.add(off));
-                }
-            });
+            let x = engine::LhsSource { src: lhs, stride: lhs_stride, m, k, bl: 0, blocking: (mr, KR, 1) };
+            engine::pack_lhs(&g, &self.info, &p, x, engine::LhsCalls::Blocks, out.data_mut().as_mut_slice(), par)?;
             Ok(())
         }
 

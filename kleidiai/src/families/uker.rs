@@ -228,6 +228,7 @@ impl Uker {
 }
 
 /// An LHS packer's table.
+#[derive(Clone, Copy)]
 pub(crate) struct PackLhs(sys::kai_matmul_pack_lhs_uker_api, sys::kai_matmul_pack_lhs_uker_config);
 table!(
     PackLhs,
@@ -258,17 +259,6 @@ impl PackLhs {
     pub(crate) fn packed_offset(&self, m_idx: usize, k: usize) -> usize {
         let index = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m: m_idx, k: 0 };
         self.ask3(|a| a.get_lhs_packed_offset, &index, &self.packed_stride(1, k))
-    }
-
-    /// The packed offset of row `m_idx` (a multiple of `mr`) with the
-    /// packed strides `stride`.
-    pub(crate) fn packed_offset_with(
-        &self,
-        m_idx: usize,
-        stride: &sys::kai_matmul_pack_lhs_uker_lhs_packed_stride_args,
-    ) -> usize {
-        let index = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m: m_idx, k: 0 };
-        self.ask3(|a| a.get_lhs_packed_offset, &index, stride)
     }
 
     /// Packs `m` rows of `k` bytes, `stride` bytes apart, to `out`.
