@@ -243,6 +243,14 @@ pub(crate) enum PackedRun {
     Bl(RunBl<c_void>),
     /// With the block length; f32 output.
     BlF32(RunBl<f32>),
+    /// A `kai_matmul_uker_api` table with the clamp flag, and the LHS and
+    /// RHS strides of the call (its offsets: [`Offset::TableLhs`],
+    /// [`Offset::TableRhs`]).
+    Table(
+        crate::families::uker::Uker,
+        kleidiai_sys::kai_matmul_uker_lhs_stride_args,
+        kleidiai_sys::kai_matmul_uker_rhs_stride_args,
+    ),
 }
 
 /// Where a tile's rows (or columns) start in a packed operand.
@@ -255,6 +263,10 @@ pub(crate) enum Offset {
     KBl(unsafe extern "C" fn(usize, usize, usize) -> usize),
     /// Rows this many bytes apart (GEMV kernels whose query takes row 0 only).
     Rows(usize),
+    /// A table kernel's LHS offset query with the call's strides.
+    TableLhs(crate::families::uker::Uker, kleidiai_sys::kai_matmul_uker_lhs_stride_args),
+    /// A table kernel's RHS offset query with the call's strides.
+    TableRhs(crate::families::uker::Uker, kleidiai_sys::kai_matmul_uker_rhs_stride_args),
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -265,6 +277,8 @@ impl Offset {
             // bl is nonzero wherever a kernel takes it (its layout checks).
             Offset::KBl(f) => query!(g, f, index, k, bl),
             Offset::Rows(bytes) => index * bytes,
+            Offset::TableLhs(u, stride) => u.lhs_offset(index, &stride),
+            Offset::TableRhs(u, stride) => u.rhs_offset(index, &stride),
         }
     }
 }
@@ -398,6 +412,9 @@ pub(crate) unsafe trait PackedKernel {
                         PackedRun::PlainF32Lut(run) => run(h, w, k, a, b, d.cast(), sr, sc, lo_v, hi_v, f.lut.as_ptr()),
                         PackedRun::Bl(run) => run(h, w, k, bl, a, b, d, sr, sc, lo_v, hi_v),
                         PackedRun::BlF32(run) => run(h, w, k, bl, a, b, d.cast(), sr, sc, lo_v, hi_v),
+                        PackedRun::Table(u, ls, rs) => {
+                            u.run_clamped((h, w, k), (a.cast(), ls), (b.cast(), rs), (d.cast(), sr), &lo_v, &hi_v)
+                        }
                     }
                 }
                 r0 = r1;

@@ -970,73 +970,55 @@ mod glue {
             if T::BYTES != self.elem_bytes() {
                 return Err(Error::WrongFamily { kernel: self.info.name, why: "element type".into() });
             }
-            if let Imp::Packed { .. } = self.imp {
+            if let Imp::Packed { .. } | Imp::PackedApi(_) = self.imp {
                 return engine::PackedKernel::run(self, lhs, rhs, dst, clamp, par);
             }
             clamp.check()?;
             let (m, n, k) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k);
             rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
             lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
-            check_k(k)?;
-            let eb = T::BYTES;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let dst_sb = error::mul(n, eb, "dst stride")?;
-            let (t, g) = self.tiles()?;
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            match self.imp {
-                Imp::PackedApi(api) => {
-                    let u = Uker::new(api, &g);
-                    let (lhs_stride, rhs_stride) = (u.lhs_stride(m, k), u.rhs_stride(n, k));
-                    engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
-                        let (lp, rp, dp) = (lp, rp, dp);
-                        // SAFETY: as for the interface kernels, with the
-                        // kernel's own offset queries for tile starts that
-                        // are multiples of its steps.
-                        unsafe {
-                            let lo = u.lhs_offset(rows.start, &lhs_stride);
-                            let ro = u.rhs_offset(cols.start, &rhs_stride);
-                            u.run_clamped(
-                                (rows.len(), cols.len(), k),
-                                (lp.0.add(lo), lhs_stride),
-                                (rp.0.add(ro), rhs_stride),
-                                (dp.0.add(rows.start * n + cols.start).cast(), dst_sb),
-                                &clamp.min,
-                                &clamp.max,
-                            );
-                        }
-                    });
-                }
-                _ => return Err(Error::WrongFamily { kernel: self.info.name, why: "reads an unpacked LHS".into() }),
-            }
-            Ok(())
+            // Only kernels reading an unpacked LHS are left: `lhs_layout`
+            // refused them above.
+            Err(Error::WrongFamily { kernel: self.info.name, why: "reads an unpacked LHS".into() })
         }
     }
 
     // SAFETY: the layouts are the kernel's (its tiles, its packers'
-    // formats), the functions its own interface's (for `Imp::Packed`, the
-    // only kind `plan` accepts), writing elements of its formats'
-    // size; `plan` checks k fits the kernels' 32-bit arguments.
+    // formats), the functions its own interface's or its table's (for
+    // `Imp::Packed` and `Imp::PackedApi`, the only kinds `plan` accepts;
+    // the table's strides for the call's (m, n, k)), writing elements of
+    // its formats' size; `plan` checks k fits the kernels' 32-bit
+    // arguments.
     unsafe impl engine::PackedKernel for FloatKernel {
         fn info(&self) -> &KernelInfo {
             &self.info
         }
 
         fn plan(&self, _: &PackedRhs, (m, n, k, _): (usize, usize, usize, usize)) -> Result<engine::PackedPlan> {
-            let Imp::Packed { lhs_offset, rhs_offset, run, .. } = self.imp else {
-                return Err(Error::WrongFamily {
-                    kernel: self.info.name,
-                    why: "not a packed-LHS interface kernel".into(),
-                });
-            };
             let layouts = (self.lhs_layout(m, k)?, self.rhs_layout(n, k)?);
             check_k(k)?;
-            let offsets = (engine::Offset::K(lhs_offset), engine::Offset::K(rhs_offset));
-            let fns = engine::PackedFns::new(engine::PackedRun::Plain(run), offsets, false, self.elem_bytes());
-            Ok(engine::PackedPlan { layouts, tiles: self.tiles()?, fns })
+            let (t, g) = self.tiles()?;
+            let (run, offsets) = match self.imp {
+                Imp::Packed { lhs_offset, rhs_offset, run, .. } => {
+                    (engine::PackedRun::Plain(run), (engine::Offset::K(lhs_offset), engine::Offset::K(rhs_offset)))
+                }
+                Imp::PackedApi(api) => {
+                    let u = Uker::new(api, &g);
+                    let (ls, rs) = (u.lhs_stride(m, k), u.rhs_stride(n, k));
+                    (
+                        engine::PackedRun::Table(u, ls, rs),
+                        (engine::Offset::TableLhs(u, ls), engine::Offset::TableRhs(u, rs)),
+                    )
+                }
+                _ => {
+                    return Err(Error::WrongFamily {
+                        kernel: self.info.name,
+                        why: "not a packed-LHS interface kernel".into(),
+                    });
+                }
+            };
+            let fns = engine::PackedFns::new(run, offsets, false, self.elem_bytes());
+            Ok(engine::PackedPlan { layouts, tiles: (t, g), fns })
         }
     }
 

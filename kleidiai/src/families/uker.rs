@@ -140,6 +140,7 @@ macro_rules! table {
 pub(crate) type UkerCtor = unsafe extern "C" fn() -> sys::kai_matmul_uker_api;
 
 /// A matmul kernel's table.
+#[derive(Clone, Copy)]
 pub(crate) struct Uker(sys::kai_matmul_uker_api, sys::kai_matmul_uker_config);
 table!(Uker, sys::kai_matmul_uker_api, sys::kai_matmul_uker_config, sys::kai_matmul_uker_args);
 
