@@ -1164,6 +1164,114 @@ impl BlockRhsPacker {
     }
 }
 
+/// `run_matmul` of a kernel that reads its LHS directly: `(m, n, k, lhs,
+/// lhs_stride, rhs_packed, dst, dst_stride_row, dst_stride_col, clamp_min,
+/// clamp_max)`.
+#[cfg(target_arch = "aarch64")]
+#[rustfmt::skip]
+pub(crate) type RunDirect = unsafe extern "C" fn(
+    usize, usize, usize, *const c_void, usize, *const c_void, *mut c_void, usize, usize, f32, f32,
+);
+
+/// A kernel that reads its LHS directly and a packed RHS: its run and RHS
+/// offset, by kind.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum DirectRun {
+    /// Named functions: the run and the RHS offset query `(n_idx, k)`.
+    Plain(RunDirect, unsafe extern "C" fn(usize, usize) -> usize),
+    /// A `kai_matmul_uker_api` table with the clamp flag.
+    Table(crate::families::uker::Uker),
+}
+
+/// A call of a [`DirectRun`] kernel: the gated kernel, its blocking, its
+/// packed-RHS layout for the call and its output element size; GEMV
+/// kernels take one row per call.
+#[cfg(target_arch = "aarch64")]
+pub(crate) struct DirectCall<'a> {
+    pub info: &'a KernelInfo,
+    pub tiles: (Tiles, Gate),
+    pub rhs_layout: PackedLayout,
+    pub out_bytes: usize,
+    pub one_row: bool,
+}
+
+#[cfg(target_arch = "aarch64")]
+impl DirectRun {
+    /// `dst = clamp(lhs · wᵀ + bias)`: `lhs` `m` rows of `k` values `stride`
+    /// elements apart, `rhs` packed weights of `c.rhs_layout` (`n x k`),
+    /// `dst` `m x n` values rows `n` apart, the tiles split over `par`: the
+    /// one checked driver of these kernels. Checks the clamp, the RHS
+    /// layout, that the LHS rows lie inside `lhs`, `dst` holds `m x n`
+    /// values of the kernel's output size and the strides do not
+    /// overflow. The caller has checked the kernel's other rules on
+    /// `(m, n, k)` (its `k` limit).
+    pub(crate) fn run<T: Sync>(
+        self,
+        c: &DirectCall<'_>,
+        (m, lhs, stride): (usize, &[T], usize),
+        rhs: &PackedRhs,
+        (dst, clamp, par): (&mut [T], Clamp, Parallelism),
+    ) -> Result<()> {
+        use crate::error;
+        clamp.check()?;
+        let name = c.info.name;
+        rhs.expect(&c.rhs_layout, name)?;
+        let (n, k) = (c.rhs_layout.rows, c.rhs_layout.k);
+        check_lhs_rows(m, k, lhs.len(), stride)?;
+        let es = core::mem::size_of::<T>();
+        if es != c.out_bytes {
+            return Err(Error::WrongFamily { kernel: name, why: "element type".into() });
+        }
+        error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+        let (lhs_sb, dst_sb) = (error::mul(stride, es, "lhs stride")?, error::mul(n, es, "dst stride")?);
+        let (t, g) = &c.tiles;
+        let (lp, rp, dp) = (
+            SendPtr(lhs.as_ptr() as *mut u8),
+            SendPtr(rhs.data().as_ptr() as *mut u8),
+            SendPtr(dst.as_mut_ptr().cast::<u8>()),
+        );
+        let rhs_stride = match self {
+            DirectRun::Table(u) => u.rhs_stride(n, k),
+            DirectRun::Plain(..) => Default::default(),
+        };
+        let lhs_sa = kleidiai_sys::kai_matmul_uker_lhs_stride_args { m: lhs_sb };
+        run_grid(par, c.info, m, n, k, t, |rows, cols| {
+            let (lp, rp, dp) = (lp, rp, dp);
+            let ro = match self {
+                DirectRun::Plain(_, off) => query!(g, off, cols.start, k),
+                DirectRun::Table(u) => u.rhs_offset(cols.start, &rhs_stride),
+            };
+            // GEMV kernels take one row per call; others the whole tile.
+            let step = if c.one_row { 1 } else { rows.len().max(1) };
+            for r in rows.clone().step_by(step).map(|r0| r0..(r0 + step).min(rows.end)) {
+                let (h, w, (lo, hi)) = (r.len(), cols.len(), (clamp.min, clamp.max));
+                // SAFETY: the packed RHS has the kernel's layout for (n, k)
+                // (checked above), so the offset of a column start (a
+                // multiple of n_step: run_grid) lies inside it; LHS rows r lie
+                // in `lhs` (check_lhs_rows); `dst` holds m x n values of the
+                // kernel's output size (checked) and tiles are disjoint; GEMV
+                // kernels get one row per call as they require; the gate
+                // proves the CPU runs the kernel, whose other rules the
+                // caller checked.
+                unsafe {
+                    let a = lp.0.add(r.start * lhs_sb);
+                    let d = dp.0.add((r.start * n + cols.start) * es);
+                    match self {
+                        DirectRun::Plain(run, _) => {
+                            run(h, w, k, a.cast(), lhs_sb, rp.0.add(ro).cast(), d.cast(), dst_sb, es, lo, hi)
+                        }
+                        DirectRun::Table(u) => {
+                            u.run_clamped((h, w, k), (a, lhs_sa), (rp.0.add(ro), rhs_stride), (d, dst_sb), &lo, &hi)
+                        }
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
 /// Runs `rows(range)` over `0..m` cut into multiples of `mr` (LHS packing).
 pub(crate) fn run_rows<F>(par: Parallelism, info: &KernelInfo, m: usize, k: usize, mr: usize, rows: F)
 where

@@ -138,7 +138,6 @@ pub(crate) use glue::*;
 mod glue {
     use super::*;
     use crate::Error;
-    use crate::buffer::SendPtr;
     use crate::families::engine::{self, Gate, Tiles, query};
     use crate::families::uker::{PackLhs, PackRhs, Uker};
     use crate::formats::Order;
@@ -151,19 +150,7 @@ mod glue {
     pub(crate) type Getter = unsafe extern "C" fn() -> usize;
     pub(crate) type OffsetFn = unsafe extern "C" fn(usize, usize) -> usize;
     /// `run_matmul` of the families with an unpacked LHS.
-    pub(crate) type DirectRunFn = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        usize,
-        *const c_void,
-        *mut c_void,
-        usize,
-        usize,
-        f32,
-        f32,
-    );
+    pub(crate) type DirectRunFn = engine::RunDirect;
     /// `run_matmul` of the families with a packed LHS.
     pub(crate) type PackedRunFn = engine::RunPlain<c_void>;
     pub(crate) type UkerApiFn = unsafe extern "C" fn() -> sys::kai_matmul_uker_api;
@@ -886,75 +873,22 @@ mod glue {
             check_k(k)?;
             let eb = T::BYTES;
             error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (lhs_sb, dst_sb) = (error::mul(lhs_stride, eb, "lhs stride")?, error::mul(n, eb, "dst stride")?);
+            error::mul(lhs_stride, eb, "lhs stride")?;
+            error::mul(n, eb, "dst stride")?;
             let (t, g) = self.tiles()?;
-            let one_row = self.info.tile == TileKind::Gemv;
-            let (lp, rp, dp) =
-                (SendPtr(lhs.as_ptr() as *mut T), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
-            match self.imp {
-                Imp::Direct { rhs_offset, run, .. } => {
-                    engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
-                        let (lp, rp, dp) = (lp, rp, dp);
-                        // GEMV kernels take one row per call; others the whole tile.
-                        let step = if one_row { 1 } else { rows.len().max(1) };
-                        for r in rows.clone().step_by(step).map(|r0| r0..(r0 + step).min(rows.end)) {
-                            // SAFETY: the packed RHS has exactly this kernel's
-                            // layout for (n, k) (checked above), so the offset
-                            // of a column start that is a multiple of n_step
-                            // (plan_grid), itself a multiple of nr (tiles()),
-                            // lies inside it; LHS rows r lie in `lhs`
-                            // (check_matrix); dst holds m x n and tiles are
-                            // disjoint; GEMV kernels get one row per call as
-                            // they require; k fits their u32 (check_k); the
-                            // CPU supports the kernel (tiles()).
-                            unsafe {
-                                let ro = rhs_offset(cols.start, k);
-                                run(
-                                    r.len(),
-                                    cols.len(),
-                                    k,
-                                    lp.0.add(r.start * lhs_stride).cast(),
-                                    lhs_sb,
-                                    rp.0.add(ro).cast(),
-                                    dp.0.add(r.start * n + cols.start).cast(),
-                                    dst_sb,
-                                    eb,
-                                    clamp.min,
-                                    clamp.max,
-                                );
-                            }
-                        }
-                    });
-                }
-                Imp::DirectApi(api) => {
-                    let u = Uker::new(api, &g);
-                    let rhs_stride = u.rhs_stride(n, k);
-                    let lhs_sa = sys::kai_matmul_uker_lhs_stride_args { m: lhs_sb };
-                    engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
-                        let (lp, rp, dp) = (lp, rp, dp);
-                        // GEMV kernels take one row per call; others the whole tile.
-                        let step = if one_row { 1 } else { rows.len().max(1) };
-                        for r in rows.clone().step_by(step).map(|r0| r0..(r0 + step).min(rows.end)) {
-                            // SAFETY: as for the interface kernels: offsets
-                            // of tile starts that are multiples of the
-                            // kernel's steps, buffers checked against the
-                            // layout and shape.
-                            unsafe {
-                                let ro = u.rhs_offset(cols.start, &rhs_stride);
-                                u.run_clamped(
-                                    (r.len(), cols.len(), k),
-                                    (lp.0.add(r.start * lhs_stride).cast(), lhs_sa),
-                                    (rp.0.add(ro), rhs_stride),
-                                    (dp.0.add(r.start * n + cols.start).cast(), dst_sb),
-                                    &clamp.min,
-                                    &clamp.max,
-                                );
-                            }
-                        }
-                    });
-                }
+            let run = match self.imp {
+                Imp::Direct { rhs_offset, run, .. } => engine::DirectRun::Plain(run, rhs_offset),
+                Imp::DirectApi(api) => engine::DirectRun::Table(Uker::new(api, &g)),
                 _ => return Err(Error::WrongFamily { kernel: self.info.name, why: "reads a packed LHS".into() }),
-            }
+            };
+            let call = engine::DirectCall {
+                info: &self.info,
+                tiles: (t, g),
+                rhs_layout: self.rhs_layout(n, k)?,
+                out_bytes: eb,
+                one_row: self.info.tile == TileKind::Gemv,
+            };
+            run.run(&call, (m, lhs, lhs_stride), rhs, (dst, clamp, par))?;
             Ok(())
         }
 
