@@ -1272,6 +1272,80 @@ impl DirectRun {
     }
 }
 
+/// The operands of a `kai_matmul_pack_rhs_uker_api` packer call: `n x k`
+/// weights of `bits` bits each (`values`, in `order`, rows as far apart as
+/// the packer's own stride query says), and per channel (`n` values each)
+/// any bias and scales, with any global zero-point correction and scale.
+#[cfg(target_arch = "aarch64")]
+pub(crate) struct TableRhs<'a, V, B> {
+    pub dims: (usize, usize),
+    pub order: crate::formats::Order,
+    pub values: (&'a [V], usize),
+    pub bias: Option<&'a [B]>,
+    pub scales: Option<&'a [f32]>,
+    pub globals: Option<(i32, f32)>,
+}
+
+/// Packs `x` with the table packer `p` into `dst`: the one checked call of
+/// these packers. Checks `n` and `k` are nonzero, the weights' rows (of
+/// `ceil(cols * bits / 8)` bytes, as far apart as the packer reads them)
+/// lie inside `values`, the bias and scales hold `n` values and `dst` the
+/// packer's size. The caller has checked the element sizes are the
+/// packer's (its table's format) and its rules on `(n, k)`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn pack_rhs_table<V, B>(
+    p: &crate::families::uker::PackRhs,
+    x: TableRhs<'_, V, B>,
+    dst: &mut [u8],
+) -> Result<()> {
+    use crate::error;
+    let (n, k) = x.dims;
+    error::nonzero(n, "n")?;
+    error::nonzero(k, "k")?;
+    let s = p.rhs_stride(n, k);
+    let (rows, cols, stride) = match x.order {
+        crate::formats::Order::NxK => (n, k, s.n),
+        crate::formats::Order::KxN => (k, n, s.k),
+    };
+    let (values, bits) = x.values;
+    let row = error::mul(cols, bits, "rhs")?.div_ceil(8);
+    if stride < row {
+        return Err(Error::Stride { what: "weights", stride, why: format!("shorter than {row} bytes") });
+    }
+    let need = error::mul(rows - 1, stride, "rhs")?.checked_add(row).ok_or_else(|| Error::Overflow("rhs".into()))?;
+    error::at_least_bytes(core::mem::size_of_val(values), need, "weights")?;
+    if let Some(b) = x.bias {
+        error::at_least(b.len(), n, "bias")?;
+    }
+    if let Some(sc) = x.scales {
+        error::at_least(sc.len(), n, "scales")?;
+    }
+    error::at_least_bytes(dst.len(), p.packed_size(n, k), "packed rhs")?;
+    let mut args = kleidiai_sys::kai_matmul_pack_rhs_uker_args::default();
+    args.shape.n = n;
+    args.shape.k = k;
+    args.operand.rhs.ptr = values.as_ptr().cast();
+    if let Some(b) = x.bias {
+        args.operand.bias_n.ptr = b.as_ptr().cast();
+    }
+    if let Some(sc) = x.scales {
+        args.operand.scale_n.ptr = sc.as_ptr().cast();
+    }
+    let globals = x.globals.unwrap_or_default();
+    if x.globals.is_some() {
+        args.operand.k_sum_scale_global.ptr = (&globals.0 as *const i32).cast();
+        args.operand.scale_global.ptr = (&globals.1 as *const f32).cast();
+    }
+    args.operand.rhs_packed.ptr = dst.as_mut_ptr().cast();
+    // SAFETY: the weights hold the rows the packer reads with its own
+    // strides (checked above), the bias and scales n values, the globals
+    // outlive the call, `dst` holds the packer's size; the table exists only
+    // once the CPU was checked (its gate); the caller checked the element
+    // sizes and the packer's rules.
+    unsafe { p.run(&mut args) };
+    Ok(())
+}
+
 /// Runs `rows(range)` over `0..m` cut into multiples of `mr` (LHS packing).
 pub(crate) fn run_rows<F>(par: Parallelism, info: &KernelInfo, m: usize, k: usize, mr: usize, rows: F)
 where

@@ -657,19 +657,17 @@ mod glue {
                     }
                     self.check_api_rhs_stride(n, k, packed_stride.n, &g)?;
                     out.reset(layout, bytes);
-                    let buf = out.data_mut();
-                    let mut args = sys::kai_matmul_pack_rhs_uker_args {
-                        shape: sys::kai_matmul_pack_rhs_uker_dim_args { n, k },
-                        ..Default::default()
+                    // The element sizes are the format's (checked against
+                    // `T` above and the packer's strides).
+                    let x = engine::TableRhs {
+                        dims: (n, k),
+                        order,
+                        values: (data, eb * 8),
+                        bias: Some(bias),
+                        scales: None,
+                        globals: None,
                     };
-                    args.operand.rhs.ptr = data.as_ptr().cast();
-                    args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
-                    args.operand.bias_n.ptr = bias.as_ptr().cast();
-                    // SAFETY: as for the named packers: the source holds
-                    // n x k elements with the strides the packer itself
-                    // reported (`run` passes them), the bias n elements, the
-                    // destination the size it reported; features present.
-                    unsafe { p.run(&mut args) };
+                    engine::pack_rhs_table(&p, x, out.data_mut().as_mut_slice())?;
                 }
             }
             Ok(())

@@ -419,7 +419,8 @@ mod imp {
             let scales = w.scales();
             let kxn;
             // The uker packer and the values it reads.
-            let (ctor, values): (unsafe extern "C" fn() -> sys::kai_matmul_pack_rhs_uker_api, *const c_void) = match w {
+            type Ctor = unsafe extern "C" fn() -> sys::kai_matmul_pack_rhs_uker_api;
+            let (ctor, values, bits, order): (Ctor, &[u8], usize, Order) = match w {
                 Weights::I8(w8) => {
                     // Both int8 packers read K x N.
                     kxn = match w8.order {
@@ -455,7 +456,8 @@ mod imp {
                             return Ok(PackedRhs::new(layout, buf));
                         }
                     }
-                    (sys::kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme, kxn.as_ptr().cast())
+                    let ctor = sys::kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme;
+                    (ctor, zerocopy::IntoBytes::as_bytes(&kxn[..]), 8, Order::KxN)
                 }
                 Weights::I4(w4) => {
                     let ctor = match (w4.order, w4.encoding) {
@@ -472,32 +474,24 @@ mod imp {
                             sys::kai_matmul_pack_rhs_kxn_qsi4cxp8vsx4sf32bi32_qsu4cx_f32_i32_sme
                         }
                     };
-                    (ctor, w4.data.as_ptr().cast())
+                    (ctor, w4.data, 4, w4.order)
                 }
             };
             let p = PackRhs::new(ctor, &engine::ensure_supported(&self.info)?);
-            // SAFETY: `values` holds the int8
-            // weights K x N with rows n bytes apart (kxn), or the int4 nibbles
-            // in the order and encoding of the packer picked, rows padded to
-            // whole bytes as its stride query says (validated); bias and
-            // scales hold n values; the buffer has the packer's size; the
-            // scalars outlive the call; the zero-point correction fits int32
-            // (channel_params), so the packer's C arithmetic does not
-            // overflow.
-            let buf = unsafe {
-                let mut buf = AlignedBuf::zeroed(p.packed_size(n, k));
-                let mut args = sys::kai_matmul_pack_rhs_uker_args::default();
-                args.shape.n = n;
-                args.shape.k = k;
-                args.operand.rhs.ptr = values;
-                args.operand.bias_n.ptr = bias.as_ptr().cast();
-                args.operand.k_sum_scale_global.ptr = (&neg_zp as *const i32).cast();
-                args.operand.scale_n.ptr = scales.as_ptr().cast();
-                args.operand.scale_global.ptr = (&mult as *const f32).cast();
-                args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
-                p.run(&mut args);
-                buf
+            // `values` are the int8 weights K x N, or the int4 nibbles in the
+            // order and encoding of the packer picked (validated); the
+            // zero-point correction fits int32 (channel_params), so the
+            // packer's C arithmetic does not overflow.
+            let mut buf = AlignedBuf::zeroed(p.packed_size(n, k));
+            let x = engine::TableRhs {
+                dims: (n, k),
+                order,
+                values: (values, bits),
+                bias: Some(bias),
+                scales: Some(scales),
+                globals: Some((neg_zp, mult)),
             };
+            engine::pack_rhs_table(&p, x, buf.as_mut_slice())?;
             Ok(PackedRhs::new(layout, buf))
         }
 

@@ -159,19 +159,17 @@ mod imp {
                 Order::NxK => PackRhs::new(sys::kai_matmul_pack_rhs_nxk_x8p4vsx4_x8_sme, &g),
                 Order::KxN => PackRhs::new(sys::kai_matmul_pack_rhs_kxn_x8p4vsx4_x8_sme, &g),
             };
-            // SAFETY: the data holds n x k bytes in the order of the packer
-            // picked (its strides come from its own query); the buffer has
-            // the packer's size for (n, k).
-            unsafe {
-                let mut buf = AlignedBuf::zeroed(p.packed_size(n, k));
-                let mut args = sys::kai_matmul_pack_rhs_uker_args::default();
-                args.shape.n = n;
-                args.shape.k = k;
-                args.operand.rhs.ptr = w.data.as_ptr().cast();
-                args.operand.rhs_packed.ptr = buf.as_mut_ptr().cast();
-                p.run(&mut args);
-                Ok(PackedRhs::new(layout, buf))
-            }
+            let mut buf = AlignedBuf::zeroed(p.packed_size(n, k));
+            let x = engine::TableRhs::<u8, u8> {
+                dims: (n, k),
+                order: w.order,
+                values: (w.data, 8),
+                bias: None,
+                scales: None,
+                globals: None,
+            };
+            engine::pack_rhs_table(&p, x, buf.as_mut_slice())?;
+            Ok(PackedRhs::new(layout, buf))
         }
 
         pub(crate) fn pack_lhs_into(
