@@ -432,22 +432,8 @@ mod imp {
                         });
                     }
                     let mut buf = AlignedBuf::zeroed(size);
-                    // SAFETY: `w.data` holds 9 * c elements (validate), `bias`
-                    // c, never null; the destination holds the packer's size
-                    // for (3, 3, c); height and width equal the filter's, as
-                    // the packer asserts.
-                    unsafe {
-                        kleidiai_sys::$packer(
-                            3,
-                            3,
-                            3,
-                            3,
-                            c,
-                            w.data.as_ptr().cast(),
-                            bias.as_ptr().cast(),
-                            buf.as_mut_ptr().cast(),
-                        );
-                    }
+                    let packer = (kleidiai_sys::$packer as engine::PackDw, kleidiai_sys::$packer_size as _, ESIZE);
+                    engine::pack_dw_rhs(&g, packer, c, (w.data, bias), buf.as_mut_slice())?;
                     Ok(PackedRhs::new(layout, buf))
                 }
             }

@@ -1346,6 +1346,45 @@ pub(crate) fn pack_rhs_table<V, B>(
     Ok(())
 }
 
+/// A depthwise-convolution RHS packer: `(filter_height, filter_width,
+/// height, width, num_channels, rhs, bias, rhs_packed)`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type PackDw =
+    unsafe extern "C" fn(usize, usize, usize, usize, usize, *const c_void, *const c_void, *mut c_void);
+
+/// Packs 3x3 depthwise filters of `c` channels (`weights` `9 * c` values,
+/// `bias` `c`, of the packer's `elem_bytes`) with `run` into `dst`: the one
+/// checked call of these packers. Checks `c` is nonzero, the element size,
+/// the lengths and that `dst` holds the packer's size (its query `size` for
+/// `(3, 3, c)`, through the gate `g` of the kernel that reads its output).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn pack_dw_rhs<T>(
+    g: &Gate,
+    (run, size, elem_bytes): (PackDw, PackDwSize, usize),
+    c: usize,
+    (weights, bias): (&[T], &[T]),
+    dst: &mut [u8],
+) -> Result<()> {
+    use crate::error;
+    error::nonzero(c, "channels")?;
+    if core::mem::size_of::<T>() != elem_bytes {
+        return Err(Error::bad_value("element type", core::mem::size_of::<T>(), "not the packer's"));
+    }
+    error::at_least(weights.len(), error::mul(c, 9, "weights")?, "depthwise weights")?;
+    error::at_least(bias.len(), c, "bias")?;
+    error::at_least_bytes(dst.len(), query!(g, size, 3, 3, c), "packed weights")?;
+    // SAFETY: `weights` holds 9 * c values and `bias` c of the packer's
+    // element size, `dst` its size for (3, 3, c) (checked above); height
+    // and width equal the filter's, as the packer asserts; the gate proves
+    // the CPU runs it.
+    unsafe { run(3, 3, 3, 3, c, weights.as_ptr().cast(), bias.as_ptr().cast(), dst.as_mut_ptr().cast()) };
+    Ok(())
+}
+
+/// A depthwise packer's size query `(filter_height, filter_width, channels)`.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type PackDwSize = unsafe extern "C" fn(usize, usize, usize) -> usize;
+
 /// Runs `rows(range)` over `0..m` cut into multiples of `mr` (LHS packing).
 pub(crate) fn run_rows<F>(par: Parallelism, info: &KernelInfo, m: usize, k: usize, mr: usize, rows: F)
 where
