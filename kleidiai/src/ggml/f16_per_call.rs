@@ -9,9 +9,9 @@
 use super::Tensor;
 use super::kernel_table;
 use super::tensor::GgmlType;
-use super::threads::{SharedBytes, SmeSetting, ThreadTeam, align64, f32_rows, lhs_rows};
+use super::threads::{Own, SharedBytes, SmeSetting, TeamColumns, TeamWork, ThreadTeam, align64, f32_rows};
 use crate::error::{Error, Result};
-use crate::weights::parts::{OutputBlock, PartKernel};
+use crate::weights::parts::PartKernel;
 
 /// The F16 per-call path (see the module docs). Stateless: every call
 /// resolves the kernel for its shape.
@@ -112,7 +112,7 @@ impl F16PerCall {
             let last = (w[2] - 1) * src0.nb[2] + (w[1] - 1) * src0.nb[1] + 2 * w[0];
             crate::error::at_least_bytes(src0.data.len(), last, "src0")?;
             let a = f32_rows(src1.ne, src1.nb, src1.data.len(), "src1")?;
-            let o = f32_rows(dst_ne, dst_nb, dst.len(), "dst")?;
+            let (out, o) = dst.columns_of(team, dst_ne, dst_nb, "dst")?;
             let (k, n, m) = (w[0], w[1], a[1]);
             if a[0] != k || o != [n, m, a[2]] || a[2] % w[2] != 0 {
                 return Err(Error::ShapeMismatch {
@@ -124,13 +124,15 @@ impl F16PerCall {
             let kern = PartKernel::for_f16_per_call(kernel_table(GgmlType::F16)[0].0, n, k, &sme.features())?;
             let r = regions(&kern, m, n, k)?;
             crate::error::at_least_bytes(work.len(), r.end, "work buffer")?;
-            Ok((kern, r, m, n, a[2], a[2] / w[2]))
+            Ok(((kern, r, m, a[2], a[2] / w[2]), out))
         })();
-        let (plan, mut result) = match checked {
-            Ok(p) => (Some(p), Ok(())),
-            Err(e) => (None, Err(e)),
+        let (plan, mut out, mut result) = match checked {
+            Ok((p, out)) => (Some(p), Some(out), Ok(())),
+            Err(e) => (None, None, Err(e)),
         };
-        let batches = plan.as_ref().map_or(1, |p| p.4);
+        let batches = plan.as_ref().map_or(1, |p| p.3);
+        // Every barrier through the work buffer's view: its phases are the team's.
+        let mut work = work.work_of(team, plan.as_ref().map_or(0..0, |p| p.1.lhs..p.1.rhs));
         let ok = match plan.as_ref().map(|p| p.0.on_this_thread()).transpose() {
             Ok(ok) => ok,
             Err(e) => {
@@ -139,23 +141,23 @@ impl F16PerCall {
             }
         };
         for b in 0..batches {
-            if let (Some((kern, r, m, _, _, per)), Some(ok), true) = (&plan, &ok, result.is_ok()) {
-                result = pack(src0, src1, b, *per, kern, r, *m, ok, ith, nth, work);
+            if let (Some((kern, r, m, _, per)), Some(ok), true) = (&plan, &ok, result.is_ok()) {
+                result = pack(src0, src1, b, *per, kern, r, *m, ok, &mut work);
             }
-            team.barrier();
-            if let (Some((kern, r, m, n, _, _)), Some(ok), true) = (&plan, &ok, result.is_ok()) {
-                result = compute(kern, r, *m, *n, b, ok, ith, nth, (dst_nb, dst), work);
+            work.barrier(team);
+            if let (Some((kern, r, m, _, _)), Some(ok), Some(out), true) = (&plan, &ok, &mut out, result.is_ok()) {
+                result = compute(kern, r, *m, b, ok, out, &work);
             }
             if b + 1 != batches {
-                team.barrier();
+                work.barrier(team);
             }
         }
         result
     }
 }
 
-/// Thread `ith`'s LHS rows of batch `b`, and on thread 0 the weights of the
-/// batch it multiplies.
+/// This thread's LHS rows of batch `b`, and on thread 0 the weights of the
+/// batch it multiplies (a writing phase of `work`).
 #[allow(clippy::too_many_arguments)]
 fn pack(
     src0: &Tensor<'_>,
@@ -166,20 +168,16 @@ fn pack(
     r: &Regions,
     m: usize,
     ok: &crate::weights::parts::OnThread<'_>,
-    ith: usize,
-    nth: usize,
-    work: &SharedBytes<'_>,
+    work: &mut TeamWork<'_, '_>,
 ) -> Result<()> {
-    let rows = lhs_rows(m, kern.mr(), nth, ith);
-    if !rows.is_empty() {
-        let off = r.lhs + kern.lhs_offset(rows.start);
-        let end = if rows.end == m { r.rhs } else { r.lhs + kern.lhs_offset(rows.end) };
-        if off > end || end > r.rhs {
-            return Err(Error::bad_value("LHS rows", format!("{rows:?}"), "pack outside their region"));
+    // ggml's row split, the packed bytes of every `mr` rows after the
+    // previous ones (the kernel's offsets, checked below).
+    let mr = kern.mr().max(1);
+    let group = kern.lhs_offset(mr);
+    if let Some((rows, out)) = work.own_mut(Own::LhsRows { m, mr, group })? {
+        if kern.lhs_offset(rows.start) != rows.start / mr * group {
+            return Err(Error::bad_value("LHS rows", format!("{rows:?}"), "packed at uneven offsets"));
         }
-        // SAFETY: threads pack disjoint row groups of the LHS region (as in
-        // ThreadedWeights::mul_mat); the barrier separates this from reads.
-        let out = unsafe { work.part_mut(off..end)? };
         let at = b * src1.nb[2] + rows.start * src1.nb[1];
         let src = src1.data.get(at..).ok_or_else(|| Error::ByteLength {
             what: "src1 rows",
@@ -188,23 +186,17 @@ fn pack(
         })?;
         kern.pack_rows(ok, rows.len(), src, src1.nb[1], out)?;
     }
-    if ith == 0 {
+    // Thread 0 alone: the RHS, transposed-weights and bias regions.
+    if let Some((_, regions)) = work.own_mut(Own::First(r.rhs..r.end))? {
         let at = b / per * src0.nb[2];
         let src = src0.data.get(at..).ok_or_else(|| Error::ByteLength {
             what: "src0 batch",
             got: src0.data.len(),
             need: at,
         })?;
-        // SAFETY: only thread 0 writes the RHS, transposed-weights and bias
-        // regions (disjoint from the LHS region and from each other), and
-        // the barrier separates this from every read.
-        let (rhs, kxn, bias) = unsafe {
-            (
-                work.part_mut(r.rhs..r.rhs + kern.rhs_len())?,
-                work.part_mut(r.kxn..r.bias)?,
-                work.part_mut(r.bias..r.end)?,
-            )
-        };
+        // r.rhs + rhs_len <= r.kxn <= r.bias <= r.end (`regions`).
+        let (rhs, rest) = regions.split_at_mut(kern.rhs_len());
+        let (kxn, bias) = rest[r.kxn - r.rhs - kern.rhs_len()..].split_at_mut(r.bias - r.kxn);
         kern.pack_rhs_f16(ok, src, src0.nb[1], f32s(kxn)?, f32s(bias)?, rhs)?;
     }
     Ok(())
@@ -216,42 +208,21 @@ fn f32s(bytes: &mut [u8]) -> Result<&mut [f32]> {
         .map_err(|_| Error::Misaligned { what: "work buffer region", align: 4 })
 }
 
-/// Thread `ith`'s columns (ggml's static split) of batch `b`.
+/// This thread's columns (ggml's static split) of batch `b` (a reading
+/// phase of `work`).
 #[allow(clippy::too_many_arguments)]
 fn compute(
     kern: &PartKernel,
     r: &Regions,
     m: usize,
-    n: usize,
     b: usize,
     ok: &crate::weights::parts::OnThread<'_>,
-    ith: usize,
-    nth: usize,
-    (dst_nb, dst): ([usize; 4], &SharedBytes<'_>),
-    work: &SharedBytes<'_>,
+    out: &mut TeamColumns<'_, '_>,
+    work: &TeamWork<'_, '_>,
 ) -> Result<()> {
-    let step = kern.n_step().max(1);
-    let threads = (n / step).min(nth).max(1);
-    if ith >= threads {
+    let Some((cols, mut block)) = out.block_mut(b, kern.n_step())? else {
         return Ok(());
-    }
-    let per = n / threads / step * step;
-    let start = ith * per;
-    let end = if ith == threads - 1 { n } else { start + per };
-    if start >= end {
-        return Ok(());
-    }
-    // SAFETY: every thread's packing happened before the barrier preceding
-    // this call, and nothing writes the work buffer until the next one.
-    let (lhs, rhs) = unsafe { (work.part(r.lhs..r.rhs)?, work.part(r.rhs..r.rhs + kern.rhs_len())?) };
-    let at = b * dst_nb[2] + start * 4;
-    let span = (m - 1) * dst_nb[1] + (end - start) * 4;
-    // SAFETY: the static split gives each thread its own columns of batch b;
-    // rows dst_nb[1] bytes apart, not overlapping (f32_rows), inside dst
-    // (part_mut checks the span).
-    let mut out = unsafe {
-        let bytes = dst.part_mut(at..at + span)?;
-        OutputBlock::from_raw_parts(bytes.as_mut_ptr().cast(), m, end - start, dst_nb[1])?
     };
-    kern.run_cols(ok, m, start..end, lhs, 0, rhs, &mut out)
+    let (lhs, rhs) = (work.part(r.lhs..r.rhs)?, work.part(r.rhs..r.rhs + kern.rhs_len())?);
+    kern.run_cols(ok, m, cols, lhs, 0, rhs, &mut block)
 }

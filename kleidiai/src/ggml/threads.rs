@@ -27,7 +27,7 @@ use super::{BlockQ8_0, kernel_table};
 use crate::cpu::{CpuFeature, Features};
 use crate::error::{Error, Result};
 use crate::formats::{BlockInt4, FloatWeights, Order, Q4_0};
-use crate::weights::parts::{OnThread, PartKernel, PartSlot};
+use crate::weights::parts::{OnThread, OutputBlock, PartKernel, PartSlot};
 use crate::weights::{PackedWeights, WeightKind, WeightsRef};
 use core::marker::PhantomData;
 use core::ops::Range;
@@ -192,21 +192,201 @@ impl<'a> SharedBytes<'a> {
         Ok(())
     }
 
-    /// # Safety
-    /// No other thread uses `r` until the returned borrow ends.
-    #[allow(clippy::mut_from_ref)] // shared bytes partitioned between threads: exclusive by the caller's guarantee
-    pub(super) unsafe fn part_mut(&self, r: Range<usize>) -> Result<&mut [u8]> {
-        self.range(&r)?;
-        // SAFETY: in bounds (checked); exclusive by the caller's guarantee.
-        Ok(unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr().add(r.start), r.len()) })
+    /// Thread `team.ith()`'s view of these bytes as the work buffer of one
+    /// operation, `split` the region the threads' splits write (see
+    /// [`TeamWork`]).
+    pub(super) fn work_of<'s, T: ThreadTeam>(&'s self, team: &T, split: Range<usize>) -> TeamWork<'s, 'a> {
+        TeamWork { bytes: self, ith: team.ith(), nth: team.nth(), split, reading: false }
     }
 
-    /// # Safety
-    /// No thread writes `r` until the returned borrow ends.
-    pub(super) unsafe fn part(&self, r: Range<usize>) -> Result<&[u8]> {
-        self.range(&r)?;
-        // SAFETY: in bounds (checked); not written by the caller's guarantee.
-        Ok(unsafe { core::slice::from_raw_parts(self.ptr.as_ptr().add(r.start), r.len()) })
+    /// Thread `team.ith()`'s view of these bytes as an F32 output `[n, m,
+    /// b, 1]` of strides `nb` (see [`TeamColumns`]), checked as
+    /// [`f32_rows`] checks it (`what` names it in errors); with its sizes
+    /// `[n, m, b]`.
+    pub(super) fn columns_of<'s, T: ThreadTeam>(
+        &'s self,
+        team: &T,
+        ne: [i64; 4],
+        nb: [usize; 4],
+        what: &'static str,
+    ) -> Result<(TeamColumns<'s, 'a>, [usize; 3])> {
+        let d = f32_rows(ne, nb, self.len, what)?;
+        let (ith, nth) = (team.ith(), team.nth());
+        Ok((TeamColumns { bytes: self, ith, nth, n: d[0], m: d[1], batches: d[2], nb: [nb[1], nb[2]] }, d))
+    }
+}
+
+/// What of a work buffer a thread writes (see [`TeamWork::own_mut`]):
+/// its part of a split of the view's split region over the team, or on
+/// thread 0 bytes outside that region. (Every thread of an operation runs
+/// its code: the same split on all threads.)
+#[derive(Clone, Debug)]
+pub(super) enum Own {
+    /// Its rows of ggml's LHS split of `m` rows in multiples of `mr`
+    /// ([`lhs_rows`]) over the team: `group` bytes for every `mr` rows from
+    /// the split region's start, the thread of the last rows to its end.
+    LhsRows { m: usize, mr: usize, group: usize },
+    /// On thread 0 alone, bytes outside the split region.
+    First(Range<usize>),
+    /// Row `index`, one of its rows of ggml's `get_rows` split of `count`
+    /// rows ([`get_rows_split`]): `len` bytes at `index * stride` from the
+    /// split region's start, inside it.
+    Row { count: usize, index: usize, stride: usize, len: usize },
+}
+
+/// Thread `ith` of `nth`'s access to a team's work buffer during one
+/// operation, in phases the team's barrier separates: in a writing phase
+/// each thread writes only its own part ([`own_mut`](Self::own_mut), parts
+/// of different threads disjoint by construction: the split is computed
+/// here from the thread's index, the same for every thread, each having its
+/// own index), in a reading phase every thread may read any bytes
+/// ([`part`](Self::part)) and none writes. [`barrier`](Self::barrier), the
+/// operation's every barrier, takes the whole team from one phase to the
+/// next (a [`ThreadTeam`]'s barrier returns once every thread reached it,
+/// so all threads are in the same phase), and no part outlives it (it
+/// takes `&mut self`).
+#[derive(Debug)]
+pub(super) struct TeamWork<'s, 'a> {
+    bytes: &'s SharedBytes<'a>,
+    ith: usize,
+    nth: usize,
+    /// Where the threads' splits write ([`Own`]).
+    split: Range<usize>,
+    reading: bool,
+}
+
+impl TeamWork<'_, '_> {
+    /// The team's barrier (`team` is the one this view was made for), into
+    /// the next phase.
+    pub(super) fn barrier<T: ThreadTeam>(&mut self, team: &T) {
+        team.barrier();
+        self.reading = !self.reading;
+    }
+
+    /// This thread's bytes of `own` in a writing phase (rows of `Own`'s
+    /// splits with the bytes they take; `None` when the thread has none).
+    pub(super) fn own_mut(&mut self, own: Own) -> Result<Option<(Range<usize>, &mut [u8])>> {
+        if self.reading {
+            return Err(Error::InvalidArgument("work buffer written in a reading phase".into()));
+        }
+        let over = || Error::Overflow("work buffer part".into());
+        let (rows, bytes) = match own {
+            Own::LhsRows { m, mr, group } => {
+                let rows = lhs_rows(m, mr, self.nth, self.ith);
+                if rows.is_empty() {
+                    return Ok(None);
+                }
+                let mr = mr.max(1);
+                let at = |row: usize| (row / mr).checked_mul(group).and_then(|v| v.checked_add(self.split.start));
+                // Rows start at multiples of mr, one thread's end the next
+                // one's start: byte ranges in the order of the rows.
+                let start = at(rows.start).ok_or_else(over)?;
+                let end = if rows.end == m { self.split.end } else { at(rows.end).ok_or_else(over)? };
+                if start > end || end > self.split.end {
+                    let why = format!("pack outside the {} bytes of {m} rows", self.split.len());
+                    return Err(Error::bad_value("LHS rows", format!("{rows:?}"), why));
+                }
+                (rows, start..end)
+            }
+            Own::First(r) => {
+                if self.ith != 0 {
+                    return Ok(None);
+                }
+                if r.start < self.split.end && self.split.start < r.end {
+                    return Err(Error::bad_value("thread 0's part", format!("{r:?}"), "overlaps the split region"));
+                }
+                (0..0, r)
+            }
+            Own::Row { count, index, stride, len } => {
+                if !get_rows_split(count, self.ith, self.nth).contains(&index) {
+                    return Err(Error::out_of_range("row of this thread", index, count));
+                }
+                if stride < len {
+                    return Err(Error::Stride { what: "rows", stride, why: format!("do not hold {len} bytes each") });
+                }
+                // Rows `stride >= len` bytes apart: every row its own bytes.
+                let at = index.checked_mul(stride).and_then(|v| v.checked_add(self.split.start)).ok_or_else(over)?;
+                let end = at.checked_add(len).ok_or_else(over)?;
+                if end > self.split.end {
+                    return Err(Error::ByteLength { what: "shared buffer", got: self.split.end, need: end });
+                }
+                (index..index + 1, at..end)
+            }
+        };
+        self.bytes.range(&bytes)?;
+        // SAFETY: in bounds (checked) of bytes valid for the operation
+        // (SharedBytes' contract); written by this thread alone until the
+        // borrow ends: a writing phase (checked), in which no thread reads
+        // and every thread writes only its own part of the split region
+        // (checked), disjoint from every other thread's (the split computed
+        // above from the thread's own index: ThreadTeam's contract, or for
+        // `Row` SharedBytes'), or on thread 0 bytes outside it (checked);
+        // `&mut self` holds one part at a time.
+        let part = unsafe { core::slice::from_raw_parts_mut(self.bytes.ptr.as_ptr().add(bytes.start), bytes.len()) };
+        Ok(Some((rows, part)))
+    }
+
+    /// The bytes `r` in a reading phase.
+    pub(super) fn part(&self, r: Range<usize>) -> Result<&[u8]> {
+        if !self.reading {
+            return Err(Error::InvalidArgument("work buffer read in a writing phase".into()));
+        }
+        self.bytes.range(&r)?;
+        // SAFETY: in bounds (checked) of bytes valid for the operation
+        // (SharedBytes' contract); a reading phase (checked), in which no
+        // thread writes, and it lasts as long as the borrow (`barrier`
+        // takes `&mut self`).
+        Ok(unsafe { core::slice::from_raw_parts(self.bytes.ptr.as_ptr().add(r.start), r.len()) })
+    }
+}
+
+/// Thread `ith` of `nth`'s access to a team's F32 output `[n, m, batches]`
+/// (rows `nb[0]` bytes apart, batches `nb[1]`, checked by [`f32_rows`] to
+/// lie in the bytes without overlapping: every element has its own 4
+/// bytes), through which it writes only its own columns of ggml's static
+/// split ([`block_mut`](Self::block_mut)).
+#[derive(Debug)]
+pub(super) struct TeamColumns<'s, 'a> {
+    bytes: &'s SharedBytes<'a>,
+    ith: usize,
+    nth: usize,
+    n: usize,
+    m: usize,
+    batches: usize,
+    nb: [usize; 2],
+}
+
+impl TeamColumns<'_, '_> {
+    /// This thread's columns of batch `b` in ggml's static split of the
+    /// `n` columns in multiples of `step`, and the block of every row's
+    /// (None when it has none).
+    pub(super) fn block_mut(&mut self, b: usize, step: usize) -> Result<Option<(Range<usize>, OutputBlock<'_>)>> {
+        let (n, step) = (self.n, step.max(1));
+        let threads = (n / step).min(self.nth).max(1);
+        if self.ith >= threads {
+            return Ok(None);
+        }
+        let per = n / threads / step * step;
+        let start = self.ith * per;
+        let end = if self.ith == threads - 1 { n } else { start + per };
+        if start >= end {
+            return Ok(None);
+        }
+        if b >= self.batches {
+            return Err(Error::out_of_range("batch", b, self.batches));
+        }
+        let at = b * self.nb[1] + start * 4;
+        // SAFETY: elements (row i < m, column j < end - start) of batch b <
+        // batches lie in the bytes, each its own 4 bytes (f32_rows, checked
+        // at construction), valid for the operation (SharedBytes'
+        // contract); the columns start..end of every row and batch are this
+        // thread's alone (the static split of its own index: ThreadTeam's
+        // contract) and `&mut self` holds one block at a time;
+        // from_raw_parts checks the alignment and the row stride.
+        let block = unsafe {
+            OutputBlock::from_raw_parts(self.bytes.ptr.as_ptr().add(at).cast(), self.m, end - start, self.nb[0])?
+        };
+        Ok(Some((start..end, block)))
     }
 }
 
@@ -272,6 +452,140 @@ impl RawOperands<'_> {
 
 type RawCall<'a> = RawOperands<'a>;
 
+use checked::{Ready, Vouched};
+
+/// The two facts the kernel calls of a mul_mat rely on, each a type made
+/// only here: a call's raw operands vouched for ([`Vouched`]: the raw entry
+/// points' contract, or borrows), and a kept call ready to run them on this
+/// thread ([`Ready`]: its checks passed for them).
+mod checked {
+    use super::{Error, OnThread, RawCall, Replay, SharedBytes, Tensor, ThreadedWeights, addresses_pass};
+
+    /// A mul_mat call's raw operands whose bytes are valid as
+    /// [`mul_mat_raw`](ThreadedWeights::mul_mat_raw) requires (src1
+    /// readable and not written, dst and work readable and writable and
+    /// used only by the team's threads) for the call it is made for, which
+    /// it does not outlive.
+    #[derive(Clone, Copy)]
+    pub(super) struct Vouched<'a>(RawCall<'a>);
+
+    impl<'a> Vouched<'a> {
+        /// `call`'s operands, vouched for.
+        ///
+        /// # Safety
+        /// [`mul_mat_raw`](ThreadedWeights::mul_mat_raw)'s, for `call`'s
+        /// pointers and lengths, while the value lives.
+        #[inline(always)]
+        pub(super) unsafe fn new(call: RawCall<'a>) -> Vouched<'a> {
+            Vouched(call)
+        }
+
+        /// The operands of a call on borrowed ones: `src1` a slice borrowed
+        /// for the call (readable, not written), `dst` and `work` the team's
+        /// for the call (SharedBytes' contract; from a slice: an exclusive
+        /// borrow).
+        #[inline(always)]
+        pub(super) fn shared(
+            src1: &'a Tensor<'_>,
+            dst: (&'a [i64; 4], &'a [usize; 4], &SharedBytes<'_>),
+            work: &SharedBytes<'_>,
+            multiplier: usize,
+        ) -> Vouched<'a> {
+            Vouched(RawCall {
+                src1: (src1.typ as u32, &src1.ne, &src1.nb, src1.data.as_ptr(), src1.data.len()),
+                dst: (dst.0, dst.1, dst.2.ptr.as_ptr(), dst.2.len),
+                work: (work.ptr.as_ptr(), work.len),
+                multiplier,
+            })
+        }
+
+        /// The raw operands.
+        #[inline(always)]
+        pub(super) fn raw(&self) -> &RawCall<'a> {
+            &self.0
+        }
+    }
+
+    /// A kept call ready to run for vouched operands on this thread: its
+    /// checks ([`prepare`](ThreadedWeights::prepare)) passed for a call of
+    /// the same key on weights of the same class, the operands' addresses
+    /// pass [`check_addresses`](super::check_addresses) with the kept
+    /// lengths, and its kernel runs on this thread (the proof held).
+    /// Made only by [`prepared`](Self::prepared) and
+    /// [`replayed`](Self::replayed), which check that; every [`Replay`] is
+    /// made by `prepare` for the key it holds.
+    pub(super) struct Ready<'r> {
+        kept: &'r Replay,
+        ok: OnThread<'r>,
+        call: &'r Vouched<'r>,
+        /// The thread's `(ith, nth)` the key was computed with.
+        thread: (usize, usize),
+    }
+
+    impl<'r> Ready<'r> {
+        /// `call` checked by [`prepare`](ThreadedWeights::prepare), which
+        /// keeps it in `kept`: the call ready to run (None: it runs
+        /// nothing), or the error with the number of batches its barriers
+        /// span.
+        #[inline(always)]
+        pub(super) fn prepared(
+            w: &'r ThreadedWeights,
+            call: &'r Vouched<'r>,
+            ith: usize,
+            nth: usize,
+            kept: &'r mut Option<Replay>,
+        ) -> Result<Option<Ready<'r>>, (Error, usize)> {
+            let key = w.key(call.raw(), ith, nth);
+            let ok = w.prepare(key, call.raw(), ith, nth, kept)?;
+            let kept: &'r Option<Replay> = kept;
+            Ok(kept.as_ref().map(|kept| Ready { kept, ok, call, thread: (ith, nth) }))
+        }
+
+        /// The kept call `kept` ready to run again for `call`: its key
+        /// equals `call`'s, `call`'s addresses pass with its lengths and its
+        /// kernel still runs on this thread (its vector length); None
+        /// otherwise.
+        #[inline(always)]
+        pub(super) fn replayed(
+            w: &'r ThreadedWeights,
+            kept: &'r Replay,
+            call: &'r Vouched<'r>,
+            ith: usize,
+            nth: usize,
+        ) -> Option<Ready<'r>> {
+            if kept.key != w.key(call.raw(), ith, nth) || !addresses_pass(call.raw(), kept.lens) {
+                return None;
+            }
+            let ok = w.slots[kept.run.parts[kept.part].slot].kernel(kept.m).still_on_this_thread().ok()?;
+            Some(Ready { kept, ok, call, thread: (ith, nth) })
+        }
+
+        /// The kept call.
+        #[inline(always)]
+        pub(super) fn kept(&self) -> &Replay {
+            self.kept
+        }
+
+        /// The proof its kernel runs on this thread.
+        #[inline(always)]
+        pub(super) fn on_thread(&self) -> &OnThread<'r> {
+            &self.ok
+        }
+
+        /// The operands.
+        #[inline(always)]
+        pub(super) fn call(&self) -> &Vouched<'r> {
+            self.call
+        }
+
+        /// The thread's `(ith, nth)` in its team.
+        #[inline(always)]
+        pub(super) fn thread(&self) -> (usize, usize) {
+            self.thread
+        }
+    }
+}
+
 /// Everything a mul_mat call's checks depend on but its addresses: two
 /// calls with equal keys whose addresses pass [`check_addresses`] pass the
 /// same checks (the CPU features are the detected ones, which do not change,
@@ -289,12 +603,6 @@ impl PartialEq for CallKey {
     fn eq(&self, other: &CallKey) -> bool {
         // Branch-free and inline (no call to the C library's bcmp).
         self.0.iter().zip(&other.0).fold(0, |d, (a, b)| d | (a ^ b)) == 0
-    }
-}
-
-impl CallKey {
-    fn class(&self) -> u64 {
-        self.0[0]
     }
 }
 
@@ -629,6 +937,13 @@ pub(super) fn lhs_rows(m: usize, mr: usize, threads: usize, i: usize) -> Range<u
     start..end.min(m)
 }
 
+/// ggml's `get_rows` split of `count` rows over `nth` threads: thread
+/// `ith`'s rows (`count / nth` rounded up a thread).
+fn get_rows_split(count: usize, ith: usize, nth: usize) -> Range<usize> {
+    let per = count.div_ceil(nth.max(1));
+    (per * ith).min(count)..(per * ith + per).min(count)
+}
+
 impl ThreadedWeights {
     fn ggml_kind(typ: GgmlType) -> Result<(WeightKind, usize)> {
         match typ {
@@ -913,17 +1228,7 @@ impl ThreadedWeights {
         team: &T,
         multiplier: usize,
     ) -> Result<()> {
-        let call = RawCall {
-            src1: (src1.typ as u32, &src1.ne, &src1.nb, src1.data.as_ptr(), src1.data.len()),
-            dst: (&dst_ne, &dst_nb, dst.ptr.as_ptr(), dst.len),
-            work: (work.ptr.as_ptr(), work.len),
-            multiplier,
-        };
-        // SAFETY: src1 is a slice borrowed for the call (readable, not
-        // written: `dst` and `work` are exclusive borrows or the team's
-        // shared bytes, SharedBytes' contract), dst and work are the team's
-        // for the call (SharedBytes' contract).
-        unsafe { self.run_call(&call, team) }
+        self.run_call(&Vouched::shared(src1, (&dst_ne, &dst_nb, dst), work, multiplier), team)
     }
 
     /// [`mul_mat`](Self::mul_mat) for callers holding raw pointers (the C
@@ -955,8 +1260,8 @@ impl ThreadedWeights {
         let (t1, ne1, nb1, p1, l1) = src1;
         let (ned, nbd, pd, ld) = dst;
         let call = RawCall { src1: (t1, &ne1, &nb1, p1, l1), dst: (&ned, &nbd, pd, ld), work, multiplier };
-        // SAFETY: the caller's guarantees are run_call's.
-        unsafe { self.run_call(&call, team) }
+        // SAFETY: the caller's guarantees are Vouched::new's, for this call.
+        self.run_call(&unsafe { Vouched::new(call) }, team)
     }
 
     /// [`mul_mat_raw`](Self::mul_mat_raw) with the shapes read where the
@@ -968,39 +1273,30 @@ impl ThreadedWeights {
     /// [`mul_mat_raw`](Self::mul_mat_raw)'s, for `call`'s pointers.
     #[inline]
     pub unsafe fn mul_mat_operands<T: ThreadTeam>(&self, call: &RawOperands<'_>, team: &T) -> Result<()> {
-        // SAFETY: the caller's guarantees are run_call's.
-        unsafe { self.run_call(call, team) }
+        // SAFETY: the caller's guarantees are Vouched::new's, for this call.
+        self.run_call(&unsafe { Vouched::new(*call) }, team)
     }
 
     /// The one mul_mat path: this thread's kept call again when `call`'s
     /// key equals its key and `call`'s addresses pass, else the checks
     /// ([`prepare`](Self::prepare)), the run, and the call kept for next
     /// time.
-    ///
-    /// # Safety
-    /// [`mul_mat_raw`](Self::mul_mat_raw)'s.
     #[inline(always)]
-    unsafe fn run_call<T: ThreadTeam>(&self, call: &RawCall, team: &T) -> Result<()> {
-        let (ith, nth) = (team.ith(), team.nth());
+    fn run_call<T: ThreadTeam>(&self, call: &Vouched<'_>, team: &T) -> Result<()> {
         // The steady state, in this frame: the thread's entry for this
         // class of weights, read in place (a Replay is some 50 words), its
-        // key compared with this call's as the words are read (built after
-        // the entry is borrowed, so nothing is read before and kept);
-        // `replay` relies on run_call's contract (the bytes are valid).
-        let replays = REPLAYS.with(|t| t as *const core::cell::RefCell<[Option<Replay>; 64]>);
-        // SAFETY: a const-initialised thread-local without destructor
-        // lives as long as this thread, and the reference stays in this call.
-        let replayed = match &unsafe { &*replays }.borrow()[(self.class % 64) as usize] {
-            Some(r) if r.key == self.key(call, ith, nth) => self.replay(r, call, team),
-            _ => false,
-        };
+        // key compared with this call's as the words are read (in
+        // `Ready::replayed`, after the entry is borrowed, so nothing is
+        // read before and kept).
+        let replayed = REPLAYS.with(|t| match &t.borrow()[(self.class % 64) as usize] {
+            Some(r) => self.replay(r, call, team),
+            None => false,
+        });
         if replayed {
             return Ok(());
         }
-        let key = self.key(call, ith, nth);
-        // SAFETY: run_call's contract is run_checked's.
         // (The error comes boxed: the steady state's answer stays one word.)
-        match unsafe { self.run_checked(key, *call, team) } {
+        match self.run_checked(call, team) {
             None => Ok(()),
             Some(e) => Err(*e),
         }
@@ -1009,23 +1305,15 @@ impl ThreadedWeights {
     /// [`run_call`](Self::run_call) when no kept call replays: the checks
     /// ([`prepare`](Self::prepare)), the run, and the call kept for next
     /// time (out of line: a handful of calls per graph come here).
-    ///
-    /// # Safety
-    /// [`mul_mat_raw`](Self::mul_mat_raw)'s.
     #[inline(never)]
-    unsafe fn run_checked<T: ThreadTeam>(&self, key: CallKey, call: RawCall, team: &T) -> Option<Box<Error>> {
+    fn run_checked<T: ThreadTeam>(&self, call: &Vouched<'_>, team: &T) -> Option<Box<Error>> {
         let (ith, nth) = (team.ith(), team.nth());
         REPLAYS.with(|t| {
             let mut t = t.borrow_mut();
-            let e = &mut t[(key.class() % 64) as usize];
-            match self.prepare(key, &call, ith, nth, e) {
-                Ok(ok) => {
-                    if let Some(r) = e.as_ref() {
-                        // SAFETY: `prepare` passed every check for this
-                        // call and kept `r` for it (see `execute`), `ok`
-                        // vouches for its kernel on this thread, and the
-                        // bytes are valid (the caller's guarantees).
-                        unsafe { self.execute(r, &ok, &call, team) };
+            match Ready::prepared(self, call, ith, nth, &mut t[(self.class % 64) as usize]) {
+                Ok(ready) => {
+                    if let Some(ready) = ready {
+                        self.execute(&ready, team);
                     }
                     None
                 }
@@ -1090,13 +1378,13 @@ impl ThreadedWeights {
         ])
     }
 
-    /// Replays the thread's kept call when `key` equals its key (in place:
-    /// a kept call is not copied out of the thread's table).
-    fn replay_if_kept<T: ThreadTeam>(&self, key: &CallKey, call: &RawCall, team: &T) -> Option<Result<()>> {
+    /// Replays the thread's kept call when `call`'s key equals its key (in
+    /// place: a kept call is not copied out of the thread's table).
+    fn replay_if_kept<T: ThreadTeam>(&self, call: &Vouched<'_>, team: &T) -> Option<Result<()>> {
         REPLAYS
-            .with(|r| match &r.borrow()[(key.class() % 64) as usize] {
-                Some(e) if e.key == *key => self.replay(e, call, team),
-                _ => false,
+            .with(|r| match &r.borrow()[(self.class % 64) as usize] {
+                Some(e) => self.replay(e, call, team),
+                None => false,
             })
             .then_some(Ok(()))
     }
@@ -1121,8 +1409,8 @@ impl ThreadedWeights {
         let (t1, ne1, nb1, p1, l1) = src1;
         let (ned, nbd, pd, ld) = dst;
         let call = RawCall { src1: (t1, &ne1, &nb1, p1, l1), dst: (&ned, &nbd, pd, ld), work, multiplier };
-        let key = self.key(&call, team.ith(), team.nth());
-        self.replay_if_kept(&key, &call, team)
+        // SAFETY: the caller's guarantees are Vouched::new's, for this call.
+        self.replay_if_kept(&unsafe { Vouched::new(call) }, team)
     }
 
     /// `kern.on_this_thread()`, its CPU feature check done once per
@@ -1267,90 +1555,68 @@ impl ThreadedWeights {
         Ok(ok)
     }
 
-    /// Runs a kept call again (`r.key` equals this call's): true, or false
-    /// when this call's addresses fail [`check_addresses`] or this thread's
-    /// vector length changed (nothing run: the full path runs and reports it).
+    /// Runs this thread's kept call `r` again for `call` when their keys
+    /// are equal: true, or false when they are not, when `call`'s
+    /// addresses fail [`check_addresses`] or when this thread's vector
+    /// length changed (nothing run: the full path runs and reports it).
     /// Nothing else is checked again: arguments with equal keys pass the
     /// same checks, on weights of the same class (whose kernels were found
     /// supported as the kept call's were: the features are part of the key).
     #[inline(always)]
-    fn replay<T: ThreadTeam>(&self, r: &Replay, call: &RawCall, team: &T) -> bool {
-        if !addresses_pass(call, r.lens) {
+    fn replay<T: ThreadTeam>(&self, r: &Replay, call: &Vouched<'_>, team: &T) -> bool {
+        let Some(ready) = Ready::replayed(self, r, call, team.ith(), team.nth()) else {
             return false; // the full path reports it
-        }
-        let kern = self.slots[r.run.parts[r.part].slot].kernel(r.m);
-        let Ok(ok) = kern.still_on_this_thread() else {
-            return false;
         };
         #[cfg(test)]
         tests::REPLAYED.with(|c| c.set(c.get() + 1));
-        // SAFETY: `call`'s key equals the kept call's (weights class:
-        // kernels and shape; lengths, shapes, strides, address alignments,
-        // team, features), which passed `prepare`, and its addresses passed
-        // check_addresses above: every check of `prepare` gives it the kept
-        // call's answers, which `execute` relies on; the bytes are valid for
-        // this call (the caller's guarantees).
-        unsafe { self.execute(r, &ok, call, team) };
+        self.execute(&ready, team);
         true
     }
 
-    /// Thread `team.ith()`'s part of a call that passed [`prepare`](Self::prepare):
-    /// pack its LHS rows, barrier, compute the column chunks it claims.
-    ///
-    /// # Safety
-    /// `prepare` returned `r` for a call with `call`'s key (on these weights
-    /// or others of their class), `call`'s addresses pass
-    /// [`check_addresses`] with src1 and dst of `r.lens` bytes, `ok` is for
-    /// `r`'s kernel of these weights on this thread, and `call`'s bytes are valid
-    /// as [`mul_mat_raw`](Self::mul_mat_raw) requires.
+    /// Thread `team.ith()`'s part of a call [`Ready`] to run: pack its LHS
+    /// rows, barrier, compute the column chunks it claims.
     #[inline(always)]
-    unsafe fn execute<T: ThreadTeam>(&self, r: &Replay, ok: &OnThread<'_>, call: &RawCall, team: &T) {
+    fn execute<T: ThreadTeam>(&self, ready: &Ready<'_>, team: &T) {
         // One thread needs neither barriers nor the team's counter: it
         // computes every chunk, in order (its own loop).
-        // SAFETY: execute's contract, ALONE exactly when nth is 1.
-        unsafe {
-            if team.nth() == 1 {
-                self.execute_as::<T, true>(r, ok, call, team)
-            } else {
-                self.execute_as::<T, false>(r, ok, call, team)
-            }
+        if ready.thread().1 == 1 {
+            self.execute_as::<T, true>(ready, team)
+        } else {
+            self.execute_as::<T, false>(ready, team)
         }
     }
 
-    /// [`execute`](Self::execute) for a team of one thread (`ALONE`) or more.
-    ///
-    /// # Safety
-    /// [`execute`](Self::execute)'s, and `ALONE` exactly when `team.nth() == 1`.
+    /// [`execute`](Self::execute) for a team of one thread (`ALONE`, exactly
+    /// when `nth == 1`) or more. The thread's `(ith, nth)` are those its
+    /// checks ran with (`ready`'s); `team` (the same) synchronises.
     #[inline(always)]
-    unsafe fn execute_as<T: ThreadTeam, const ALONE: bool>(
-        &self,
-        r: &Replay,
-        ok: &OnThread<'_>,
-        call: &RawCall,
-        team: &T,
-    ) {
-        let (ith, nth) = (team.ith(), team.nth());
+    fn execute_as<T: ThreadTeam, const ALONE: bool>(&self, ready: &Ready<'_>, team: &T) {
+        let (r, ok, call) = (ready.kept(), ready.on_thread(), ready.call().raw());
+        let (ith, nth) = ready.thread();
         let part = &r.run.parts[r.part];
         let slot = &self.slots[part.slot];
-        let kern = ok.kernel(); // `slot.kernel(r.m)` (the caller's guarantee)
+        let kern = ok.kernel(); // `slot.kernel(r.m)` (Ready's construction)
         let f32_scheme = self.typ == GgmlType::F32;
         let rhs = slot.rhs().as_bytes().as_ptr();
         let (n, m, cc) = (self.n, r.m, r.run.chunk_cols);
         let (src, s1, src_nb) = (call.src1.3, call.src1.2[1], call.src1.2);
         let (dst, dst_nb, work) = (call.dst.2, call.dst.1, call.work.0);
-        let alone = ALONE;
+        // A team of one is alone (ALONE is the caller's `nth == 1`: one compare).
+        let alone = ALONE && nth == 1;
         for b in 0..r.batches {
             // (Batch 0, a call's only one in the steady state, at offset 0.)
             let (at, dst_at) = if b == 0 { (0, 0) } else { batch_offsets(b, r.ne2, src_nb, dst_nb) };
             // (Kernels reading the f32 rows where they are pack nothing.)
             if r.rows.1 > r.rows.0 && part.lhs_size != 0 {
-                // SAFETY: prepare's check_pack passed for these rows of
-                // every batch (source inside src1, aligned, strided as the
-                // packer needs) and their packed bytes lie in this thread's
-                // part of the LHS region of work (rows of different threads
-                // start at different multiples of mr: disjoint row groups;
-                // layouts of a hybrid run have disjoint regions); the
-                // barrier below separates this from every read.
+                // SAFETY: `ready` vouches that prepare passed for `r` and a
+                // call of `call`'s key, whose bytes are valid (Vouched):
+                // its check_pack passed for these rows of every batch
+                // (source inside src1, aligned, strided as the packer
+                // needs) and their packed bytes lie in this thread's part
+                // of the LHS region of work (rows of different threads start
+                // at different multiples of mr: disjoint row groups; layouts
+                // of a hybrid run have disjoint regions); the barrier below
+                // separates this from every read.
                 unsafe {
                     kern.pack_rows_unchecked(
                         ok,
@@ -1367,12 +1633,12 @@ impl ThreadedWeights {
                 }
                 team.barrier();
             }
+            // Batch b's offset lies inside src1 (f32_rows4, in prepare);
+            // region + lhs_size inside work (prepare).
             let (lhs, lhs_stride) = if part.lhs_size == 0 {
-                // SAFETY: batch b's offset lies inside src1 (f32_rows4, in prepare).
-                (unsafe { src.add(at) }, s1)
+                (src.wrapping_add(at), s1)
             } else {
-                // SAFETY: region + lhs_size lies inside work (prepare).
-                (unsafe { work.add(part.region) }.cast_const(), 0)
+                (work.wrapping_add(part.region).cast_const(), 0)
             };
             let mut next = if alone {
                 0
@@ -1387,13 +1653,16 @@ impl ThreadedWeights {
                     break;
                 }
                 let cols = start..(start + cc).min(n);
-                // SAFETY: the chunk came from the team's counter (or is
-                // this thread's first, `ith`, the counter starting at nth;
-                // or the thread is alone), so only this thread writes these columns; every column < n
-                // of every row and batch lies inside dst (f32_rows4), f32
-                // aligned, rows nb[1] >= 4 n bytes apart (prepare); the
-                // chunk starts at a multiple of the kernel's column step and
-                // the operands passed check_operands (prepare).
+                // SAFETY: `ready` vouches that prepare passed for `r` and a
+                // call of `call`'s key, whose bytes are valid (Vouched): the
+                // chunk came from the team's counter (or is this thread's
+                // first, `ith`, the counter starting at nth; or the thread
+                // is alone), so only this thread writes these columns; every
+                // column < n of every row and batch lies inside dst
+                // (f32_rows4), f32 aligned, rows nb[1] >= 4 n bytes apart
+                // (prepare); the chunk starts at a multiple of the kernel's
+                // column step and the operands passed check_operands
+                // (prepare).
                 unsafe {
                     kern.run_cols_unchecked(
                         ok,
@@ -1445,18 +1714,17 @@ impl ThreadedWeights {
                 why: format!("do not hold {k} f32 values each"),
             });
         }
-        let per = rows.len().div_ceil(nth);
-        let mine = (per * ith).min(rows.len())..(per * ith + per).min(rows.len());
-        for i in mine {
+        // Written through a view of this thread's rows: each thread its
+        // own `ith` (SharedBytes' contract), so its own rows.
+        let mut out = TeamWork { bytes: dst, ith, nth, split: 0..dst.len, reading: false };
+        for i in get_rows_split(rows.len(), ith, nth) {
             let r = usize::try_from(rows[i]).ok().filter(|r| *r < self.n).ok_or_else(|| Error::OutOfRange {
                 what: "row index",
                 index: i64::from(rows[i]),
                 len: self.n,
             })?;
-            let at = i * row_stride;
-            // SAFETY: row i is in this thread's share (ggml's split), so no
-            // other thread writes it; bounds are checked by `part_mut`.
-            let bytes = unsafe { dst.part_mut(at..at + 4 * k)? };
+            let own = Own::Row { count: rows.len(), index: i, stride: row_stride, len: 4 * k };
+            let Some((_, bytes)) = out.own_mut(own)? else { continue };
             let mut vals = vec![0f32; k];
             self.weights.row(r, &mut vals)?;
             for (o, v) in bytes.chunks_exact_mut(4).zip(&vals) {
@@ -1464,6 +1732,103 @@ impl ThreadedWeights {
             }
         }
         Ok(())
+    }
+}
+
+/// src1 of a test's raw mul_mat call ([`ThreadedWeights::raw_test_call`]).
+#[cfg(test)]
+#[derive(Clone, Copy, Debug)]
+pub(super) enum TestSrc<'a> {
+    /// A borrowed slice.
+    Bytes(&'a [u8]),
+    /// NULL, with that many bytes (more than 0).
+    Null(usize),
+    /// The first bytes of dst, that many (an overlap).
+    AtDst(usize),
+}
+
+/// dst of a test's raw mul_mat call ([`ThreadedWeights::raw_test_call`]).
+#[cfg(test)]
+#[derive(Debug)]
+pub(super) enum TestDst<'a> {
+    /// A borrowed slice.
+    Bytes(&'a mut [u8]),
+    /// NULL, with that many bytes (more than 0).
+    Null(usize),
+}
+
+/// Which raw entry point a test calls.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lane {
+    /// [`ThreadedWeights::mul_mat_raw`].
+    Raw,
+    /// [`ThreadedWeights::mul_mat_again`].
+    Again,
+    /// [`ThreadedWeights::mul_mat_operands`], lengths given (`false`) or as
+    /// [`RawOperands::SPAN`] (`true`).
+    Operands(bool),
+}
+
+#[cfg(test)]
+impl ThreadedWeights {
+    /// A raw entry point (`lane`) on one thread, its pointers built from
+    /// borrows: src1 (F32 `ne`/`nb`) and dst (`dne`/`dnb`) as `src`/`dst`
+    /// say, work a slice, ggml's chunk multiplier `multiplier`. None only
+    /// from [`Lane::Again`] (nothing replayed). Panics (before any call) on
+    /// operands the checks could not refuse safely.
+    #[allow(clippy::too_many_arguments)] // a raw call's operands
+    pub(super) fn raw_test_call(
+        &self,
+        lane: Lane,
+        (ne, nb, src): ([i64; 4], [usize; 4], TestSrc<'_>),
+        (dne, dnb, dst): ([i64; 4], [usize; 4], TestDst<'_>),
+        work: &mut [u8],
+        multiplier: usize,
+    ) -> Option<Result<()>> {
+        let span = lane == Lane::Operands(true);
+        let (pd, ld) = match dst {
+            TestDst::Bytes(d) => (d.as_mut_ptr(), d.len()),
+            TestDst::Null(len) => (core::ptr::null_mut(), len),
+        };
+        let (p1, l1) = match src {
+            TestSrc::Bytes(x) => (x.as_ptr(), x.len()),
+            TestSrc::Null(len) => (core::ptr::null(), len),
+            TestSrc::AtDst(len) => (pd.cast_const(), len),
+        };
+        // The bytes the calls take: the spans' when given as SPAN.
+        let (s1, sd) = if span {
+            (bytes_of(RawOperands::SPAN, &ne, &nb), bytes_of(RawOperands::SPAN, &dne, &dnb))
+        } else {
+            (l1, ld)
+        };
+        assert!(s1 <= l1 && sd <= ld, "operands beyond their buffers");
+        assert!(
+            !matches!(src, TestSrc::Null(_) | TestSrc::AtDst(_)) || s1 > 0,
+            "a NULL or overlapping src1 without bytes"
+        );
+        assert!(!pd.is_null() || sd > 0, "a NULL dst without bytes");
+        assert!(!matches!(src, TestSrc::AtDst(_)) || (!pd.is_null() && s1 > 0 && sd > 0), "an overlap without bytes");
+        let (l1, ld) = if span { (RawOperands::SPAN, RawOperands::SPAN) } else { (l1, ld) };
+        let (team, t1, work) = (SingleThread::default(), GgmlType::F32 as u32, (work.as_mut_ptr(), work.len()));
+        // SAFETY: src1, dst and work are this call's borrows (or NULL), of
+        // at least the bytes passed (asserted), used by this thread alone
+        // (a team of one); src1 is a shared borrow none of the mutable ones
+        // aliases, or NULL or inside dst with bytes (asserted): refused by
+        // check_addresses (a NULL pointer to bytes, an overlap) before
+        // anything is read or written, on every lane.
+        unsafe {
+            match lane {
+                Lane::Raw => Some(self.mul_mat_raw((t1, ne, nb, p1, l1), (dne, dnb, pd, ld), work, &team, multiplier)),
+                #[allow(deprecated)]
+                Lane::Again => self.mul_mat_again((t1, ne, nb, p1, l1), (dne, dnb, pd, ld), work, &team, multiplier),
+                Lane::Operands(_) => {
+                    let call =
+                        RawOperands { src1: (t1, &ne, &nb, p1, l1), dst: (&dne, &dnb, pd, ld), work, multiplier };
+                    Some(self.mul_mat_operands(&call, &team))
+                }
+            }
+        }
     }
 }
 

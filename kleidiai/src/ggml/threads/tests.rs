@@ -116,11 +116,13 @@ unsafe impl ThreadTeam for StdTeam<'_> {
     }
 }
 
+/// The bytes of weights `w` (rows of `k`) as ggml keeps them in `typ`.
 fn weights_bytes(typ: GgmlType, w: &[f32], k: usize) -> Vec<u8> {
     match typ {
         GgmlType::Q4_0 => q4_0_as_bytes(&quantize_q4_0(w, k).unwrap()).to_vec(),
         GgmlType::Q8_0 => q8_0_as_bytes(&quantize_q8_0(w, k).unwrap()).to_vec(),
-        _ => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        GgmlType::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        GgmlType::F16 => w.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
     }
 }
 
@@ -237,20 +239,9 @@ fn an_identical_call_replays_with_the_same_bits() {
             assert_ne!(outs[0], outs[1], "{typ:?}: new activations, new outputs");
             // The raw lane (the deprecated replay half of the C ABI's):
             // the kept call again, by its parts.
-            #[allow(deprecated)]
             let raw = |x: &[u8], dst: &mut [u8], work: &mut [u8], mult: usize| {
-                let src = (GgmlType::F32 as u32, [k as i64, m as i64, 1, 1], src_nb, x.as_ptr(), x.len());
-                let team = SingleThread::default();
-                // SAFETY: slices of this test, used by this thread alone.
-                unsafe {
-                    w.mul_mat_again(
-                        src,
-                        (dne, dnb, dst.as_mut_ptr(), dst.len()),
-                        (work.as_mut_ptr(), work.len()),
-                        &team,
-                        mult,
-                    )
-                }
+                let src = ([k as i64, m as i64, 1, 1], src_nb, TestSrc::Bytes(x));
+                w.raw_test_call(Lane::Again, src, (dne, dnb, TestDst::Bytes(dst)), work, mult)
             };
             let kept = dst.clone();
             dst.fill(0);
@@ -262,11 +253,8 @@ fn an_identical_call_replays_with_the_same_bits() {
             assert!(raw(&x[..x.len() - 4], &mut dst, &mut work, 4).is_none(), "{typ:?}: other src1");
             // mul_mat_raw (the C ABI's): the kept call replays, a short dst is refused.
             let raw_all = |x: &[u8], dst: &mut [u8], work: &mut [u8]| {
-                let src = (GgmlType::F32 as u32, [k as i64, m as i64, 1, 1], src_nb, x.as_ptr(), x.len());
-                let team = SingleThread::default();
-                let (d, wk) = ((dne, dnb, dst.as_mut_ptr(), dst.len()), (work.as_mut_ptr(), work.len()));
-                // SAFETY: slices of this test, used by this thread alone.
-                unsafe { w.mul_mat_raw(src, d, wk, &team, 4) }
+                let src = ([k as i64, m as i64, 1, 1], src_nb, TestSrc::Bytes(x));
+                w.raw_test_call(Lane::Raw, src, (dne, dnb, TestDst::Bytes(dst)), work, 4).expect("a checked lane")
             };
             raw_all(&x, &mut dst, &mut work).unwrap();
             let before = REPLAYED.with(|c| c.get());
@@ -321,24 +309,29 @@ fn weights_of_one_class_share_the_kept_call() {
             let mut work = crate::AlignedBuf::zeroed(a.work_size(m).unwrap().max(1));
             assert_eq!(a.work_size(m).unwrap(), b.work_size(m).unwrap());
             let src_nb = [4, 4 * k, 4 * k * m, 4 * k * m];
-            let raw = |w: &ThreadedWeights, s: (*const u8, usize), d: (*mut u8, usize), wk: (*mut u8, usize)| {
+            let raw = |w: &ThreadedWeights, s: TestSrc<'_>, d: TestDst<'_>, wk: &mut [u8]| {
                 let n = w.dims().1;
                 let (dne, dnb) = ([n as i64, m as i64, 1, 1], [4, 4 * n, 4 * n * m, 4 * n * m]);
-                let src1 = (GgmlType::F32 as u32, [k as i64, m as i64, 1, 1], src_nb, s.0, s.1);
-                // SAFETY: the pointers are this test's buffers of those
-                // lengths (or NULL), used by this thread alone; src1 is not
-                // written (an overlapping call is refused before anything runs).
-                unsafe { w.mul_mat_raw(src1, (dne, dnb, d.0, d.1), wk, &SingleThread::default(), 4) }
+                let src1 = ([k as i64, m as i64, 1, 1], src_nb, s);
+                w.raw_test_call(Lane::Raw, src1, (dne, dnb, d), wk, 4).expect("a checked lane")
             };
-            let (s, d, wk) = (
-                (src.as_slice().as_ptr(), x.len()),
-                (dst.as_mut_slice().as_mut_ptr(), 4 * m * n),
-                (work.as_mut_slice().as_mut_ptr(), a.work_size(m).unwrap()),
-            );
+            let ws = a.work_size(m).unwrap();
+            // src1, dst and work: the first buffers (their addresses each call).
+            macro_rules! first {
+                () => {
+                    (
+                        TestSrc::Bytes(src.as_slice()),
+                        TestDst::Bytes(&mut dst.as_mut_slice()[..4 * m * n]),
+                        &mut work.as_mut_slice()[..ws],
+                    )
+                };
+            }
+            let (s, d, wk) = first!();
             raw(&a, s, d, wk).unwrap();
             let out_a = dst.as_slice().to_vec();
             // b's first call: a's checks, replayed.
             let before = replays();
+            let (s, d, wk) = first!();
             raw(&b, s, d, wk).unwrap();
             assert_eq!(replays(), before + 1, "{typ:?} m={m}: b replays a's call");
             let out_b = dst.as_slice().to_vec();
@@ -347,28 +340,32 @@ fn weights_of_one_class_share_the_kept_call() {
             let mut d2 = vec![0u8; 4 * m * n];
             let mut w2 = vec![0u8; a.work_size(m).unwrap() + 64];
             let before = replays();
-            raw(&b, (x.as_ptr(), x.len()), (d2.as_mut_ptr(), d2.len()), (w2.as_mut_ptr(), w2.len())).unwrap();
+            raw(&b, TestSrc::Bytes(&x), TestDst::Bytes(&mut d2), &mut w2).unwrap();
             assert_eq!(replays(), before, "{typ:?} m={m}: another work length checks");
             assert_eq!(d2, out_b, "{typ:?} m={m}: replay and checked path differ");
             // Back to the first buffers (kept again), then src1 at dst's
             // address: the same key (lengths, alignment), overlapping, refused.
+            let (s, d, wk) = first!();
             raw(&a, s, d, wk).unwrap();
             dst.as_mut_slice().fill(7);
             let before = replays();
-            assert!(s.1 <= d.1, "src1's bytes fit in dst's");
-            let r = raw(&b, (d.0.cast_const(), s.1), d, wk);
+            assert!(x.len() <= 4 * m * n, "src1's bytes fit in dst's");
+            let (_, d, wk) = first!();
+            let r = raw(&b, TestSrc::AtDst(x.len()), d, wk);
             assert!(matches!(r, Err(Error::InvalidArgument(ref e)) if e.contains("overlap")), "{typ:?} m={m}: {r:?}");
             assert_eq!(replays(), before, "{typ:?} m={m}: an overlap does not replay");
             assert!(dst.as_slice().iter().all(|v| *v == 7), "{typ:?} m={m}: nothing written");
             // A NULL dst with the kept key's lengths: refused, not replayed.
+            let (s, d, wk) = first!();
             raw(&a, s, d, wk).unwrap();
-            let r = raw(&b, s, (core::ptr::null_mut(), d.1), wk);
+            let (s, _, wk) = first!();
+            let r = raw(&b, s, TestDst::Null(4 * m * n), wk);
             assert!(matches!(r, Err(Error::Null { what: "dst data" })), "{typ:?} m={m}: {r:?}");
             // Weights of another class: their own checks.
             let mut dc = vec![0u8; 4 * m * 80];
             let mut wc = vec![0u8; c.work_size(m).unwrap()];
             let before = replays();
-            raw(&c, (x.as_ptr(), x.len()), (dc.as_mut_ptr(), dc.len()), (wc.as_mut_ptr(), wc.len())).unwrap();
+            raw(&c, TestSrc::Bytes(&x), TestDst::Bytes(&mut dc), &mut wc).unwrap();
             assert_eq!(replays(), before, "{typ:?} m={m}: another class checks");
         }
     }
@@ -389,44 +386,49 @@ fn span_lengths_check_and_replay_like_given_ones() {
             let mut work = crate::AlignedBuf::zeroed(w.work_size(m).unwrap().max(1));
             let (ne1, nb1) = ([k as i64, m as i64, 1, 1], [4, 4 * k, 4 * k * m, 4 * k * m]);
             let (dne, dnb) = ([n as i64, m as i64, 1, 1], [4, 4 * n, 4 * n * m, 4 * n * m]);
-            let ops = |ne1: &[i64; 4], s: (*const u8, usize), d: (*mut u8, usize), wk: (*mut u8, usize)| {
-                let call = RawOperands {
-                    src1: (GgmlType::F32 as u32, ne1, &nb1, s.0, s.1),
-                    dst: (&dne, &dnb, d.0, d.1),
-                    work: wk,
-                    multiplier: 4,
-                };
-                // SAFETY: the pointers are this test's buffers, valid for the
-                // bytes their shapes span (or NULL), used by this thread
-                // alone; src1 is not written (overlaps are refused first).
-                unsafe { w.mul_mat_operands(&call, &SingleThread::default()) }
+            // Lengths given (`span` false) or as RawOperands::SPAN.
+            let ops = |ne1: &[i64; 4], span: bool, s: TestSrc<'_>, d: TestDst<'_>, wk: &mut [u8]| {
+                let lane = Lane::Operands(span);
+                w.raw_test_call(lane, (*ne1, nb1, s), (dne, dnb, d), wk, 4).expect("a checked lane")
             };
-            let span = RawOperands::SPAN;
-            let (s, d) = (src.as_slice().as_ptr(), dst.as_mut_slice().as_mut_ptr());
-            let wk = (work.as_mut_slice().as_mut_ptr(), w.work_size(m).unwrap());
+            let span = true;
+            let ws = w.work_size(m).unwrap();
+            // src1, dst and work: this test's buffers (their addresses each call).
+            macro_rules! bufs {
+                () => {
+                    (TestSrc::Bytes(src.as_slice()), TestDst::Bytes(dst.as_mut_slice()), &mut work.as_mut_slice()[..ws])
+                };
+            }
             // Given lengths, then spans: the same bits; spans again: a replay.
             let mut given = vec![0u8; 4 * m * n];
-            ops(&ne1, (x.as_ptr(), x.len()), (given.as_mut_ptr(), given.len()), wk).unwrap();
-            ops(&ne1, (s, span), (d, span), wk).unwrap();
+            let (_, _, wk) = bufs!();
+            ops(&ne1, false, TestSrc::Bytes(&x), TestDst::Bytes(&mut given), wk).unwrap();
+            let (s, d, wk) = bufs!();
+            ops(&ne1, span, s, d, wk).unwrap();
             assert_eq!(dst.as_slice(), &given[..], "{typ:?} m={m}: spans and given lengths differ");
             dst.as_mut_slice().fill(0);
             let before = replays();
-            ops(&ne1, (s, span), (d, span), wk).unwrap();
+            let (s, d, wk) = bufs!();
+            ops(&ne1, span, s, d, wk).unwrap();
             assert_eq!(replays(), before + 1, "{typ:?} m={m}: the span call replays");
             assert_eq!(dst.as_slice(), &given[..], "{typ:?} m={m}: replayed bits");
             // src1 at dst's address (the kept key: spans, alignment): refused.
             dst.as_mut_slice().fill(7);
             let before = replays();
-            let r = ops(&ne1, (d.cast_const(), span), (d, span), wk);
+            let (_, d, wk) = bufs!();
+            let r = ops(&ne1, span, TestSrc::AtDst(x.len()), d, wk);
             assert!(matches!(r, Err(Error::InvalidArgument(ref e)) if e.contains("overlap")), "{typ:?} m={m}: {r:?}");
             assert_eq!(replays(), before, "{typ:?} m={m}: an overlap does not replay");
             assert!(dst.as_slice().iter().all(|v| *v == 7), "{typ:?} m={m}: nothing written");
             // Kept again, then a NULL src1 with the kept key: refused.
-            ops(&ne1, (s, span), (d, span), wk).unwrap();
-            let r = ops(&ne1, (core::ptr::null(), span), (d, span), wk);
+            let (s, d, wk) = bufs!();
+            ops(&ne1, span, s, d, wk).unwrap();
+            let (_, d, wk) = bufs!();
+            let r = ops(&ne1, span, TestSrc::Null(x.len()), d, wk);
             assert!(matches!(r, Err(Error::Null { what: "src1 data" })), "{typ:?} m={m}: {r:?}");
             // A shape no layout spans (an empty dimension): the shape is named, not an overlap.
-            let r = ops(&[k as i64, m as i64, 1, 0], (s, span), (d, span), wk);
+            let (s, d, wk) = bufs!();
+            let r = ops(&[k as i64, m as i64, 1, 0], span, s, d, wk);
             assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{typ:?} m={m}: {r:?}");
         }
     });
@@ -660,6 +662,9 @@ fn f16_per_call_gives_the_bits_of_ggmls_f16_kernel() {
     // Where ggml's path packs F16 per call: an SME2 bf16 kernel runs here.
     assert_eq!(runs, ggml.kernel_for(2).is_some_and(|k| k.contains("bf16")), "{:?}", ggml.layouts());
     assert!(F16PerCall::kernel(SmeSetting::Off).is_none(), "GGML_KLEIDIAI_SME=0 switches it off");
+    if !runs {
+        println!("F16 per call: no SME2 bf16 kernel on this CPU (nothing to run)");
+    }
     for (m, ne12) in [(1, 2), (5, 2), (33, 4)] {
         let x: Vec<u8> = rng.vec_f32(ne12 * m * k).iter().flat_map(|v| v.to_le_bytes()).collect();
         let ne1 = [k as i64, m as i64, ne12 as i64, 1];
@@ -698,4 +703,42 @@ fn f16_per_call_gives_the_bits_of_ggmls_f16_kernel() {
             assert!(dst == want, "m = {m}, ne12 = {ne12}, {nth} threads: not GgmlWeights::mul_mat's bits");
         }
     }
+}
+
+/// `get_rows` on a team: each thread writes its share of the rows, the
+/// weights' rows as f32, and nothing between them; a bad row index, too
+/// small a row stride and a short dst are refused.
+#[test]
+fn get_rows_on_threads_gives_the_weight_rows() {
+    each_threaded(71, "get_rows", |typ, w, _| {
+        let (k, n) = w.dims();
+        let rows = [0i32, 5, n as i32 - 1, 3, 7];
+        let stride = 4 * k + 8;
+        let mut dst = crate::AlignedBuf::zeroed(stride * rows.len());
+        {
+            let d = SharedBytes::from_slice(dst.as_mut_slice());
+            std::thread::scope(|s| {
+                for ith in 0..2 {
+                    let (d, rows) = (&d, &rows);
+                    s.spawn(move || w.get_rows(rows, d, stride, ith, 2).unwrap());
+                }
+            });
+        }
+        let mut want = vec![0f32; k];
+        for (i, r) in rows.iter().enumerate() {
+            w.weights.row(*r as usize, &mut want).unwrap();
+            let bytes = &dst.as_slice()[i * stride..(i + 1) * stride];
+            let got: Vec<f32> =
+                bytes[..4 * k].chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+            assert!(bit_identical(&got, &want), "{typ:?}: row {i} (weights row {r})");
+            assert!(bytes[4 * k..].iter().all(|v| *v == 0), "{typ:?}: bytes after row {i} written");
+        }
+        let d = SharedBytes::from_slice(dst.as_mut_slice());
+        assert!(w.get_rows(&[n as i32], &d, stride, 0, 1).is_err(), "{typ:?}: row index n");
+        assert!(w.get_rows(&rows, &d, 4 * k - 4, 0, 1).is_err(), "{typ:?}: rows overlapping");
+        assert!(w.get_rows(&rows, &d, stride, 2, 2).is_err(), "{typ:?}: thread 2 of 2");
+        let mut short = crate::AlignedBuf::zeroed(stride * 2);
+        let r = w.get_rows(&rows, &SharedBytes::from_slice(short.as_mut_slice()), stride, 0, 1);
+        assert!(matches!(r, Err(Error::ByteLength { .. })), "{typ:?}: short dst {r:?}");
+    });
 }
