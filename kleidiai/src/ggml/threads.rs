@@ -1287,11 +1287,15 @@ impl ThreadedWeights {
         // class of weights, read in place (a Replay is some 50 words), its
         // key compared with this call's as the words are read (in
         // `Ready::replayed`, after the entry is borrowed, so nothing is
-        // read before and kept).
-        let replayed = REPLAYS.with(|t| match &t.borrow()[(self.class % 64) as usize] {
+        // read before and kept). (Not inside `REPLAYS.with`: its closure,
+        // the whole replay, is not inlined.)
+        let replays = REPLAYS.with(|t| t as *const core::cell::RefCell<[Option<Replay>; 64]>);
+        // SAFETY: a const-initialised thread-local without destructor
+        // lives as long as this thread, and the reference stays in this call.
+        let replayed = match &unsafe { &*replays }.borrow()[(self.class % 64) as usize] {
             Some(r) => self.replay(r, call, team),
             None => false,
-        });
+        };
         if replayed {
             return Ok(());
         }
