@@ -194,7 +194,9 @@ impl<'a> SharedBytes<'a> {
 
     /// Thread `team.ith()`'s view of these bytes as the work buffer of one
     /// operation, `split` the region the threads' splits write (see
-    /// [`TeamWork`]).
+    /// [`TeamWork`]). An operation makes one view of a buffer on each
+    /// thread, with the same arguments on all (its code; two views of the
+    /// same bytes on one thread could hand them out twice).
     pub(super) fn work_of<'s, T: ThreadTeam>(&'s self, team: &T, split: Range<usize>) -> TeamWork<'s, 'a> {
         TeamWork { bytes: self, ith: team.ith(), nth: team.nth(), split, reading: false }
     }
@@ -202,7 +204,8 @@ impl<'a> SharedBytes<'a> {
     /// Thread `team.ith()`'s view of these bytes as an F32 output `[n, m,
     /// b, 1]` of strides `nb` (see [`TeamColumns`]), checked as
     /// [`f32_rows`] checks it (`what` names it in errors); with its sizes
-    /// `[n, m, b]`.
+    /// `[n, m, b]`. One view of a buffer on each thread, as for
+    /// [`work_of`](Self::work_of).
     pub(super) fn columns_of<'s, T: ThreadTeam>(
         &'s self,
         team: &T,
