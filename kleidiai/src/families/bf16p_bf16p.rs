@@ -65,7 +65,7 @@ mod imp {
     use crate::error::{self, Result};
     use crate::families::engine::{self, Gate, Prepared, Tiles, query};
     use crate::formats::{FloatElement, FloatWeights, Order};
-    use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
+    use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::info::{KernelInfo, TileKind};
     use half::bf16;
@@ -447,57 +447,27 @@ mod imp {
             engine::check_prepared_sizes(m, n, k)?;
             rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
             let layout = self.lhs_layout(m, k)?;
-            let (t, _) = self.tiles()?;
+            let (t, g) = self.tiles()?;
             if self.packers.lhs.per_row && k % t.kr != 0 {
                 return Ok(None);
             }
             let row_bytes = error::mul(roundup(k, layout.kr, "k")?, 2, "packed lhs")?;
             let lhs_bytes = error::mul(roundup(m, layout.r, "m")?, row_bytes, "packed lhs")?;
-            Ok(Some(Prepared { m, n, k, bl: 0, t, lhs_bytes }))
-        }
-
-        /// What `pack_lhs_into` then `run` do on one thread for the whole
-        /// output, without their checks.
-        ///
-        /// # Safety
-        /// `p` is what [`prepare`](Self::prepare) returned for this `rhs`;
-        /// the CPU still has the kernel's features (and runs it at the
-        /// vector length it ran at then); `x` holds `p.m x p.k` values of
-        /// the LHS packer's input type, `lhs` `p.lhs_bytes` writable bytes
-        /// (64-byte aligned), `y` `p.m x p.n` values of the kernel's output
-        /// type; `clamp` is valid.
-        pub(crate) unsafe fn run_prepared<T: FloatElement, O: FloatElement>(
-            &self,
-            p: &Prepared,
-            x: *const T,
-            lhs: *mut u8,
-            rhs: &PackedRhs,
-            y: *mut O,
-            clamp: Clamp,
-        ) {
-            let (m, n, k, t) = (p.m, p.n, p.k, p.t);
-            let (pack, run) = (&self.packers.lhs.packer, self.fns.run);
-            let r = rhs.data().as_ptr().cast();
-            let (xs, ys) = (k * T::BYTES, n * O::BYTES);
-            // SAFETY: the caller's contract: every size and layout rule was
-            // checked by `prepare` for exactly these operands, the buffers
-            // have the sizes it computed and the offsets of row 0 and column
-            // 0 are 0; the CPU has the packer's and the kernel's features.
+            let (pack, run) = (self.packers.lhs.packer, engine::SteadyRun::Plain(self.fns.run));
             // The GEMV kernel takes one row per call (as in `run`), row i of
-            // its packed LHS at i * 2k bytes (k a multiple of kr: prepare),
+            // its packed LHS at i * 2k bytes (k a multiple of kr: above),
             // packed one row per packer call as `pack_lhs_into` does.
-            unsafe {
-                if self.packers.lhs.per_row {
-                    for i in 0..m {
-                        let (a, row) = (lhs.add(i * k * 2), x.add(i * k));
-                        pack.run(1, k, 0, (t.mr, t.kr, t.sr), 0, row, xs, a);
-                        run(1, n, k, a.cast(), r, y.add(i * n).cast(), ys, O::BYTES, clamp.min, clamp.max);
-                    }
-                } else {
-                    pack.run(m, k, 0, (t.mr, t.kr, t.sr), 0, x, xs, lhs);
-                    run(m, n, k, lhs.cast(), r, y.cast(), ys, O::BYTES, clamp.min, clamp.max);
-                }
-            }
+            let calls = if self.packers.lhs.per_row {
+                (
+                    engine::SteadyLhs::PackedPerRow(pack),
+                    run,
+                    engine::SteadyRows::EachRow(Some(engine::Offset::Rows(k * 2))),
+                )
+            } else {
+                (engine::SteadyLhs::Packed(pack), run, engine::SteadyRows::Whole)
+            };
+            let steady = engine::Steady::new(g, calls, (pack.elem_bytes(), self.out_bytes));
+            Ok(Some(Prepared { m, n, k, bl: 0, t, lhs_bytes, steady }))
         }
     }
 

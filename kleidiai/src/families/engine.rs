@@ -1399,9 +1399,9 @@ where
 /// What a family's `prepare` checked once for one packed RHS and `m` rows
 /// on one thread (the steady-state path of
 /// [`PackedWeights::matmul`](crate::weights::PackedWeights::matmul)): the
-/// shape, the kernel's blocking and the packed-LHS size. A family's
-/// `run_prepared` trusts it, so only that family's `prepare` makes one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// shape, the kernel's blocking, the packed-LHS size and the calls to make.
+/// [`run_steady`] trusts it, so only a family's `prepare` makes one.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Prepared {
     pub m: usize,
     pub n: usize,
@@ -1412,6 +1412,9 @@ pub(crate) struct Prepared {
     /// Bytes of the packed LHS for `m x k` (0 when the kernel reads the
     /// LHS directly).
     pub lhs_bytes: usize,
+    /// The calls of the steady-state path ([`run_steady`]).
+    #[cfg(target_arch = "aarch64")]
+    pub steady: Steady,
 }
 
 /// Checks an `m x k` LHS of `len` elements with rows `stride` elements
@@ -1440,6 +1443,176 @@ pub(crate) fn check_prepared_sizes(m: usize, n: usize, k: usize) -> crate::Resul
     error::mul(k, 4, "lhs stride")?;
     error::mul(n, 4, "dst stride")?;
     Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The steady state of `PackedWeights::matmul`: what a family's `prepare`
+// checked, as data, and the one driver making its calls.
+
+/// The LHS a steady-state call reads.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum SteadyLhs {
+    /// Packed by this packer in one call (all `m` rows, `m_idx_start` 0)
+    /// before the kernel runs.
+    Packed(LhsPacker),
+    /// Packed by this packer one row per call, each just before the
+    /// kernel's call on that row, where the rows' [`Offset`] says.
+    PackedPerRow(LhsPacker),
+    /// Read directly by the kernel: row `r` of the activations.
+    Direct,
+}
+
+/// The kernel's run of a steady-state call, by signature.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum SteadyRun {
+    /// Packed LHS, no block length, untyped (f16 or bf16) output.
+    Plain(RunPlain<c_void>),
+    /// Packed LHS, no block length, f32 output.
+    PlainF32(RunPlain<f32>),
+    /// Packed LHS, the block length after `k`, untyped output.
+    Bl(RunBl<c_void>),
+    /// Packed LHS, the block length after `k`, f32 output.
+    BlF32(RunBl<f32>),
+    /// Direct LHS (with its row stride).
+    Direct(RunDirect),
+}
+
+/// How a steady-state call goes over the `m` rows: in kernel calls of all
+/// of them or of one row each, each call's first row `r` at the offset
+/// this gives in the packed LHS.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum SteadyRows {
+    /// All `m` rows in one call, from the start of the LHS.
+    Whole,
+    /// One row per call, row `r` at the offset `Offset` gives (`r == 0`
+    /// at 0, not asked: row 0 starts every packed LHS), or, without one (a
+    /// direct LHS), row `r` of the activations.
+    EachRow(Option<Offset>),
+    /// As `Whole` (`false`) or `EachRow` (`true`), every call's offset
+    /// asked, row 0's too (what that family's own loop did).
+    Asked(Offset, bool),
+}
+
+/// What a steady-state call runs, filled by the family's `prepare` (which
+/// made every check for it): the gate of the kernel and its packer, the
+/// LHS packer, the kernel's run, the rows per call and the bytes of an
+/// activation and an output element.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) struct Steady {
+    gate: Gate,
+    lhs: SteadyLhs,
+    run: SteadyRun,
+    rows: SteadyRows,
+    elems: (usize, usize),
+}
+
+#[cfg(target_arch = "aarch64")]
+impl core::fmt::Debug for Steady {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Steady").field("gate", &self.gate).field("elems", &self.elems).finish_non_exhaustive()
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+impl Steady {
+    /// The steady state of the kernel `gate` gated, reading `lhs`, running
+    /// `run` over `rows`, with activations of `elems.0` bytes (those the
+    /// LHS packer reads) and outputs of `elems.1` bytes (those `run`
+    /// writes).
+    pub(crate) fn new(gate: Gate, (lhs, run, rows): (SteadyLhs, SteadyRun, SteadyRows), elems: (usize, usize)) -> Self {
+        Steady { gate, lhs, run, rows, elems }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+impl LhsPacker {
+    /// Bytes of the source elements the packer reads.
+    pub(crate) fn elem_bytes(&self) -> usize {
+        self.elem_bytes
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+impl Prepared {
+    /// Bytes of an activation and of an output element of the call.
+    pub(crate) fn elems(&self) -> (usize, usize) {
+        self.steady.elems
+    }
+}
+
+/// What `pack_lhs_into` then `run` (or the direct run) of the family whose
+/// `prepare` made `p` do on one thread for the whole output, without their
+/// checks: the LHS packer's and the kernel's calls `p.steady` describes,
+/// in the order and with the arguments of the checked path (`m_idx_start`
+/// 0, the RHS from column 0, at offset 0).
+///
+/// # Safety
+/// `p` is what a family's `prepare` returned for `rhs` (which fills
+/// `steady` only once every rule of its packer and kernel held for these
+/// shapes, the layouts and the packed-LHS size); the CPU still runs the
+/// kernel at the vector length it ran at then; `x` holds `p.m x p.k`
+/// values of `p.elems().0` bytes, aligned for them (finite ones where the
+/// packer needs them), `lhs` `p.lhs_bytes` writable bytes (64-byte
+/// aligned), `y` `p.m x p.n` writable values of `p.elems().1` bytes,
+/// aligned for them; `clamp` is valid.
+#[cfg(target_arch = "aarch64")]
+pub(crate) unsafe fn run_steady(p: &Prepared, x: *const u8, lhs: *mut u8, rhs: &PackedRhs, y: *mut u8, clamp: Clamp) {
+    let s = &p.steady;
+    let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
+    let ((xb, ob), blocking) = (s.elems, (t.mr, t.kr, t.sr));
+    // `prepare` checked that none of these byte counts overflows.
+    let (xs, ys) = (k * xb, n * ob);
+    let rp = rhs.data().as_ptr().cast::<c_void>();
+    if let SteadyLhs::Packed(pack) = s.lhs {
+        // SAFETY: the caller's contract: `x` holds the m x k values the
+        // packer reads, rows `xs` bytes apart, and `lhs` the packer's size
+        // for m rows (`prepare` compared it); `prepare` checked the
+        // packer's rules on this blocking and block length (packers
+        // without one ignore it) and the gate proves the CPU runs it.
+        unsafe { pack.run(m, k, bl, blocking, 0, x, xs, lhs) };
+    }
+    let step = if matches!(s.rows, SteadyRows::Whole | SteadyRows::Asked(_, false)) { m } else { 1 };
+    let mut r = 0;
+    while r < m {
+        let h = step.min(m - r);
+        let lo = match s.rows {
+            SteadyRows::EachRow(Some(o)) if r > 0 => o.at(&s.gate, r, k, bl),
+            SteadyRows::Asked(o, _) => o.at(&s.gate, r, k, bl),
+            _ => 0,
+        };
+        let (lo_v, hi_v) = (clamp.min, clamp.max);
+        // SAFETY: the caller's contract: `prepare` checked the layouts,
+        // shapes, block rules and sizes for exactly these operands and this
+        // kernel, and the gate proves the CPU runs it and its packer. Rows
+        // r..r + h lie inside the m rows of `x` and `y`, and the offset of
+        // row r is the packer's own (row 0 at 0; a per-row packer's rows
+        // `Offset::Rows` apart, the layout `prepare` checked), inside the
+        // packed LHS; the RHS from column 0 is at offset 0; single-row
+        // kernels get one row per call, as `prepare` recorded.
+        unsafe {
+            let d = y.add(r * ys).cast::<c_void>();
+            let a = match s.lhs {
+                SteadyLhs::Direct => x.add(r * xs).cast::<c_void>(),
+                SteadyLhs::Packed(_) => lhs.add(lo).cast::<c_void>(),
+                SteadyLhs::PackedPerRow(pack) => {
+                    pack.run(h, k, bl, blocking, 0, x.add(r * xs), xs, lhs.add(lo));
+                    lhs.add(lo).cast::<c_void>()
+                }
+            };
+            match s.run {
+                SteadyRun::Plain(f) => f(h, n, k, a, rp, d, ys, ob, lo_v, hi_v),
+                SteadyRun::PlainF32(f) => f(h, n, k, a, rp, d.cast(), ys, ob, lo_v, hi_v),
+                SteadyRun::Bl(f) => f(h, n, k, bl, a, rp, d, ys, ob, lo_v, hi_v),
+                SteadyRun::BlF32(f) => f(h, n, k, bl, a, rp, d.cast(), ys, ob, lo_v, hi_v),
+                SteadyRun::Direct(f) => f(h, n, k, a, xs, rp, d, ys, ob, lo_v, hi_v),
+            }
+        }
+        r += h;
+    }
 }
 
 /// The vector length `info`'s getters read on this thread now: the SME

@@ -787,53 +787,22 @@ mod glue {
                 }
                 _ => 0,
             };
-            Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
-        }
-
-        /// What the checked path does on one thread for the whole output,
-        /// without its checks.
-        ///
-        /// # Safety
-        /// `p` is what [`prepare`](Self::prepare)`::<T>` returned (`Some`)
-        /// for this `rhs`; the CPU still runs the kernel at the vector
-        /// length it ran at then; `x` holds `p.m x p.k` values of `T`, `lhs`
-        /// `p.lhs_bytes` writable bytes (64-byte aligned), `y` `p.m x p.n`
-        /// values of `T`; `clamp` is valid.
-        pub(crate) unsafe fn run_prepared<T: FloatElement>(
-            &self,
-            p: &engine::Prepared,
-            x: *const T,
-            lhs: *mut u8,
-            rhs: &PackedRhs,
-            y: *mut T,
-            clamp: Clamp,
-        ) {
-            let (m, n, k, t, eb) = (p.m, p.n, p.k, p.t, T::BYTES);
-            let rp = rhs.data().as_ptr();
-            // SAFETY: the caller's contract: `prepare` checked the layout,
-            // shape and packer size for exactly these operands and this
-            // kernel (whose imp and packer are named functions, the only
-            // kind it accepts); offsets of row 0 and column 0 are 0; GEMV
-            // kernels get one row per call as in `run_direct`.
-            unsafe {
-                match (self.imp, self.lhs.map(|l| l.packer)) {
-                    (Imp::Packed { run, .. }, Some(LhsPacker::Fn(pack))) => {
-                        pack.run(m, k, 0, (t.mr, t.kr, t.sr), 0, x, k * eb, lhs);
-                        run(m, n, k, lhs.cast(), rp.cast(), y.cast(), n * eb, eb, clamp.min, clamp.max);
-                    }
-                    (Imp::Direct { run, .. }, None) => {
-                        let step = if self.info.tile == TileKind::Gemv { 1 } else { m };
-                        let mut r = 0;
-                        while r < m {
-                            let h = step.min(m - r);
-                            let (a, d) = (x.add(r * k), y.add(r * n));
-                            run(h, n, k, a.cast(), k * eb, rp.cast(), d.cast(), n * eb, eb, clamp.min, clamp.max);
-                            r += h;
-                        }
-                    }
-                    _ => unreachable!("prepare returns None for table-API kernels"),
+            // The named functions (the only kind accepted above): a packed
+            // LHS in one packer call and all rows in one kernel call, or a
+            // direct LHS, GEMV kernels one row per call as in `run_direct`.
+            let calls = match (self.imp, self.lhs.map(|l| l.packer)) {
+                (Imp::Packed { run, .. }, Some(LhsPacker::Fn(pack))) => {
+                    (engine::SteadyLhs::Packed(pack), engine::SteadyRun::Plain(run), engine::SteadyRows::Whole)
                 }
-            }
+                (Imp::Direct { run, .. }, None) => {
+                    let gemv = self.info.tile == TileKind::Gemv;
+                    let rows = if gemv { engine::SteadyRows::EachRow(None) } else { engine::SteadyRows::Whole };
+                    (engine::SteadyLhs::Direct, engine::SteadyRun::Direct(run), rows)
+                }
+                _ => return Ok(None),
+            };
+            let steady = engine::Steady::new(g, calls, (eb, eb));
+            Ok(Some(engine::Prepared { m, n, k, bl: 0, t, lhs_bytes, steady }))
         }
 
         fn check_api_lhs_stride(&self, m: usize, k: usize, stride: usize, g: &Gate) -> Result<()> {

@@ -433,27 +433,6 @@ mod imp {
     }
     pub(crate) use fns;
 
-    /// Runs `call(rows, lhs_offset, first_row)` over `m` rows whose LHS was
-    /// packed in one call: one call for all rows (offset 0, row 0), or with
-    /// `single_row` one call per row, in row order, at the packer's offset
-    /// of that row (0 for row 0, else `lhs_offset(row)`).
-    #[inline(always)]
-    pub(crate) fn prepared_rows(
-        m: usize,
-        single_row: bool,
-        lhs_offset: impl Fn(usize) -> usize,
-        mut call: impl FnMut(usize, usize, usize),
-    ) {
-        if single_row {
-            for r in 0..m {
-                let lo = if r == 0 { 0 } else { lhs_offset(r) };
-                call(1, lo, r);
-            }
-        } else {
-            call(m, 0, 0);
-        }
-    }
-
     /// The packed RHS formats of these families.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(crate) enum RhsFormat {
@@ -868,94 +847,21 @@ mod imp {
             if L::LHS.size(&g, m, k, 0, (t.mr, t.kr, t.sr)) != lhs_bytes {
                 return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
             }
-            Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
-        }
-
-        /// What `pack_lhs_into` then `run` do on one thread for the whole
-        /// output, without their checks.
-        ///
-        /// # Safety
-        /// `p` is what [`prepare`](Self::prepare)`::<L, O>` returned
-        /// (`Some`) for this `rhs`; the CPU still runs the kernel at the
-        /// vector length it ran at then; `x` holds `p.m x p.k` values of
-        /// `L`, `lhs` `p.lhs_bytes` writable bytes (64-byte aligned), `y`
-        /// `p.m x p.n` values of `O`; `clamp` is valid.
-        pub(crate) unsafe fn run_prepared<L: LhsElem, O: OutElem>(
-            &self,
-            p: &crate::families::engine::Prepared,
-            x: *const L,
-            lhs: *mut u8,
-            rhs: &PackedRhs,
-            y: *mut O,
-            clamp: Clamp,
-        ) {
-            let (m, k, t) = (p.m, p.k, p.t);
-            let rp = rhs.data().as_ptr().cast::<c_void>();
-            // SAFETY: the caller's contract: `prepare` checked layout, shape,
-            // block rule and packed size for exactly these operands and this
-            // kernel (no 2-bit table, packer in one call); offsets of row 0
-            // and column 0 are 0; single-row kernels get one row per call at
-            // the packer's offset of that row, as in `run`.
-            unsafe {
-                L::LHS.run(m, k, 0, (t.mr, t.kr, t.sr), 0, x, k * core::mem::size_of::<L>(), lhs);
-                if self.one_row && m > 1 {
-                    self.run_rows(p, lhs, rp, y, clamp);
-                } else {
-                    self.run_whole(m, p, lhs, rp, y, clamp);
-                }
-            }
-        }
-
-        /// The kernel on `h` rows of the packed LHS at `lhs` into `y` (rows
-        /// `p.n` apart).
-        ///
-        /// # Safety
-        /// As [`run_prepared`](Self::run_prepared), for those rows.
-        #[inline(always)]
-        unsafe fn run_whole<O: OutElem>(
-            &self,
-            h: usize,
-            p: &crate::families::engine::Prepared,
-            lhs: *const u8,
-            rp: *const c_void,
-            y: *mut O,
-            clamp: Clamp,
-        ) {
-            let (n, k, es) = (p.n, p.k, core::mem::size_of::<O>());
-            let (a, d) = (lhs.cast::<c_void>(), y);
-            // SAFETY: forwarded to the caller.
-            unsafe {
-                match self.fns.run {
-                    Run::F32(f) => f(h, n, k, a, rp, d.cast(), n * es, es, clamp.min, clamp.max),
-                    Run::Half(f) => f(h, n, k, a, rp, d.cast(), n * es, es, clamp.min, clamp.max),
-                    Run::F32Lut(_) => unreachable!("prepare returns None for 2-bit weights"),
-                }
-            }
-        }
-
-        /// A single-row kernel over every row of `p.m`, one call per row at
-        /// the packer's offset of that row.
-        ///
-        /// # Safety
-        /// As [`run_prepared`](Self::run_prepared), after the LHS was packed.
-        #[inline(never)]
-        unsafe fn run_rows<O: OutElem>(
-            &self,
-            p: &crate::families::engine::Prepared,
-            lhs: *mut u8,
-            rp: *const c_void,
-            y: *mut O,
-            clamp: Clamp,
-        ) {
-            for r in 0..p.m {
-                // SAFETY: the caller's contract; the offset is the packer's
-                // own for row `r` (a query of the kernel the CPU runs), and
-                // row `r` of `y` lies in its `p.m x p.n` values.
-                unsafe {
-                    let lo = if r == 0 { 0 } else { (self.fns.lhs_offset)(r, p.k) };
-                    self.run_whole(1, p, lhs.add(lo), rp, y.add(r * p.n), clamp);
-                }
-            }
+            let run = match self.fns.run {
+                Run::F32(f) => engine::SteadyRun::PlainF32(f),
+                Run::Half(f) => engine::SteadyRun::Plain(f),
+                Run::F32Lut(_) => return Ok(None),
+            };
+            // Single-row kernels (mr 1, checked) one row per call at the
+            // packer's offset of that row, as in `run`.
+            let rows = if self.one_row {
+                engine::SteadyRows::EachRow(Some(engine::Offset::K(self.fns.lhs_offset)))
+            } else {
+                engine::SteadyRows::Whole
+            };
+            let elems = (core::mem::size_of::<L>(), core::mem::size_of::<O>());
+            let steady = engine::Steady::new(g, (engine::SteadyLhs::Packed(L::LHS), run, rows), elems);
+            Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes, steady }))
         }
     }
 
@@ -1048,43 +954,17 @@ mod imp {
                 return Ok(None);
             }
             let lhs_bytes = <f32 as LhsElem>::LHS.size(&g, m, k, 0, (t.mr, t.kr, t.sr));
-            Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes }))
-        }
-
-        /// What `matmul_clamp_f32_qai8dxp_qsi4cxp`'s `pack_lhs_into` then
-        /// `run` do on one thread for the whole output, without their checks
-        /// (kernels with `mr == 1` one row per call).
-        ///
-        /// # Safety
-        /// `p` is what [`prepare_f32_qsi4cxp`](Self::prepare_f32_qsi4cxp)
-        /// returned (`Some`) for this `rhs`; the CPU still runs the kernel at
-        /// the vector length it ran at then; `x` holds `p.m x p.k` f32,
-        /// `lhs` `p.lhs_bytes` writable bytes (64-byte aligned), `y`
-        /// `p.m x p.n` f32; `clamp` is valid.
-        pub(crate) unsafe fn run_prepared_f32_qsi4cxp(
-            &self,
-            p: &crate::families::engine::Prepared,
-            x: *const f32,
-            lhs: *mut u8,
-            rhs: &PackedRhs,
-            y: *mut f32,
-            clamp: Clamp,
-        ) {
-            let (m, n, k, t) = (p.m, p.n, p.k, p.t);
-            let Run::F32(run) = self.fns.run else { unreachable!("an f32-output kernel") };
-            let rp = rhs.data().as_ptr();
-            // SAFETY: the caller's contract: every size and layout rule was
-            // checked by `prepare_f32_qsi4cxp` for exactly these operands,
-            // the buffers have the sizes it computed, and offsets of row 0
-            // and column 0 are 0. Single-row kernels (mr 1) get one row per
-            // call at the packer's offset of that row.
-            unsafe {
-                <f32 as LhsElem>::LHS.run(m, k, 0, (t.mr, t.kr, t.sr), 0, x, k * 4, lhs);
-                let offset = |r| (self.fns.lhs_offset)(r, k);
-                prepared_rows(m, t.mr == 1, offset, |h, lo, r| {
-                    run(h, n, k, lhs.add(lo).cast(), rp.cast(), y.add(r * n), n * 4, 4, clamp.min, clamp.max)
-                });
-            }
+            let Run::F32(run) = self.fns.run else { return Ok(None) };
+            // Single-row kernels (mr 1) one row per call at the packer's
+            // offset of that row.
+            let rows = if t.mr == 1 {
+                engine::SteadyRows::EachRow(Some(engine::Offset::K(self.fns.lhs_offset)))
+            } else {
+                engine::SteadyRows::Whole
+            };
+            let calls = (engine::SteadyLhs::Packed(<f32 as LhsElem>::LHS), engine::SteadyRun::PlainF32(run), rows);
+            let steady = engine::Steady::new(g, calls, (4, 4));
+            Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes, steady }))
         }
     }
 

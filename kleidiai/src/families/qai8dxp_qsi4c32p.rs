@@ -61,7 +61,7 @@ mod imp {
     use crate::cpu::{CpuFeature, Features};
     use crate::error;
     use crate::families::engine::{self, Tiles};
-    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows, prepared_rows};
+    use crate::families::qai8dxp_common::{LhsElem, pack_lhs_rows};
     use crate::formats::Order;
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
@@ -462,46 +462,18 @@ mod imp {
             let (t, g) = self.tiles()?;
             check_bl(k, bl, t.kr)?;
             error::multiple_of(t.kr, t.sr, "kr", "sr must divide kr")?;
-            if self.fns.run.dst_bytes() != 4 {
-                return Ok(None);
-            }
+            let Run::F32(run) = self.fns.run else { return Ok(None) };
             let lhs_bytes = <f32 as LhsElem>::LHS.size(&g, m, k, 0, (t.mr, t.kr, t.sr));
-            Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
-        }
-
-        /// What the f32 family's `pack_lhs_into` then `run` do on one thread
-        /// for the whole output, without their checks.
-        ///
-        /// # Safety
-        /// `p` is what [`prepare_f32`](Self::prepare_f32) returned (`Some`)
-        /// for this `rhs`; the CPU still runs the kernel at the vector length
-        /// it ran at then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes`
-        /// writable bytes (64-byte aligned), `y` `p.m x p.n` f32; `clamp` is
-        /// valid.
-        pub(crate) unsafe fn run_prepared_f32(
-            &self,
-            p: &engine::Prepared,
-            x: *const f32,
-            lhs: *mut u8,
-            rhs: &PackedRhs,
-            y: *mut f32,
-            clamp: Clamp,
-        ) {
-            let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
-            let Run::F32(run) = self.fns.run else { unreachable!("prepare_f32 returns None for other outputs") };
-            let rp = rhs.data().as_ptr();
-            // SAFETY: the caller's contract: every size, layout and block
-            // rule was checked by `prepare_f32` for exactly these operands,
-            // the buffers have the sizes it computed, and offsets of row 0
-            // and column 0 are 0. Single-row kernels (mr 1) get one row per
-            // call at the packer's offset of that row, as in `run`.
-            unsafe {
-                <f32 as LhsElem>::LHS.run(m, k, 0, (t.mr, t.kr, t.sr), 0, x, k * 4, lhs);
-                let offset = |r| (self.fns.lhs_offset)(r, k);
-                prepared_rows(m, self.one_row && t.mr == 1, offset, |h, lo, r| {
-                    run(h, n, k, bl, lhs.add(lo).cast(), rp.cast(), y.add(r * n), n * 4, 4, clamp.min, clamp.max)
-                });
-            }
+            // Single-row kernels (mr 1) one row per call at the packer's
+            // offset of that row, as in `run`.
+            let rows = if self.one_row && t.mr == 1 {
+                engine::SteadyRows::EachRow(Some(engine::Offset::K(self.fns.lhs_offset)))
+            } else {
+                engine::SteadyRows::Whole
+            };
+            let calls = (engine::SteadyLhs::Packed(<f32 as LhsElem>::LHS), engine::SteadyRun::BlF32(run), rows);
+            let steady = engine::Steady::new(g, calls, (4, 4));
+            Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes, steady }))
         }
     }
 

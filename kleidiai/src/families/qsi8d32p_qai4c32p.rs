@@ -231,35 +231,6 @@ mod imp {
         Void(Run<c_void>),
     }
 
-    impl RunFn {
-        /// `run_matmul(m, n, k, bl, lhs, rhs, dst, ...)` with rows of `dst`
-        /// `n` values of `out_bytes` apart.
-        ///
-        /// # Safety
-        /// As the kernel's: packed operands for `(m, n, k, bl)` at the
-        /// offsets of the tile, `dst` holding the tile's outputs, the CPU
-        /// supporting the kernel.
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn call(
-            self,
-            (m, n, k, bl): (usize, usize, usize, usize),
-            lhs: *const c_void,
-            rhs: *const c_void,
-            dst: *mut u8,
-            row_stride: usize,
-            out_bytes: usize,
-            clamp: Clamp,
-        ) {
-            // SAFETY: the caller's contract.
-            unsafe {
-                match self {
-                    RunFn::F32(f) => f(m, n, k, bl, lhs, rhs, dst.cast(), row_stride, out_bytes, clamp.min, clamp.max),
-                    RunFn::Void(f) => f(m, n, k, bl, lhs, rhs, dst.cast(), row_stride, out_bytes, clamp.min, clamp.max),
-                }
-            }
-        }
-    }
-
     /// One kernel's functions, taken from its interface struct.
     pub(crate) type Fns = q4::Fns<RunFn>;
 
@@ -571,7 +542,7 @@ mod imp {
         /// [`run`](Self::run) make for a dense `m x k` LHS and `rhs`, made
         /// once (the steady-state path of `PackedWeights::matmul`), except
         /// the finite-values check of the LHS: the caller vouches for it on
-        /// every call (`run_prepared`).
+        /// every call (`engine::run_steady`).
         pub(crate) fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<engine::Prepared>> {
             let l = *rhs.layout();
             let (n, k, bl) = (l.rows, l.k, l.bl);
@@ -582,45 +553,16 @@ mod imp {
             error::mul(error::mul(m.div_ceil(layout.r), layout.r, "packed lhs")?, k + (k / bl) * 8, "packed lhs")?;
             // k % bl == 0 and k % kr == 0: lhs_layout's check_k.
             let lhs_bytes = V::LHS.packer().size(&g, m, k, bl, (t.mr, t.kr, t.sr));
-            Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes }))
-        }
-
-        /// What `pack_lhs_into` then `run` do on one thread for the whole
-        /// output, without their checks.
-        ///
-        /// # Safety
-        /// `p` is what [`prepare`](Self::prepare) returned for this `rhs`;
-        /// the CPU still has the kernel's features; `x` holds `p.m x p.k`
-        /// finite values, `lhs` `p.lhs_bytes` writable bytes (64-byte
-        /// aligned), `y` `p.m x p.n` values; `clamp` is valid.
-        pub(crate) unsafe fn run_prepared(
-            &self,
-            p: &engine::Prepared,
-            x: *const V::Lhs,
-            lhs: *mut u8,
-            rhs: &PackedRhs,
-            y: *mut V::Out,
-            clamp: Clamp,
-        ) {
-            let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
-            let f = self.0.fns;
-            let ob = core::mem::size_of::<V::Out>();
-            let r = rhs.data().as_ptr().cast::<c_void>();
-            // SAFETY: the caller's contract: every size, layout and block
-            // rule was checked by `prepare` for exactly these operands, the
-            // buffers have the sizes it computed, the values are finite (what
-            // the packer needs), the RHS offset of column 0 is 0. GEMV
-            // kernels (m_step 1) take one row per call at the packer's
-            // offset of that row, as in `run`.
-            unsafe {
-                V::LHS.packer().run(m, k, bl, (t.mr, t.kr, t.sr), 0, x, k * core::mem::size_of::<V::Lhs>(), lhs);
-                let step = if t.m_step == 1 { 1 } else { m };
-                for row in (0..m).step_by(step) {
-                    let (len, lo) = (step.min(m - row), (f.lhs_offset)(row, k, bl));
-                    let (l, d) = (lhs.add(lo).cast::<c_void>(), y.add(row * n));
-                    f.run.call((len, n, k, bl), l, r, d.cast(), n * ob, ob, clamp);
-                }
-            }
+            let run = match self.0.fns.run {
+                RunFn::F32(f) => engine::SteadyRun::BlF32(f),
+                RunFn::Void(f) => engine::SteadyRun::Bl(f),
+            };
+            // GEMV kernels (m_step 1) one row per call at the packer's
+            // offset of that row, as in `run`; every call asks its offset.
+            let rows = engine::SteadyRows::Asked(engine::Offset::KBl(self.0.fns.lhs_offset), t.m_step == 1);
+            let elems = (core::mem::size_of::<V::Lhs>(), core::mem::size_of::<V::Out>());
+            let steady = engine::Steady::new(g, (engine::SteadyLhs::Packed(V::LHS.packer()), run, rows), elems);
+            Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes, steady }))
         }
 
         /// `dst = clamp(lhs · wᵀ + bias)`: `dst` is `m x n`, rows `n` apart.

@@ -477,46 +477,17 @@ mod imp {
             error::mul(error::mul(m, n, "dst")?, 4, "dst")?;
             // k % bl, k % kr: checked.
             let lhs_bytes = self.lhs.packer().size(&g, m, k, bl, (mr, kr, sr));
-            Ok(Some(Prepared { m, n, k, bl, t, lhs_bytes }))
-        }
-
-        /// What `pack_lhs_into` then `run` do on one thread for the whole
-        /// output, without their checks.
-        ///
-        /// # Safety
-        /// `p` is what [`prepare`](Self::prepare) returned (`Some`) for this
-        /// `rhs`; the CPU still runs the kernel at the vector length it ran at
-        /// then; `x` holds `p.m x p.k` f32, `lhs` `p.lhs_bytes` writable bytes
-        /// (64-byte aligned), `y` `p.m x p.n` f32; `clamp` is valid.
-        pub(crate) unsafe fn run_prepared(
-            &self,
-            p: &Prepared,
-            x: *const f32,
-            lhs: *mut u8,
-            rhs: &PackedRhs,
-            y: *mut f32,
-            clamp: Clamp,
-        ) {
-            let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
-            let f = self.fns;
-            // SAFETY: the caller's contract: `prepare` checked layout,
-            // shape, block rules, packer parameters and the packed size for
-            // exactly these operands and this kernel; one packer call from
-            // row 0 (offset 0) writes what the row-range calls of
-            // `pack_lhs_into` write; GEMV kernels (mr 1) get one row per
-            // call at the packer's offset of that row, as in `run`.
-            unsafe {
-                self.lhs.packer().run(m, k, bl, (t.mr, t.kr, t.sr), 0, x, k * 4, lhs);
-                let rp = rhs.data().as_ptr().cast();
-                let step = if t.mr == 1 { 1 } else { m };
-                let mut r0 = 0;
-                while r0 < m {
-                    let h = step.min(m - r0);
-                    let lo = if r0 == 0 { 0 } else { (f.lhs_offset)(r0, k, bl) };
-                    (f.run)(h, n, k, bl, lhs.add(lo).cast(), rp, y.add(r0 * n), n * 4, 4, clamp.min, clamp.max);
-                    r0 += h;
-                }
-            }
+            // One packer call from row 0 writes what the row-range calls of
+            // `pack_lhs_into` write; GEMV kernels (mr 1) one row per call at
+            // the packer's offset of that row, as in `run`.
+            let rows = if t.mr == 1 {
+                engine::SteadyRows::EachRow(Some(engine::Offset::KBl(self.fns.lhs_offset)))
+            } else {
+                engine::SteadyRows::Whole
+            };
+            let calls = (engine::SteadyLhs::Packed(self.lhs.packer()), engine::SteadyRun::BlF32(self.fns.run), rows);
+            let steady = engine::Steady::new(g, calls, (4, 4));
+            Ok(Some(Prepared { m, n, k, bl, t, lhs_bytes, steady }))
         }
     }
 
@@ -547,7 +518,7 @@ mod imp {
     /// gives the LHS API a block length argument (`[]`: none), documented
     /// `pack_lhs` by the attributes before it; `fast: true` adds
     /// `prepare` (the steady-state path of `PackedWeights`, which then runs
-    /// [`Q4Kernel::run_prepared`]).
+    /// `engine::run_steady`).
     macro_rules! q4_kernel {
         (
             interface: $iface:ident,

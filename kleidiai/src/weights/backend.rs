@@ -10,24 +10,6 @@ use crate::packed::{Clamp, PackedLayout, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::KernelInfo;
 
-/// `run_prepared`, of [`Fast`] and of [`Backend`] (which offers it in one
-/// virtual call): its one signature, with the names given to `self` and
-/// the arguments, then the body (`;` for a declaration).
-macro_rules! run_prepared_fn {
-    ($(#[$m:meta])* |$s:ident, $p:ident, $x:ident, $lhs:ident, $rhs:ident, $y:ident, $clamp:ident| $body:tt) => {
-        $(#[$m])*
-        unsafe fn run_prepared(
-            &$s,
-            $p: &$crate::families::engine::Prepared,
-            $x: $crate::weights::Activation<'_>,
-            $lhs: *mut u8,
-            $rhs: &$crate::packed::PackedRhs,
-            $y: $crate::weights::ActivationMut<'_>,
-            $clamp: $crate::packed::Clamp,
-        ) $body
-    };
-}
-
 /// What the high-level API needs from one family kernel.
 pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     /// Registry information.
@@ -80,39 +62,17 @@ pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     fn fast(&self) -> Option<&dyn Fast> {
         None
     }
-    run_prepared_fn!(
-        /// [`Fast::run_prepared`] of [`fast`](Self::fast) in one virtual call
-        /// (the steady state of `PackedWeights::matmul`).
-        ///
-        /// # Safety
-        /// As [`Fast::run_prepared`]; `p` came from `fast()`'s `prepare`, so
-        /// `fast()` is `Some` (the default, for backends without one, is never
-        /// called and panics).
-        |self, _p, _x, _lhs, _rhs, _y, _clamp| {
-            unreachable!("{}: a steady-state plan without a steady-state path", self.info().name)
-        }
-    );
 }
 
 /// [`Backend::run`] split in two: every check once ([`prepare`](Self::prepare)),
-/// then only the packer and kernel calls ([`run_prepared`](Self::run_prepared))
-/// for as long as the inputs keep the same shape. `PackedWeights::matmul`
-/// keeps the [`Prepared`] in the caller's `Scratch`.
+/// then only the packer and kernel calls the [`Prepared`] it returns
+/// describes (`engine::run_steady`) for as long as the inputs keep the same
+/// shape. `PackedWeights::matmul` keeps the [`Prepared`] in the caller's
+/// `Scratch`.
 pub(crate) trait Fast {
     /// The checks of [`Backend::run`] for `m` rows of a dense LHS and
     /// `rhs`, on one thread; `None` when this kernel keeps the checked path.
     fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<Prepared>>;
-    run_prepared_fn!(
-        /// `y = x · wᵀ` on the calling thread.
-        ///
-        /// # Safety
-        /// `p` is what this backend's [`prepare`](Self::prepare) returned for
-        /// this `rhs`; the CPU still has the kernel's features and the vector
-        /// length it had then; `x` and `y` are of the backend's activation type
-        /// and hold `p.m x p.k` and `p.m x p.n` values; `lhs` is `p.lhs_bytes`
-        /// writable, 64-byte aligned bytes; `clamp` passed `Clamp::check`.
-        |self, p, x, lhs, rhs, y, clamp|;
-    );
 }
 
 pub(crate) fn wrong_kind(info: &KernelInfo, what: &str) -> Error {
@@ -192,47 +152,24 @@ mod families {
             fn fast(&self) -> Option<&dyn Fast> {
                 Some(self)
             }
-            run_prepared_fn!(|self, p, x, lhs, rhs, y, clamp| {
-                // SAFETY: forwarded to the caller.
-                unsafe { Fast::run_prepared(self, p, x, lhs, rhs, y, clamp) }
-            });
         };
     }
 
-    /// [`Fast`] for a family: its `Kernel::prepare`, and the `run_prepared`
-    /// (element-typed pointers) of the kernel itself, or with `entry` of
-    /// the entry it wraps (`entry $run`: the entry's method of that name),
-    /// called directly.
+    /// [`Fast`] for a family: its `Kernel::prepare` (`float $t`: the
+    /// float families' shared glue's, for elements of `$t`).
     macro_rules! fast {
-        ($module:ident, $act:ident) => {
-            fast!(@impl $module, $act, |k| k, run_prepared, |k, m, rhs| k.prepare(m, rhs));
+        ($module:ident) => {
+            fast!(@impl $module, |k, m, rhs| k.prepare(m, rhs));
         };
-        ($module:ident, $act:ident, entry) => {
-            fast!(@impl $module, $act, |k| k.0, run_prepared, |k, m, rhs| k.prepare(m, rhs));
+        ($module:ident, float $t:ty) => {
+            fast!(@impl $module, |k, m, rhs| k.float_kernel().prepare::<$t>(m, rhs));
         };
-        ($module:ident, $act:ident, entry $run:ident) => {
-            fast!(@impl $module, $act, |k| k.0, $run, |k, m, rhs| k.prepare(m, rhs));
-        };
-        // The float families: their shared glue, generic over the element.
-        ($module:ident, $act:ident, float $t:ty) => {
-            fast!(@impl $module, $act, |k| k.float_kernel(), run_prepared, |k, m, rhs| k.float_kernel().prepare::<$t>(m, rhs));
-        };
-        (@impl $module:ident, $act:ident, |$k:ident| $glue:expr, $run:ident, |$pk:ident, $m:ident, $r:ident| $prep:expr) => {
+        (@impl $module:ident, |$pk:ident, $m:ident, $r:ident| $prep:expr) => {
             impl Fast for fam::$module::Kernel {
                 fn prepare(&self, $m: usize, $r: &PackedRhs) -> Result<Option<Prepared>> {
                     let $pk = self;
                     $prep
                 }
-                run_prepared_fn!(|self, p, x, lhs, rhs, y, clamp| {
-                    let (Activation::$act(x), ActivationMut::$act(y)) = (x, y) else {
-                        unreachable!("PackedWeights::matmul checks the activation type first");
-                    };
-                    debug_assert!(x.len() >= p.m * p.k && y.len() >= p.m * p.n);
-                    let $k = self;
-                    // SAFETY: forwarded to the caller (the pointers are
-                    // those of slices of the activation type it vouches for).
-                    unsafe { $glue.$run(p, x.as_ptr(), lhs, rhs, y.as_mut_ptr(), clamp) }
-                });
             }
         };
     }
@@ -384,19 +321,19 @@ mod families {
 
     // The families with a steady-state path (the others keep the checked
     // one on every call).
-    fast!(matmul_clamp_f32_f32p_f32p, F32, float f32);
-    fast!(matmul_clamp_f32_f32_f32p, F32, float f32);
-    fast!(matmul_clamp_f16_f16p_f16p, F16, float half::f16);
-    fast!(matmul_clamp_f16_f16_f16p, F16, float half::f16);
-    fast!(matmul_clamp_f32_qai8dxp_qsi8cxp, F32, entry);
-    fast!(matmul_clamp_f32_qai8dxp_qsi4cxp, F32, entry run_prepared_f32_qsi4cxp);
-    fast!(matmul_clamp_fp32_bf16p_bf16p, F32, entry);
-    fast!(matmul_clamp_f32_bf16p_bf16p, F32, entry);
-    fast!(matmul_clamp_f32_qsi8d32p_qai4c32p, F32);
-    fast!(matmul_clamp_f16_qsi8d32p_qai4c32p, F16);
-    fast!(matmul_clamp_bf16_qai8dxp_qsi4cxp, Bf16, entry);
-    fast!(matmul_clamp_f32_qai8dxp_qsi4c32p, F32, entry run_prepared_f32);
-    fast!(matmul_clamp_f32_qsi8d32p_qsi4c32p, F32, entry);
+    fast!(matmul_clamp_f32_f32p_f32p, float f32);
+    fast!(matmul_clamp_f32_f32_f32p, float f32);
+    fast!(matmul_clamp_f16_f16p_f16p, float half::f16);
+    fast!(matmul_clamp_f16_f16_f16p, float half::f16);
+    fast!(matmul_clamp_f32_qai8dxp_qsi8cxp);
+    fast!(matmul_clamp_f32_qai8dxp_qsi4cxp);
+    fast!(matmul_clamp_fp32_bf16p_bf16p);
+    fast!(matmul_clamp_f32_bf16p_bf16p);
+    fast!(matmul_clamp_f32_qsi8d32p_qai4c32p);
+    fast!(matmul_clamp_f16_qsi8d32p_qai4c32p);
+    fast!(matmul_clamp_bf16_qai8dxp_qsi4cxp);
+    fast!(matmul_clamp_f32_qai8dxp_qsi4c32p);
+    fast!(matmul_clamp_f32_qsi8d32p_qsi4c32p);
 
     /// The kernels of `it`, boxed (a loop: no iterator chain instantiated
     /// per family).

@@ -143,18 +143,10 @@ impl PackedWeights {
             return false;
         }
         let Some(slot) = self.slots.get(r.slot) else { return false };
-        let b = if r.gemv { slot.gemv.as_deref() } else { Some(&*slot.gemm) };
-        let Some(b) = b else { return false };
-        // SAFETY: `p` is what this backend's `fast()` `prepare` returned for
-        // this slot's packed RHS (the caller's check: the plan is keyed by
-        // these weights' unique id, m and the features it was chosen with,
-        // and weights never change); the features are unchanged, so the CPU
-        // runs the kernel, at the vector length it saw (compared above); x
-        // and y have the weights' activation type (the caller's check) and
-        // hold m x k and m x n values (compared above); `r.lhs` has the
-        // `p.lhs_bytes` it asked for, 64-byte aligned; the clamp is a valid
-        // range (compared above).
-        unsafe { b.run_prepared(p, *x, r.lhs.as_mut_ptr(), &slot.rhs, y.reborrow(), clamp) };
+        if r.gemv && slot.gemv.is_none() {
+            return false;
+        }
+        run_steady(p, x, y, r.lhs.as_mut_ptr(), &slot.rhs, clamp);
         true
     }
 
@@ -476,4 +468,49 @@ impl PackedWeights {
             None => Err(Error::InvalidArgument("no packed layout and no reference copy".into())),
         }
     }
+}
+
+/// The steady-state call of a ready plan: `engine::run_steady` on the
+/// activations' values. The caller ([`PackedWeights::run_ready`]) vouches
+/// for everything its contract asks (see the SAFETY comment).
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+fn run_steady(
+    p: &Prepared,
+    x: &Activation<'_>,
+    y: &mut ActivationMut<'_>,
+    lhs: *mut u8,
+    rhs: &PackedRhs,
+    clamp: Clamp,
+) {
+    let (xp, xb) = match x {
+        Activation::F32(v) => (v.as_ptr().cast::<u8>(), 4),
+        Activation::F16(v) => (v.as_ptr().cast::<u8>(), 2),
+        Activation::Bf16(v) => (v.as_ptr().cast::<u8>(), 2),
+    };
+    let (yp, yb) = match y {
+        ActivationMut::F32(v) => (v.as_mut_ptr().cast::<u8>(), 4),
+        ActivationMut::F16(v) => (v.as_mut_ptr().cast::<u8>(), 2),
+        ActivationMut::Bf16(v) => (v.as_mut_ptr().cast::<u8>(), 2),
+    };
+    debug_assert_eq!(p.elems(), (xb, yb), "a plan for other activation types");
+    // SAFETY: `p` is what the slot backend's `fast()` `prepare` returned
+    // for this slot's packed RHS (the caller's check: the plan is keyed by
+    // these weights' unique id, m and the features it was chosen with, and
+    // weights never change), so it describes that kernel's calls; the
+    // features are unchanged, so the CPU runs the kernel, at the vector
+    // length it saw (the caller compared it); x and y have the weights'
+    // activation type (the caller's check), the one that backend's
+    // `prepare` is for (so of `p.elems()`), and hold m x k and m x n values
+    // (the caller compared their lengths); `lhs` has the `p.lhs_bytes` the
+    // plan asked for, 64-byte aligned; the clamp is a valid range (the
+    // caller's check); activations a packer needs finite were scanned (the
+    // caller's check).
+    unsafe { crate::families::engine::run_steady(p, xp, lhs, rhs, yp, clamp) };
+}
+
+/// No kernels off aarch64, so no plan is ever ready.
+#[cfg(not(target_arch = "aarch64"))]
+fn run_steady(_: &Prepared, _: &Activation<'_>, _: &mut ActivationMut<'_>, _: *mut u8, _: &PackedRhs, _: Clamp) {
+    unreachable!("no steady-state plans off aarch64")
 }
