@@ -1615,6 +1615,77 @@ pub(crate) unsafe fn run_steady(p: &Prepared, x: *const u8, lhs: *mut u8, rhs: &
     }
 }
 
+/// A kernel of the per-thread form (`weights::parts`), writing f32: its
+/// run and its RHS offset query `(n_idx, k[, bl])`, by signature.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ColumnRun {
+    /// Packed LHS, the block length after `k`.
+    Bl(RunBl<f32>, unsafe extern "C" fn(usize, usize, usize) -> usize),
+    /// Packed LHS, no block length, f32 output.
+    PlainF32(RunPlain<f32>, unsafe extern "C" fn(usize, usize) -> usize),
+    /// Packed LHS, no block length, untyped (here f32) output.
+    Plain(RunPlain<c_void>, unsafe extern "C" fn(usize, usize) -> usize),
+    /// LHS read directly, rows `lhs_stride` bytes apart.
+    Direct(RunDirect, unsafe extern "C" fn(usize, usize) -> usize),
+}
+
+#[cfg(target_arch = "aarch64")]
+impl ColumnRun {
+    /// Runs the kernel on columns `cols` of all `m` rows, unclamped: `lhs`
+    /// the packed LHS of `m` rows (or, read directly, `m` f32 rows
+    /// `lhs_stride` bytes apart), `rhs` the packed weights (`n x k`,
+    /// blocks of `bl`), `dst` `m x cols.len()` f32 rows `dst_stride` bytes
+    /// apart. Column 0 is at offset 0 of every upstream layout (each offset
+    /// query scales the column index; `weights::parts`' test
+    /// `rhs_offset_of_column_0_is_0` checks every kernel): the query is
+    /// skipped there (one thread's whole run).
+    ///
+    /// # Safety
+    /// The CPU runs the kernel at the vector length its packed weights
+    /// were packed for; `rhs` holds the packed weights of the layout it was
+    /// resolved for and `cols` is non-empty, within `n`, starting at a
+    /// multiple of its `n_step`; `lhs` holds the packed LHS of `m` rows of
+    /// its packer (or `m` aligned f32 rows `lhs_stride` bytes apart); `dst`
+    /// is an `m x cols.len()` block of f32 rows `dst_stride` bytes apart,
+    /// which no one else reads or writes during the call.
+    #[allow(clippy::too_many_arguments)] // the kernel's operands
+    #[inline(always)]
+    pub(crate) unsafe fn run(
+        self,
+        (m, k, bl): (usize, usize, usize),
+        cols: Range<usize>,
+        (lhs, lhs_stride): (*const u8, usize),
+        rhs: *const u8,
+        (dst, dst_stride): (*mut f32, usize),
+    ) {
+        let (n, c, l) = (cols.len(), cols.start, lhs.cast::<c_void>());
+        let (lo, hi) = (f32::MIN, f32::MAX);
+        // SAFETY: the caller's contract; the offset queries are the
+        // kernel's own (integers only), of a column start inside `rhs`.
+        unsafe {
+            match self {
+                ColumnRun::Bl(run, off) => {
+                    let r = rhs.add(if c == 0 { 0 } else { off(c, k, bl) }).cast();
+                    run(m, n, k, bl, l, r, dst, dst_stride, 4, lo, hi)
+                }
+                ColumnRun::PlainF32(run, off) => {
+                    let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
+                    run(m, n, k, l, r, dst, dst_stride, 4, lo, hi)
+                }
+                ColumnRun::Plain(run, off) => {
+                    let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
+                    run(m, n, k, l, r, dst.cast(), dst_stride, 4, lo, hi)
+                }
+                ColumnRun::Direct(run, off) => {
+                    let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
+                    run(m, n, k, l, lhs_stride, r, dst.cast(), dst_stride, 4, lo, hi)
+                }
+            }
+        }
+    }
+}
+
 /// The vector length `info`'s getters read on this thread now: the SME
 /// streaming length for SME kernels, the SVE length for SVE kernels, else 0.
 /// Linux lets a thread change its own, so a cached [`Prepared`] is only

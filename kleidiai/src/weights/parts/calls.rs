@@ -1,6 +1,6 @@
 //! A resolved kernel on a thread: the proof that this thread runs it, the
 //! checks of a call's operands, and the checked and unchecked packing of LHS
-//! rows and column runs, each a call into [`ffi`].
+//! rows and column runs, each a call into the engine's drivers.
 
 use super::*;
 
@@ -267,9 +267,10 @@ impl PartKernel {
         debug_assert!(core::ptr::eq(ok.kernel, self));
         let _ = ok;
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: the caller's guarantees are run_cols' checks, passed.
+        // SAFETY: the caller's guarantees are run_cols' checks, passed
+        // (the kernel's own functions, resolved for these weights).
         unsafe {
-            ffi::run(self, m, cols, lhs, lhs_stride, rhs, out, row_stride)
+            self.f.run((m, self.k, self.bl), cols, (lhs, lhs_stride), rhs, (out, row_stride))
         };
         #[cfg(not(target_arch = "aarch64"))]
         let _ = (m, cols, lhs, lhs_stride, rhs, out, row_stride);
@@ -320,7 +321,8 @@ impl PartKernel {
         // rows (or m f32 rows `lhs_stride` apart); `out` is an exclusive
         // m x cols block (OutputBlock's contract), rows `row_stride` bytes apart.
         unsafe {
-            ffi::run(self, m, cols, lhs.as_ptr(), lhs_stride, rhs.as_ptr(), out.ptr.as_ptr(), out.row_stride)
+            let (l, d) = ((lhs.as_ptr(), lhs_stride), (out.ptr.as_ptr(), out.row_stride));
+            self.f.run((m, self.k, self.bl), cols, l, rhs.as_ptr(), d)
         };
         #[cfg(not(target_arch = "aarch64"))]
         let _ = (lhs, rhs, out);

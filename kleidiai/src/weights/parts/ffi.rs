@@ -1,34 +1,13 @@
 //! The upstream functions of the families with a per-thread form.
-use super::{LhsPacker, PartKernel};
+use super::LhsPacker;
 use crate::error::{Error, Result};
 use crate::families::engine::{self, Gate, Tiles, query};
 use crate::registry::KernelInfo;
 use crate::sys::interfaces as ifc;
-use core::ffi::c_void;
-use core::ops::Range;
 
-type Off3 = unsafe extern "C" fn(usize, usize, usize) -> usize;
-type Off2 = unsafe extern "C" fn(usize, usize) -> usize;
-type RunBl =
-    unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut f32, usize, usize, f32, f32);
-type RunQ = unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut f32, usize, usize, f32, f32);
-type RunF =
-    unsafe extern "C" fn(usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize, usize, f32, f32);
-type RunD =
-    unsafe extern "C" fn(usize, usize, usize, *const c_void, usize, *const c_void, *mut c_void, usize, usize, f32, f32);
-
-/// A kernel's run function and RHS offset function, by signature.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Fns {
-    /// Block-quantised int4 weights (bl argument).
-    Bl(RunBl, Off3),
-    /// int8 per-channel weights.
-    Q(RunQ, Off2),
-    /// f32 packed LHS.
-    F(RunF, Off2),
-    /// f32 LHS read directly.
-    D(RunD, Off2),
-}
+/// A kernel's run function and RHS offset function, by signature (the
+/// engine runs them).
+pub(super) type Fns = engine::ColumnRun;
 
 fn get<T>(v: Option<T>, info: &KernelInfo, what: &str) -> Result<T> {
     v.ok_or_else(|| Error::Unsupported { kernel: info.name, why: format!("upstream has no {what}") })
@@ -62,13 +41,13 @@ pub(super) fn resolve(g: &Gate, info: &KernelInfo) -> Result<(Fns, Tiles)> {
             Fns::Bl(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
         }),
         "matmul_clamp_f32_qai8dxp_qsi8cxp" => resolve_in!(g, matmul_clamp_f32_qai8dxp_qsi8cxp, info, |i| {
-            Fns::Q(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
+            Fns::PlainF32(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
         }),
         "matmul_clamp_fp32_bf16p_bf16p" => resolve_in!(g, matmul_clamp_fp32_bf16p_bf16p, info, |i| {
-            Fns::F(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
+            Fns::Plain(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
         }),
         "matmul_clamp_f32_f32p_f32p" => resolve_in!(g, matmul_clamp_f32_f32p_f32p, info, |i| {
-            Fns::F(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
+            Fns::Plain(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?)
         }),
         "matmul_clamp_f32_f32_f32p" => {
             let Some((_, i)) = ifc::matmul_clamp_f32_f32_f32p::KERNELS.iter().find(|(u, _)| u.name == info.name) else {
@@ -83,7 +62,7 @@ pub(super) fn resolve(g: &Gate, info: &KernelInfo) -> Result<(Fns, Tiles)> {
                 kr: query!(g, get(i.get_kr, info, "kr")?),
                 sr: query!(g, get(i.get_sr, info, "sr")?),
             };
-            (Fns::D(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?), t)
+            (Fns::Direct(get(i.run_matmul, info, "run")?, get(i.get_rhs_packed_offset, info, "rhs offset")?), t)
         }
         other => {
             return Err(Error::Unsupported {
@@ -122,57 +101,11 @@ pub(super) fn lhs_offset(g: &Gate, p: LhsPacker, row: usize, k: usize, bl: usize
     f.offset(g, row, k, bl, (t.mr, t.kr, t.sr))
 }
 
-/// Runs the kernel on columns `cols` of all `m` rows.
-///
-/// # Safety
-/// As [`PartKernel::run_cols`](super::PartKernel::run_cols) checked.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-pub(super) unsafe fn run(
-    kr: &PartKernel,
-    m: usize,
-    cols: Range<usize>,
-    lhs: *const u8,
-    lhs_stride: usize,
-    rhs: *const u8,
-    dst: *mut f32,
-    dst_stride: usize,
-) {
-    let (k, bl, n) = (kr.k, kr.bl, cols.len());
-    let (lo, hi) = (f32::MIN, f32::MAX);
-    let l = lhs.cast::<c_void>();
-    // Column 0 is at offset 0 of every upstream layout (each offset getter
-    // scales the column index; `rhs_offset_of_column_0_is_0` checks every
-    // kernel): the query is skipped there (one thread's whole run).
-    let c = cols.start;
-    // SAFETY: the caller's guarantees; the offsets are the kernel's own.
-    unsafe {
-        match kr.f {
-            Fns::Bl(run, off) => {
-                let r = rhs.add(if c == 0 { 0 } else { off(c, k, bl) }).cast();
-                run(m, n, k, bl, l, r, dst, dst_stride, 4, lo, hi)
-            }
-            Fns::Q(run, off) => {
-                let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
-                run(m, n, k, l, r, dst, dst_stride, 4, lo, hi)
-            }
-            Fns::F(run, off) => {
-                let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
-                run(m, n, k, l, r, dst.cast(), dst_stride, 4, lo, hi)
-            }
-            Fns::D(run, off) => {
-                let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
-                run(m, n, k, l, lhs_stride, r, dst.cast(), dst_stride, 4, lo, hi)
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// `run` skips the RHS offset query at column 0: every kernel with a
+    /// `ColumnRun::run` skips the RHS offset query at column 0: every kernel with a
     /// per-thread form that runs here answers 0 there.
     #[test]
     fn rhs_offset_of_column_0_is_0() {
@@ -183,12 +116,12 @@ mod tests {
                 continue;
             }
             let ks = [256, 4096];
-            // `run` only ever gets kernels that resolve.
+            // `ColumnRun::run` only ever gets kernels that resolve.
             let g = crate::families::engine::gate_with(info, &f).unwrap();
             let Ok((fns, _)) = resolve(&g, info) else { continue };
             let offs = ks.map(|k| match fns {
                 Fns::Bl(_, off) => query!(&g, off, 0, k, 32),
-                Fns::Q(_, off) | Fns::F(_, off) | Fns::D(_, off) => query!(&g, off, 0, k),
+                Fns::PlainF32(_, off) | Fns::Plain(_, off) | Fns::Direct(_, off) => query!(&g, off, 0, k),
             });
             assert_eq!(offs, [0, 0], "{} k={ks:?}", info.name);
             checked.push(info.name);
