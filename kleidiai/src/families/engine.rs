@@ -246,11 +246,7 @@ pub(crate) enum PackedRun {
     /// A `kai_matmul_uker_api` table with the clamp flag, and the LHS and
     /// RHS strides of the call (its offsets: [`Offset::TableLhs`],
     /// [`Offset::TableRhs`]).
-    Table(
-        crate::families::uker::Uker,
-        kleidiai_sys::kai_matmul_uker_lhs_stride_args,
-        kleidiai_sys::kai_matmul_uker_rhs_stride_args,
-    ),
+    Table(uker::Uker, kleidiai_sys::kai_matmul_uker_lhs_stride_args, kleidiai_sys::kai_matmul_uker_rhs_stride_args),
 }
 
 /// Where a tile's rows (or columns) start in a packed operand.
@@ -264,9 +260,9 @@ pub(crate) enum Offset {
     /// Rows this many bytes apart (GEMV kernels whose query takes row 0 only).
     Rows(usize),
     /// A table kernel's LHS offset query with the call's strides.
-    TableLhs(crate::families::uker::Uker, kleidiai_sys::kai_matmul_uker_lhs_stride_args),
+    TableLhs(uker::Uker, kleidiai_sys::kai_matmul_uker_lhs_stride_args),
     /// A table kernel's RHS offset query with the call's strides.
-    TableRhs(crate::families::uker::Uker, kleidiai_sys::kai_matmul_uker_rhs_stride_args),
+    TableRhs(uker::Uker, kleidiai_sys::kai_matmul_uker_rhs_stride_args),
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -413,7 +409,14 @@ pub(crate) unsafe trait PackedKernel {
                         PackedRun::Bl(run) => run(h, w, k, bl, a, b, d, sr, sc, lo_v, hi_v),
                         PackedRun::BlF32(run) => run(h, w, k, bl, a, b, d.cast(), sr, sc, lo_v, hi_v),
                         PackedRun::Table(u, ls, rs) => {
-                            u.run_clamped((h, w, k), (a.cast(), ls), (b.cast(), rs), (d.cast(), sr), &lo_v, &hi_v)
+                            let args = uker::Uker::clamped_args(
+                                (h, w, k),
+                                (a.cast(), ls),
+                                (b.cast(), rs),
+                                (d.cast(), sr),
+                                (&lo_v, &hi_v),
+                            );
+                            u.run(&args)
                         }
                     }
                 }
@@ -457,7 +460,7 @@ enum LhsRun {
     NoBlUntyped(PackLhsNoBl<c_void>),
     /// A `kai_matmul_pack_lhs_uker_api` table (its own queries; no block
     /// length, blocking or `m_idx_start`: always 0).
-    Api(crate::families::uker::PackLhs),
+    Api(uker::PackLhs),
 }
 
 /// An LHS packer's size and offset queries, by signature.
@@ -469,7 +472,7 @@ enum LhsQueries {
     /// `(m or row, k, mr, kr, sr)`.
     NoBl(LhsQueryNoBl, LhsQueryNoBl),
     /// A table's own (`(m or row, k)`).
-    Table(crate::families::uker::PackLhs),
+    Table(uker::PackLhs),
 }
 
 /// An LHS packer's blocking `(mr, kr, sr)`: its kernel's.
@@ -522,7 +525,7 @@ impl LhsPacker {
 
     /// A table packer (made through the gate of a kernel that reads its
     /// output) of rows of `elem_bytes`-byte values.
-    pub(crate) fn api(table: crate::families::uker::PackLhs, elem_bytes: usize) -> Self {
+    pub(crate) fn api(table: uker::PackLhs, elem_bytes: usize) -> Self {
         LhsPacker { run: LhsRun::Api(table), queries: LhsQueries::Table(table), elem_bytes }
     }
 
@@ -581,7 +584,7 @@ impl LhsPacker {
                 LhsRun::NoBlUntyped(f) => f(m, k, mr, kr, sr, m_idx_start, src.cast(), stride, d),
                 LhsRun::Api(t) => {
                     debug_assert_eq!(m_idx_start, 0);
-                    t.run(m, k, src.cast(), stride, dst)
+                    t.run(&t.args(m, k, src.cast(), stride, dst))
                 }
             }
         }
@@ -1181,7 +1184,7 @@ pub(crate) enum DirectRun {
     /// Named functions: the run and the RHS offset query `(n_idx, k)`.
     Plain(RunDirect, unsafe extern "C" fn(usize, usize) -> usize),
     /// A `kai_matmul_uker_api` table with the clamp flag.
-    Table(crate::families::uker::Uker),
+    Table(uker::Uker),
 }
 
 /// A call of a [`DirectRun`] kernel: the gated kernel, its blocking, its
@@ -1262,13 +1265,329 @@ impl DirectRun {
                             run(h, w, k, a.cast(), lhs_sb, rp.0.add(ro).cast(), d.cast(), dst_sb, es, lo, hi)
                         }
                         DirectRun::Table(u) => {
-                            u.run_clamped((h, w, k), (a, lhs_sa), (rp.0.add(ro), rhs_stride), (d, dst_sb), &lo, &hi)
+                            let (b, d) = ((rp.0.add(ro).cast_const(), rhs_stride), (d, dst_sb));
+                            u.run(&uker::Uker::clamped_args((h, w, k), (a, lhs_sa), b, d, (&lo, &hi)))
                         }
                     }
                 }
             }
         });
         Ok(())
+    }
+}
+
+/// Thin wrappers over upstream's table-driven micro-kernel APIs
+/// (`kai_matmul_uker_api`, `kai_matmul_pack_lhs_uker_api`,
+/// `kai_matmul_pack_rhs_uker_api`): the kernels and packers with no header
+/// of their own. Every table is obtained (and every entry called) only
+/// after the caller has checked the CPU runs it: its functions execute SME
+/// instructions, the getters included.
+///
+/// The constructors take the [`Gate`] of the kernel (whose features
+/// include its packers'), so a table exists only once the CPU was checked
+/// ([`ensure_supported`]). The queries (steps, strides, sizes, offsets) are
+/// then safe: they execute the kernel's instructions on a CPU that has
+/// them, read only the values they borrow, and a precondition they break
+/// (an index that is not a multiple of the step) aborts in upstream's
+/// `KAI_ASSUME`, in release builds too. All of them go through
+/// `Table::ask`. The arguments of a run are built by safe functions
+/// (structs of pointers); the one call of a table's run entry (its `run`,
+/// e.g. [`Uker::run`](uker::Uker::run)) stays `unsafe`: its caller
+/// guarantees the buffers cover the shapes.
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod uker {
+    use super::Gate;
+    use kleidiai_sys as sys;
+
+    /// What the tables' queries answer: a number (a size, an offset) or a
+    /// struct of numbers (steps, strides). A run answers nothing, so no run
+    /// goes through [`Table::ask`].
+    trait Answer: Copy {}
+    impl Answer for usize {}
+    impl Answer for sys::kai_matmul_uker_dim_args {}
+    impl Answer for sys::kai_matmul_uker_lhs_stride_args {}
+    impl Answer for sys::kai_matmul_uker_rhs_stride_args {}
+    impl Answer for sys::kai_matmul_uker_dst_stride_args {}
+    impl Answer for sys::kai_matmul_pack_lhs_uker_dim_args {}
+    impl Answer for sys::kai_matmul_pack_lhs_uker_lhs_packed_stride_args {}
+    impl Answer for sys::kai_matmul_pack_rhs_uker_dim_args {}
+    impl Answer for sys::kai_matmul_pack_rhs_uker_rhs_stride_args {}
+    impl Answer for sys::kai_matmul_pack_rhs_uker_rhs_packed_stride_args {}
+
+    /// A query entry of a table of configuration `C`, taking the borrowed
+    /// arguments `A` after the configuration. Called only by
+    /// [`Table::ask`], on an entry of the table it borrows.
+    trait Query<C, A> {
+        /// What it answers.
+        type Out: Answer;
+        /// Calls the entry on `config` and `args`.
+        fn ask(self, config: &C, args: A) -> Self::Out;
+    }
+
+    /// [`Query`] for the entries of the given borrowed arguments.
+    macro_rules! impl_query {
+        ($( ($($a:ident: $t:ident),*) )*) => {$(
+            impl<'x, C, $($t,)* R: Answer> Query<C, ($(&'x $t,)*)> for unsafe extern "C" fn(*const C $(, *const $t)*) -> R {
+                type Out = R;
+
+                fn ask(self, config: &C, ($($a,)*): ($(&'x $t,)*)) -> R {
+                    // SAFETY: an entry of a table (only `Table::ask` calls
+                    // this, with the entry its getter picked from the table
+                    // it borrows) taking its configuration type and
+                    // answering numbers (a query, not a run); the table
+                    // exists only once the CPU was checked (the gate its
+                    // constructor took); it reads only the values it
+                    // borrows, and a wrong index aborts upstream
+                    // (`KAI_ASSUME`).
+                    unsafe { self(config $(, $a)*) }
+                }
+            }
+        )*};
+    }
+
+    impl_query! {
+        ()
+        (a: A)
+        (a: A, b: B)
+    }
+
+    /// What picks one entry `F` from a table's API (`|a| a.get_step`).
+    type Get<Api, F> = fn(&Api) -> Option<F>;
+
+    /// An upstream table with its configuration. A value exists only once the
+    /// gate of its kernel was checked (the constructors take it).
+    trait Table {
+        /// The upstream table.
+        type Api;
+        /// Its configuration.
+        type Config;
+
+        fn api(&self) -> &Self::Api;
+        fn config(&self) -> &Self::Config;
+
+        /// The query `get` picks from the table, on the configuration and
+        /// the borrowed `args` (a tuple of references).
+        fn ask<F: Query<Self::Config, A>, A>(&self, get: Get<Self::Api, F>, args: A) -> F::Out {
+            get(self.api()).expect("upstream fills every entry of its tables").ask(self.config(), args)
+        }
+    }
+
+    /// [`Table`] for a table type `$t` (fields: the API, then the
+    /// configuration), and its run: the one call of a run entry.
+    macro_rules! table {
+        ($t:ty, $api:ty, $config:ty, $args:ty) => {
+            impl Table for $t {
+                type Api = $api;
+                type Config = $config;
+
+                fn api(&self) -> &$api {
+                    &self.0
+                }
+
+                fn config(&self) -> &$config {
+                    &self.1
+                }
+            }
+
+            impl $t {
+                /// Runs the table's kernel or packer on `args`.
+                ///
+                /// # Safety
+                /// Every pointer in `args` covers what the kernel or packer
+                /// reads or writes for `args`' shape, with `args`' strides.
+                pub(crate) unsafe fn run(&self, args: &$args) {
+                    let f = self.0.run.expect("upstream fills every entry of its tables");
+                    // SAFETY: the caller's contract; the CPU runs the
+                    // table's code (the gate its constructor took).
+                    unsafe { f(&self.1, args) }
+                }
+            }
+        };
+        ($t:ident, $api:ty, $config:ty, $args:ty, packer) => {
+            table!($t, $api, $config, $args);
+
+            impl $t {
+                /// The table of `ctor`, a packer of the kernel `gate` checked.
+                pub(crate) fn new(ctor: unsafe extern "C" fn() -> $api, gate: &Gate) -> $t {
+                    Self::with_config(ctor, Default::default(), gate)
+                }
+
+                /// As [`new`](Self::new), with the configuration `config`.
+                pub(crate) fn with_config(ctor: unsafe extern "C" fn() -> $api, config: $config, gate: &Gate) -> $t {
+                    $t(gate.table(ctor), config)
+                }
+            }
+        };
+    }
+
+    /// Constructor of a kernel's table.
+    pub(crate) type UkerCtor = unsafe extern "C" fn() -> sys::kai_matmul_uker_api;
+
+    /// A matmul kernel's table.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Uker(sys::kai_matmul_uker_api, sys::kai_matmul_uker_config);
+    table!(Uker, sys::kai_matmul_uker_api, sys::kai_matmul_uker_config, sys::kai_matmul_uker_args);
+
+    impl Uker {
+        /// The table of `ctor`, the constructor of the kernel `gate` checked.
+        pub(crate) fn new(ctor: UkerCtor, gate: &Gate) -> Uker {
+            Uker(gate.table(ctor), sys::kai_matmul_uker_config::default())
+        }
+
+        /// `(m_step, n_step)`.
+        pub(crate) fn step(&self) -> (usize, usize) {
+            let s = self.ask(|a| a.get_step, ());
+            (s.m, s.n)
+        }
+
+        /// The LHS strides for `m x k`.
+        pub(crate) fn lhs_stride(&self, m: usize, k: usize) -> sys::kai_matmul_uker_lhs_stride_args {
+            self.ask(|a| a.get_lhs_stride, (&sys::kai_matmul_uker_lhs_dim_args { m, k },))
+        }
+
+        /// The LHS offset of row `m_idx` (a multiple of the M step).
+        pub(crate) fn lhs_offset(&self, m_idx: usize, stride: &sys::kai_matmul_uker_lhs_stride_args) -> usize {
+            self.ask(|a| a.get_lhs_offset, (&sys::kai_matmul_uker_lhs_dim_args { m: m_idx, k: 0 }, stride))
+        }
+
+        /// The RHS strides for `n x k`.
+        pub(crate) fn rhs_stride(&self, n: usize, k: usize) -> sys::kai_matmul_uker_rhs_stride_args {
+            self.ask(|a| a.get_rhs_stride, (&sys::kai_matmul_uker_rhs_dim_args { n, k },))
+        }
+
+        /// The RHS offset of column `n_idx` (a multiple of the N step).
+        pub(crate) fn rhs_offset(&self, n_idx: usize, stride: &sys::kai_matmul_uker_rhs_stride_args) -> usize {
+            self.ask(|a| a.get_rhs_offset, (&sys::kai_matmul_uker_rhs_dim_args { n: n_idx, k: 0 }, stride))
+        }
+
+        /// The destination strides for `m x n`.
+        pub(crate) fn dst_stride(&self, m: usize, n: usize) -> sys::kai_matmul_uker_dst_stride_args {
+            self.ask(|a| a.get_dst_stride, (&sys::kai_matmul_uker_dst_dim_args { m, n },))
+        }
+
+        /// The arguments of a run of `m x n` outputs over `k` with the clamp
+        /// flag (the float kernels' call): the LHS at `lhs` with
+        /// `lhs_stride`, the RHS at `rhs` with `rhs_stride`, the destination
+        /// at `dst` with rows `dst_row_bytes` apart, clamped to `[min, max]`
+        /// (pointers to them: they must outlive the [`run`](Self::run)).
+        pub(crate) fn clamped_args(
+            (m, n, k): (usize, usize, usize),
+            (lhs, lhs_stride): (*const u8, sys::kai_matmul_uker_lhs_stride_args),
+            (rhs, rhs_stride): (*const u8, sys::kai_matmul_uker_rhs_stride_args),
+            (dst, dst_row_bytes): (*mut u8, usize),
+            (min, max): (&f32, &f32),
+        ) -> sys::kai_matmul_uker_args {
+            let mut args = sys::kai_matmul_uker_args {
+                flags: sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64,
+                shape: sys::kai_matmul_uker_dim_args { m, n, k },
+                ..Default::default()
+            };
+            args.activation.clamp.min_ptr = (min as *const f32).cast();
+            args.activation.clamp.max_ptr = (max as *const f32).cast();
+            args.operand.lhs.ptr = lhs.cast();
+            args.operand.lhs.stride = lhs_stride;
+            args.operand.rhs.ptr = rhs.cast();
+            args.operand.rhs.stride = rhs_stride;
+            args.operand.dst.ptr = dst.cast();
+            args.operand.dst.stride = sys::kai_matmul_uker_dst_stride_args { m: dst_row_bytes };
+            args
+        }
+    }
+
+    /// An LHS packer's table.
+    #[derive(Clone, Copy)]
+    pub(crate) struct PackLhs(sys::kai_matmul_pack_lhs_uker_api, sys::kai_matmul_pack_lhs_uker_config);
+    table!(
+        PackLhs,
+        sys::kai_matmul_pack_lhs_uker_api,
+        sys::kai_matmul_pack_lhs_uker_config,
+        sys::kai_matmul_pack_lhs_uker_args,
+        packer
+    );
+
+    impl PackLhs {
+        /// Rows per packed block (`mr`).
+        pub(crate) fn step_m(&self) -> usize {
+            self.ask(|a| a.get_step, ()).m
+        }
+
+        /// The packed strides for `m x k`.
+        pub(crate) fn packed_stride(&self, m: usize, k: usize) -> sys::kai_matmul_pack_lhs_uker_lhs_packed_stride_args {
+            self.ask(|a| a.get_lhs_packed_stride, (&sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k },))
+        }
+
+        /// Bytes of the packed `m x k` LHS.
+        pub(crate) fn packed_size(&self, m: usize, k: usize) -> usize {
+            let shape = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m, k };
+            self.ask(|a| a.get_lhs_packed_size, (&shape, &self.packed_stride(m, k)))
+        }
+
+        /// The packed offset of row `m_idx` (a multiple of `mr`).
+        pub(crate) fn packed_offset(&self, m_idx: usize, k: usize) -> usize {
+            let index = sys::kai_matmul_pack_lhs_uker_lhs_packed_dim_args { m: m_idx, k: 0 };
+            self.ask(|a| a.get_lhs_packed_offset, (&index, &self.packed_stride(1, k)))
+        }
+
+        /// The arguments of packing `m` rows of `k` bytes at `lhs`, `stride`
+        /// bytes apart, to `out`.
+        pub(crate) fn args(
+            &self,
+            m: usize,
+            k: usize,
+            lhs: *const u8,
+            stride: usize,
+            out: *mut u8,
+        ) -> sys::kai_matmul_pack_lhs_uker_args {
+            let mut args = sys::kai_matmul_pack_lhs_uker_args::default();
+            args.shape.m = m;
+            args.shape.k = k;
+            args.operand.lhs.ptr = lhs.cast();
+            args.operand.lhs.stride.m = stride;
+            args.operand.lhs_packed.ptr = out.cast();
+            args.operand.lhs_packed.stride = self.packed_stride(m, k);
+            args
+        }
+    }
+
+    /// An RHS packer's table.
+    pub(crate) struct PackRhs(sys::kai_matmul_pack_rhs_uker_api, sys::kai_matmul_pack_rhs_uker_config);
+    table!(
+        PackRhs,
+        sys::kai_matmul_pack_rhs_uker_api,
+        sys::kai_matmul_pack_rhs_uker_config,
+        sys::kai_matmul_pack_rhs_uker_args,
+        packer
+    );
+
+    impl PackRhs {
+        /// Columns per packed block (`nr`).
+        pub(crate) fn step_n(&self) -> usize {
+            self.ask(|a| a.get_step, ()).n
+        }
+
+        /// The strides of the unpacked `n x k` RHS the packer reads.
+        pub(crate) fn rhs_stride(&self, n: usize, k: usize) -> sys::kai_matmul_pack_rhs_uker_rhs_stride_args {
+            self.ask(|a| a.get_rhs_stride, (&sys::kai_matmul_pack_rhs_uker_rhs_dim_args { n, k },))
+        }
+
+        /// The packed strides for `n x k`.
+        pub(crate) fn packed_stride(&self, n: usize, k: usize) -> sys::kai_matmul_pack_rhs_uker_rhs_packed_stride_args {
+            self.ask(|a| a.get_rhs_packed_stride, (&sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k },))
+        }
+
+        /// Bytes of the packed `n x k` RHS.
+        pub(crate) fn packed_size(&self, n: usize, k: usize) -> usize {
+            let shape = sys::kai_matmul_pack_rhs_uker_rhs_packed_dim_args { n, k };
+            self.ask(|a| a.get_rhs_packed_size, (&shape, &self.packed_stride(n, k)))
+        }
+
+        /// Fills the strides of `args` (its shape and operands filled by
+        /// the caller) with the packer's own, for a [`run`](Self::run).
+        pub(crate) fn fill_strides(&self, args: &mut sys::kai_matmul_pack_rhs_uker_args) {
+            let (n, k) = (args.shape.n, args.shape.k);
+            args.operand.rhs.stride = self.rhs_stride(n, k);
+            args.operand.rhs_packed.stride = self.packed_stride(n, k);
+        }
     }
 }
 
@@ -1293,11 +1612,7 @@ pub(crate) struct TableRhs<'a, V, B> {
 /// packer's size. The caller has checked the element sizes are the
 /// packer's (its table's format) and its rules on `(n, k)`.
 #[cfg(target_arch = "aarch64")]
-pub(crate) fn pack_rhs_table<V, B>(
-    p: &crate::families::uker::PackRhs,
-    x: TableRhs<'_, V, B>,
-    dst: &mut [u8],
-) -> Result<()> {
+pub(crate) fn pack_rhs_table<V, B>(p: &uker::PackRhs, x: TableRhs<'_, V, B>, dst: &mut [u8]) -> Result<()> {
     use crate::error;
     let (n, k) = x.dims;
     error::nonzero(n, "n")?;
@@ -1337,12 +1652,13 @@ pub(crate) fn pack_rhs_table<V, B>(
         args.operand.scale_global.ptr = (&globals.1 as *const f32).cast();
     }
     args.operand.rhs_packed.ptr = dst.as_mut_ptr().cast();
+    p.fill_strides(&mut args);
     // SAFETY: the weights hold the rows the packer reads with its own
     // strides (checked above), the bias and scales n values, the globals
     // outlive the call, `dst` holds the packer's size; the table exists only
     // once the CPU was checked (its gate); the caller checked the element
     // sizes and the packer's rules.
-    unsafe { p.run(&mut args) };
+    unsafe { p.run(&args) };
     Ok(())
 }
 

@@ -12,7 +12,7 @@
 pub(crate) mod engine;
 pub(crate) mod qai8dxp_common;
 #[cfg(target_arch = "aarch64")]
-mod uker;
+use engine::uker;
 
 mod bf16p_bf16p;
 mod depthwise;
