@@ -1591,6 +1591,267 @@ pub(crate) mod uker {
     }
 }
 
+/// `run_matmul` of an int8 kernel that requantizes its int32 accumulators:
+/// `(m, n, k, lhs, rhs_packed, dst, dst_stride_row, dst_stride_col,
+/// params)`.
+#[cfg(target_arch = "aarch64")]
+#[rustfmt::skip]
+pub(crate) type RunRequant = unsafe extern "C" fn(
+    usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize, usize,
+    *const kleidiai_sys::kai_matmul_requantize32_params,
+);
+
+/// A kernel accumulating in int32, by kind: its run and offsets.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum IntRun {
+    /// Named functions of a requantizing kernel: the run, the packed-LHS
+    /// offset query `(m_idx, k)` (none: it reads plain rows) and the RHS
+    /// offset query `(n_idx, k)`.
+    Requant(
+        RunRequant,
+        Option<unsafe extern "C" fn(usize, usize) -> usize>,
+        unsafe extern "C" fn(usize, usize) -> usize,
+    ),
+    /// A `kai_matmul_uker_api` table (its strides from its own queries).
+    Table(uker::Uker),
+}
+
+/// The LHS of an [`IntRun`] call.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+pub(crate) enum IntLhs<'a> {
+    /// Packed, with the layout the kernel reads for the call.
+    Packed(&'a PackedLhs, PackedLayout),
+    /// Plain rows of `k` bytes, `stride` bytes apart (one row per call).
+    Plain(&'a [u8], usize),
+}
+
+/// What follows the int32 accumulation of an [`IntRun`] (the stage of the
+/// kernel's family), and the output it writes.
+#[cfg(target_arch = "aarch64")]
+pub(crate) enum IntStage<'a> {
+    /// Requantized to int8 with these parameters (a table takes the zero
+    /// point and the clamp bounds by pointer, with its clamp flag).
+    Requant(kleidiai_sys::kai_matmul_requantize32_params),
+    /// The accumulators plus a bias per row (`m` values) and one per column
+    /// (`n`): int32 output.
+    AccBias(&'a [i32], &'a [i32]),
+    /// As `AccBias`, then `clamp(acc * scale + bias[j])` (`bias` `n`
+    /// values; the table's clamp flag): f32 output.
+    F32 { acc_bias: (&'a [i32], &'a [i32]), scale: f32, bias: &'a [f32], clamp: Clamp },
+}
+
+/// A call of an [`IntRun`] kernel: the gated kernel, its blocking and its
+/// packed-RHS layout for the call.
+#[cfg(target_arch = "aarch64")]
+pub(crate) struct IntCall<'a> {
+    pub info: &'a KernelInfo,
+    pub tiles: (Tiles, Gate),
+    pub rhs_layout: PackedLayout,
+}
+
+#[cfg(target_arch = "aarch64")]
+impl IntRun {
+    /// `dst = stage(lhs · wᵀ)`: `lhs` `m` rows of `k` values, `rhs` packed
+    /// weights of `c.rhs_layout` (`n x k`), `dst` `m x n` values of the
+    /// stage's output, rows `n` apart, the tiles split over `par`: the one
+    /// checked driver of these kernels. Checks the RHS layout, the packed
+    /// LHS's (or that the plain rows lie inside it), that a named kernel
+    /// gets the LHS kind it reads and the requantizing stage, that `dst`
+    /// holds `m x n` values of the stage's output size, the stage's biases
+    /// hold `m` and `n` values, and its clamp. The caller has checked the
+    /// kernel's other rules, and gives the stage of the kernel's family.
+    pub(crate) fn run<O>(
+        self,
+        c: &IntCall<'_>,
+        (m, lhs): (usize, IntLhs<'_>),
+        rhs: &PackedRhs,
+        stage: &IntStage<'_>,
+        (dst, par): (&mut [O], Parallelism),
+    ) -> Result<()> {
+        use crate::error;
+        let name = c.info.name;
+        rhs.expect(&c.rhs_layout, name)?;
+        let (n, k) = (c.rhs_layout.rows, c.rhs_layout.k);
+        let (lp, stride) = match lhs {
+            IntLhs::Packed(l, layout) => {
+                l.expect(&layout, name)?;
+                (l.data().as_ptr(), 0)
+            }
+            IntLhs::Plain(l, stride) => {
+                check_lhs_rows(m, k, l.len(), stride)?;
+                (l.as_ptr(), stride)
+            }
+        };
+        let plain = matches!(lhs, IntLhs::Plain(..));
+        if let IntRun::Requant(_, lhs_offset, _) = self
+            && (lhs_offset.is_none() != plain || !matches!(stage, IntStage::Requant(_)))
+        {
+            return Err(Error::WrongFamily { kernel: name, why: "LHS kind or output stage".into() });
+        }
+        error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+        let es = core::mem::size_of::<O>();
+        if es != if matches!(stage, IntStage::Requant(_)) { 1 } else { 4 } {
+            return Err(Error::WrongFamily { kernel: name, why: "output type".into() });
+        }
+        let acc_bias = match stage {
+            IntStage::Requant(_) => None,
+            IntStage::AccBias(bm, bn) => Some((bm, bn)),
+            IntStage::F32 { acc_bias: (bm, bn), bias, clamp, .. } => {
+                clamp.check()?;
+                error::at_least(bias.len(), n, "output bias")?;
+                Some((bm, bn))
+            }
+        };
+        if let Some((bm, bn)) = acc_bias {
+            error::at_least(bm.len(), m, "per-row bias")?;
+            error::at_least(bn.len(), n, "per-column bias")?;
+        }
+        let (t, g) = &c.tiles;
+        let strides = match self {
+            IntRun::Table(u) => Some((u.lhs_stride(m, k), u.rhs_stride(n, k), u.dst_stride(m, n))),
+            IntRun::Requant(..) => None,
+        };
+        let (lp, rp, dp) =
+            (SendPtr(lp as *mut u8), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr().cast::<u8>()));
+        run_grid(par, c.info, m, n, k, t, |rows, cols| {
+            let (lp, rp, dp) = (lp, rp, dp);
+            // Plain rows go one per call (the GEMV kernels take m = 1).
+            let step = if plain { 1 } else { rows.len().max(1) };
+            for r in rows.clone().step_by(step).map(|r0| r0..(r0 + step).min(rows.end)) {
+                let (h, w) = (r.len(), cols.len());
+                // SAFETY: both packed operands have exactly the layouts this
+                // kernel reads for (m, n, k), or the plain rows lie inside
+                // the LHS slice (checked above), so the offsets of a row
+                // start that is a multiple of m_step (or any row, one per
+                // call) and a column start that is a multiple of n_step
+                // (run_grid) lie inside them and cover the tile; `dst` holds
+                // m x n values of the stage's output size (checked) and tiles
+                // are disjoint; the biases hold m and n values (checked) and
+                // the stage's scalars outlive the call; a named kernel gets
+                // the LHS kind and stage it reads (checked); the gate proves
+                // the CPU runs the kernel, whose other rules the caller
+                // checked.
+                unsafe {
+                    let d = dp.0.add((r.start * n + cols.start) * es).cast::<c_void>();
+                    match (self, strides) {
+                        (IntRun::Requant(run, lhs_offset, rhs_offset), _) => {
+                            let IntStage::Requant(params) = stage else { unreachable!("checked above") };
+                            let a = match lhs_offset {
+                                Some(off) => lp.0.add(query!(g, off, r.start, k)),
+                                None => lp.0.add(r.start * stride),
+                            };
+                            let b = rp.0.add(query!(g, rhs_offset, cols.start, k));
+                            run(h, w, k, a.cast(), b.cast(), d, n, 1, params);
+                        }
+                        (IntRun::Table(u), Some((ls, rs, ds))) => {
+                            let a =
+                                if plain { lp.0.add(r.start * stride) } else { lp.0.add(u.lhs_offset(r.start, &ls)) };
+                            let b = rp.0.add(u.rhs_offset(cols.start, &rs));
+                            let args =
+                                int_table_args((h, w, k), (a, ls), (b, rs), (d, ds), stage, (r.start, cols.start));
+                            u.run(&args);
+                        }
+                        (IntRun::Table(_), None) => unreachable!("a table has its strides"),
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+/// The arguments of an [`IntRun::Table`] call of `m x n` outputs over `k`
+/// (the LHS, RHS and destination at those pointers with those strides),
+/// with the stage `stage` for the tile at `(row, col)`: its biases from
+/// there, its scalars by pointer (they must outlive the run).
+#[cfg(target_arch = "aarch64")]
+fn int_table_args(
+    (m, n, k): (usize, usize, usize),
+    (lhs, lhs_stride): (*const u8, kleidiai_sys::kai_matmul_uker_lhs_stride_args),
+    (rhs, rhs_stride): (*const u8, kleidiai_sys::kai_matmul_uker_rhs_stride_args),
+    (dst, dst_stride): (*mut c_void, kleidiai_sys::kai_matmul_uker_dst_stride_args),
+    stage: &IntStage<'_>,
+    (row, col): (usize, usize),
+) -> kleidiai_sys::kai_matmul_uker_args {
+    use kleidiai_sys as sys;
+    let clamp_flag = sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64;
+    let mut args = sys::kai_matmul_uker_args { shape: sys::kai_matmul_uker_dim_args { m, n, k }, ..Default::default() };
+    args.operand.lhs.ptr = lhs.cast();
+    args.operand.lhs.stride = lhs_stride;
+    args.operand.rhs.ptr = rhs.cast();
+    args.operand.rhs.stride = rhs_stride;
+    args.operand.dst.ptr = dst;
+    args.operand.dst.stride = dst_stride;
+    match stage {
+        IntStage::Requant(p) => {
+            args.flags = clamp_flag;
+            args.operand.bias.scale_bias_global.ptr = (&p.output_zero_point as *const i32).cast();
+            args.activation.clamp.min_ptr = (&p.min_value as *const i32).cast();
+            args.activation.clamp.max_ptr = (&p.max_value as *const i32).cast();
+        }
+        IntStage::AccBias(bm, bn) | IntStage::F32 { acc_bias: (bm, bn), .. } => {
+            args.operand.bias.acc_bias_m.ptr = bm[row..].as_ptr().cast();
+            args.operand.bias.acc_bias_n.ptr = bn[col..].as_ptr().cast();
+        }
+    }
+    if let IntStage::F32 { scale, bias, clamp, .. } = stage {
+        args.flags = clamp_flag;
+        args.operand.scale.acc_scale_global.ptr = (scale as *const f32).cast();
+        args.operand.bias.scale_bias_n.ptr = bias[col..].as_ptr().cast();
+        args.activation.clamp.min_ptr = (&clamp.min as *const f32).cast();
+        args.activation.clamp.max_ptr = (&clamp.max as *const f32).cast();
+    }
+    args
+}
+
+/// The run of an RHS packer of K x N int8 weights with an int32 bias and an
+/// f32 scale per channel: `(num_groups, n, k, nr, kr, sr, rhs_stride, rhs,
+/// bias, scale, rhs_packed, extra_bytes, params)`.
+#[cfg(target_arch = "aarch64")]
+#[rustfmt::skip]
+pub(crate) type PackInt8Kxn = unsafe extern "C" fn(
+    usize, usize, usize, usize, usize, usize, usize,
+    *const c_void, *const c_void, *const c_void, *mut c_void, usize,
+    *const kleidiai_sys::kai_rhs_pack_qsi8cx_params,
+);
+
+/// Packs K x N int8 weights `kxn` (rows `n` bytes apart), an int32 `bias`
+/// and f32 `scales` (`n` values each) with `run` and blocking `(nr, kr,
+/// sr)` into a new zeroed buffer of the packer's size (its query `size`
+/// for `(n, k)`, through the gate `g` of a kernel that reads its output;
+/// one group, no extra bytes, `params` by reference): the one checked call
+/// of these packers. Checks the lengths of `kxn`, `bias` and `scales`. The
+/// caller has checked the packer's rules on the blocking and that its C
+/// arithmetic on the bias does not overflow.
+#[cfg(target_arch = "aarch64")]
+#[allow(clippy::too_many_arguments)] // the packer's operands
+pub(crate) fn pack_rhs_int8_kxn(
+    g: &Gate,
+    (run, size): (PackInt8Kxn, unsafe extern "C" fn(usize, usize) -> usize),
+    (n, k): (usize, usize),
+    (nr, kr, sr): Blocking,
+    kxn: &[i8],
+    (bias, scales): (&[i32], &[f32]),
+    params: kleidiai_sys::kai_rhs_pack_qsi8cx_params,
+) -> Result<crate::buffer::AlignedBuf> {
+    use crate::error;
+    error::at_least(kxn.len(), error::mul(n, k, "rhs")?, "weights")?;
+    error::at_least(bias.len(), n, "bias")?;
+    error::at_least(scales.len(), n, "scales")?;
+    let mut buf = crate::buffer::AlignedBuf::zeroed(query!(g, size, n, k));
+    let (w, b, s) = (kxn.as_ptr().cast(), bias.as_ptr().cast(), scales.as_ptr().cast());
+    // SAFETY: `kxn` holds k x n int8 with rows n bytes apart, `bias` and
+    // `scales` n values (checked above), `buf` the packer's own size for
+    // (n, k) (the query above, through the gate of a kernel that reads its
+    // output: the CPU runs it); one group, no extra bytes, the params by
+    // reference; the caller checked the packer's rules on the blocking and
+    // its bias arithmetic.
+    unsafe { run(1, n, k, nr, kr, sr, n, w, b, s, buf.as_mut_ptr().cast(), 0, &params) };
+    Ok(buf)
+}
+
 /// The operands of a `kai_matmul_pack_rhs_uker_api` packer call: `n x k`
 /// weights of `bits` bits each (`values`, in `order`, rows as far apart as
 /// the packer's own stride query says), and per channel (`n` values each)

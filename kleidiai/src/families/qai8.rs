@@ -134,7 +134,7 @@ pub(crate) use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::buffer::AlignedBuf;
     use crate::cpu::{CpuFeature, Features};
     use crate::families::engine::{self, Gate, Tiles, query};
     use crate::families::uker::{PackLhs, PackRhs, Uker, UkerCtor};
@@ -142,7 +142,6 @@ mod imp {
     use crate::packed::{PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::info::KernelInfo;
-    use core::ffi::c_void;
     use kleidiai_sys as sys;
 
     /// Packed by `kai_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme`.
@@ -200,18 +199,6 @@ mod imp {
         }
     }
 
-    type RunQ = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *mut c_void,
-        usize,
-        usize,
-        *const sys::kai_matmul_requantize32_params,
-    );
-
     /// An interface kernel's functions (`mr` and the LHS offset are absent
     /// for the GEMV kernel, whose LHS is not packed).
     #[derive(Clone, Copy)]
@@ -224,7 +211,7 @@ mod imp {
         pub sr: unsafe extern "C" fn() -> usize,
         pub lhs_offset: Option<unsafe extern "C" fn(usize, usize) -> usize>,
         pub rhs_offset: unsafe extern "C" fn(usize, usize) -> usize,
-        pub run: RunQ,
+        pub run: engine::RunRequant,
     }
 
     /// The GEMV interface (`matmul_clamp_qai8_qai8_qsi8cxp`): no `mr`, and
@@ -394,6 +381,7 @@ mod imp {
             channel_params(w, q)?;
             let (n, k) = (w.n(), w.k());
             let layout = self.rhs_layout(n, k)?;
+            let g = engine::ensure_supported(&self.info)?;
             match (self.rhs, w) {
                 (Rhs::Qsi4cxp8vsx4, Weights::I4(_)) | (Rhs::Qsi8cxp2vlx4sb | Rhs::Qsi8cxp4vsx4, Weights::I8(_)) => {}
                 _ => {
@@ -429,32 +417,22 @@ mod imp {
                     };
                     if self.rhs == Rhs::Qsi8cxp2vlx4sb {
                         let params = sys::kai_rhs_pack_qsi8cx_params { lhs_zero_point: zp, scale_multiplier: mult };
-                        // SAFETY: the CPU runs SME (rhs_layout); kxn holds
-                        // k x n int8 with rows n bytes apart; bias and scales
-                        // hold n values; nr is the packer's n_step, kr 4, sr 1
-                        // (check_tiles); the buffer has the packer's size; the
-                        // zero-point correction fits int32 (channel_params).
-                        unsafe {
-                            let mut buf = AlignedBuf::zeroed(
-                                sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme(n, k),
-                            );
-                            sys::kai_run_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme(
-                                1,
-                                n,
-                                k,
-                                layout.r,
-                                KR,
-                                1,
-                                n,
-                                kxn.as_ptr().cast(),
-                                bias.as_ptr().cast(),
-                                scales.as_ptr().cast(),
-                                buf.as_mut_ptr().cast(),
-                                0,
-                                &params,
-                            );
-                            return Ok(PackedRhs::new(layout, buf));
-                        }
+                        // The CPU runs SME (rhs_layout); nr is the packer's
+                        // n_step, kr 4, sr 1 (check_tiles); the zero-point
+                        // correction fits int32 (channel_params).
+                        let buf = engine::pack_rhs_int8_kxn(
+                            &g,
+                            (
+                                sys::kai_run_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme,
+                                sys::kai_get_rhs_packed_size_rhs_pack_kxn_qsi8cxp2vlx4sb_qs8cx_f32_i32_sme,
+                            ),
+                            (n, k),
+                            (layout.r, KR, 1),
+                            &kxn,
+                            (bias, scales),
+                            params,
+                        )?;
+                        return Ok(PackedRhs::new(layout, buf));
                     }
                     let ctor = sys::kai_matmul_pack_rhs_kxn_qsi8cxp4vsx4bi32sf32_qsi8_i32_f32_sme;
                     (ctor, zerocopy::IntoBytes::as_bytes(&kxn[..]), 8, Order::KxN)
@@ -477,7 +455,7 @@ mod imp {
                     (ctor, w4.data, 4, w4.order)
                 }
             };
-            let p = PackRhs::new(ctor, &engine::ensure_supported(&self.info)?);
+            let p = PackRhs::new(ctor, &g);
             // `values` are the int8 weights K x N, or the int4 nibbles in the
             // order and encoding of the packer picked (validated); the
             // zero-point correction fits int32 (channel_params), so the
@@ -538,83 +516,26 @@ mod imp {
         ) -> Result<()> {
             out.check()?;
             let (n, k) = (rhs.layout().rows, rhs.layout().k);
-            rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
-            match (lhs_packed, lhs_plain) {
-                (Some(l), None) => l.expect(&self.lhs_layout(m, k)?, self.info.name)?,
-                (None, Some((l, stride))) => check_lhs(m, k, l, stride)?,
+            let rhs_layout = self.rhs_layout(n, k)?;
+            let lhs = match (lhs_packed, lhs_plain) {
+                (Some(l), None) => engine::IntLhs::Packed(l, self.lhs_layout(m, k)?),
+                (None, Some((l, stride))) => engine::IntLhs::Plain(zerocopy::IntoBytes::as_bytes(l), stride),
                 _ => unreachable!("one LHS"),
-            }
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _, uker) = self.tiles()?;
+            };
+            let (t, g, uker) = self.tiles()?;
+            let run = match (self.call, uker) {
+                (Call::Iface(x), _) => engine::IntRun::Requant(x.run, x.lhs_offset, x.rhs_offset),
+                (Call::Uker(_), Some(u)) => engine::IntRun::Table(u),
+                (Call::Uker(_), None) => unreachable!("a uker kernel has its table"),
+            };
             let params = sys::kai_matmul_requantize32_params {
                 min_value: out.min as i32,
                 max_value: out.max as i32,
                 output_zero_point: out.zero_point,
             };
-            let (min, max, zp) = (out.min as i32, out.max as i32, out.zero_point);
-            let (lp, stride) = match (lhs_packed, lhs_plain) {
-                (Some(l), _) => (SendPtr(l.data().as_ptr() as *mut u8), 0),
-                (_, Some((l, s))) => (SendPtr(l.as_ptr() as *mut u8), s),
-                _ => unreachable!("one LHS"),
-            };
-            let rp = SendPtr(rhs.data().as_ptr() as *mut u8);
-            let dp = SendPtr(dst.as_mut_ptr().cast::<u8>());
-            let plain = lhs_plain.is_some();
-            let strides = uker.as_ref().map(|u| (u.lhs_stride(m, k), u.rhs_stride(n, k), u.dst_stride(m, n)));
-            let call = self.call;
-            let uker = uker.as_ref();
-            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dp);
-                // A plain LHS goes one row per call (the GEMV kernels take m = 1).
-                let step = if plain { 1 } else { rows.len().max(1) };
-                for (row, len) in rows.clone().step_by(step).map(|r| (r, step.min(rows.end - r))) {
-                    // SAFETY: both operands have exactly the layouts this
-                    // kernel computes for (m, n, k) (checked above), or the
-                    // plain rows lie inside the LHS slice (check_lhs), so
-                    // the offsets of a row start that is a multiple of m_step
-                    // and a column start that is a multiple of n_step
-                    // (plan_grid) lie inside them; dst holds m x n bytes and
-                    // tiles are disjoint; the parameters outlive the call;
-                    // the CPU supports the kernel (tiles()).
-                    unsafe {
-                        let d = dp.0.add(row * n + cols.start).cast::<c_void>();
-                        match (call, uker, strides) {
-                            (Call::Iface(x), _, _) => {
-                                let l = if plain {
-                                    lp.0.add(row * stride)
-                                } else {
-                                    lp.0.add(x.lhs_offset.expect("packed LHS offset")(row, k))
-                                };
-                                let r = rp.0.add((x.rhs_offset)(cols.start, k));
-                                (x.run)(len, cols.len(), k, l.cast(), r.cast(), d, n, 1, &params);
-                            }
-                            (Call::Uker(_), Some(u), Some((ls, rs, ds))) => {
-                                let mut args = sys::kai_matmul_uker_args {
-                                    flags: sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64,
-                                    ..Default::default()
-                                };
-                                args.shape.m = len;
-                                args.shape.n = cols.len();
-                                args.shape.k = k;
-                                args.operand.lhs.ptr =
-                                    if plain { lp.0.add(row * stride) } else { lp.0.add(u.lhs_offset(row, &ls)) }
-                                        .cast();
-                                args.operand.lhs.stride = ls;
-                                args.operand.rhs.ptr = rp.0.add(u.rhs_offset(cols.start, &rs)).cast();
-                                args.operand.rhs.stride = rs;
-                                args.operand.dst.ptr = d;
-                                args.operand.dst.stride = ds;
-                                args.operand.bias.scale_bias_global.ptr = (&zp as *const i32).cast();
-                                args.activation.clamp.min_ptr = (&min as *const i32).cast();
-                                args.activation.clamp.max_ptr = (&max as *const i32).cast();
-                                u.run(&args);
-                            }
-                            _ => unreachable!("a uker kernel has its table"),
-                        }
-                    }
-                }
-            });
-            Ok(())
+            // The engine checks the layouts, the plain rows and `dst`.
+            let call = engine::IntCall { info: &self.info, tiles: (t, g), rhs_layout };
+            run.run(&call, (m, lhs), rhs, &engine::IntStage::Requant(params), (dst, par))
         }
 
         /// Runs a kernel that reads a packed LHS.

@@ -80,7 +80,7 @@ pub(crate) use imp::*;
 #[cfg(target_arch = "aarch64")]
 mod imp {
     use super::*;
-    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::buffer::AlignedBuf;
     use crate::families::engine::{self, Gate, Tiles};
     use crate::families::uker::{PackLhs, PackRhs, Uker, UkerCtor};
     use crate::formats::Order;
@@ -195,73 +195,42 @@ mod imp {
         }
 
         /// Runs the kernel over the whole output; `dst` holds `m x n`
-        /// 4-byte values (checked by the caller).
-        pub(crate) fn run(
+        /// 4-byte values (checked by the caller, and by the engine).
+        pub(crate) fn run<O>(
             &self,
             lhs: &PackedLhs,
             rhs: &PackedRhs,
             bias: &AccBias<'_>,
             stage: Stage<'_>,
-            dst: SendPtr<u8>,
+            dst: &mut [O],
             par: Parallelism,
         ) -> Result<()> {
             let (m, n, k) = (lhs.layout().rows, rhs.layout().rows, rhs.layout().k);
-            rhs.expect(&self.rhs_layout(n, k)?, self.info.name)?;
-            lhs.expect(&self.lhs_layout(m, k)?, self.info.name)?;
+            let rhs_layout = self.rhs_layout(n, k)?;
+            rhs.expect(&rhs_layout, self.info.name)?;
+            let lhs_layout = self.lhs_layout(m, k)?;
+            lhs.expect(&lhs_layout, self.info.name)?;
             check_bias(bias, m, n)?;
             // The kernels read both accumulator biases unconditionally.
             let bias_m = or_zeros(bias.per_row, m);
             let bias_n = or_zeros(bias.per_col, n);
-            let (scale, out_bias, clamp) = match stage {
-                Stage::I32 => (1.0, Cow::Borrowed(&[][..]), Clamp::NONE),
+            let acc_bias = (&bias_m[..], &bias_n[..]);
+            let out_bias;
+            let stage = match stage {
+                Stage::I32 => engine::IntStage::AccBias(acc_bias.0, acc_bias.1),
                 Stage::F32 { scale, bias, clamp } => {
                     clamp.check()?;
                     if let Some(b) = bias {
                         error::at_least(b.len(), n, "output bias")?;
                     }
-                    (scale, or_zeros(bias, n), clamp)
+                    out_bias = or_zeros(bias, n);
+                    engine::IntStage::F32 { acc_bias, scale, bias: &out_bias, clamp }
                 }
             };
-            let f32_out = matches!(stage, Stage::F32 { .. });
-            let (t, _, uker) = self.tiles()?;
-            let (lhs_stride, rhs_stride, dst_stride) =
-                (uker.lhs_stride(m, k), uker.rhs_stride(n, k), uker.dst_stride(m, n));
-            let (lp, rp) = (SendPtr(lhs.data().as_ptr() as *mut u8), SendPtr(rhs.data().as_ptr() as *mut u8));
-            let uker = &uker;
-            engine::run_grid(par, &self.info, m, n, k, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dst);
-                let mut args = sys::kai_matmul_uker_args::default();
-                args.shape.m = rows.len();
-                args.shape.n = cols.len();
-                args.shape.k = k;
-                args.operand.lhs.stride = lhs_stride;
-                args.operand.rhs.stride = rhs_stride;
-                args.operand.dst.stride = dst_stride;
-                args.operand.bias.acc_bias_m.ptr = bias_m[rows.start..].as_ptr().cast();
-                args.operand.bias.acc_bias_n.ptr = bias_n[cols.start..].as_ptr().cast();
-                if f32_out {
-                    args.flags = sys::kai_matmul_uker_flags_args_KAI_MATMUL_UKER_FLAGS_ARGS_CLAMP as u64;
-                    args.operand.scale.acc_scale_global.ptr = (&scale as *const f32).cast();
-                    args.operand.bias.scale_bias_n.ptr = out_bias[cols.start..].as_ptr().cast();
-                    args.activation.clamp.min_ptr = (&clamp.min as *const f32).cast();
-                    args.activation.clamp.max_ptr = (&clamp.max as *const f32).cast();
-                }
-                // SAFETY: both packed buffers have exactly the layouts this
-                // kernel computes for (m, n, k) (checked above), so the
-                // offsets of a row start that is a multiple of m_step and a
-                // column start that is a multiple of n_step (plan_grid) lie
-                // inside them and cover the tile; dst holds m x n 4-byte
-                // values (caller) and tiles are disjoint; the biases hold m
-                // and n values (check_bias / zeros); the scalars outlive the
-                // call; the CPU supports the kernel (tiles()).
-                unsafe {
-                    args.operand.lhs.ptr = lp.0.add(uker.lhs_offset(rows.start, &lhs_stride)).cast();
-                    args.operand.rhs.ptr = rp.0.add(uker.rhs_offset(cols.start, &rhs_stride)).cast();
-                    args.operand.dst.ptr = dp.0.add((rows.start * n + cols.start) * 4).cast();
-                    uker.run(&args);
-                }
-            });
-            Ok(())
+            let (t, g, uker) = self.tiles()?;
+            let call = engine::IntCall { info: &self.info, tiles: (t, g), rhs_layout };
+            let lhs = engine::IntLhs::Packed(lhs, lhs_layout);
+            engine::IntRun::Table(uker).run(&call, (m, lhs), rhs, &stage, (dst, par))
         }
     }
 
@@ -347,7 +316,6 @@ mod imp {
                 ) -> Result<()> {
                     let (m, n) = (lhs.layout().rows, rhs.layout().rows);
                     $crate::error::at_least(dst.len(), $crate::error::mul(m, n, "dst")?, "dst")?;
-                    let dst = $crate::buffer::SendPtr(dst.as_mut_ptr().cast());
                     self.0.run(lhs, rhs, bias, $stage, dst, par)
                 }
 
