@@ -1962,6 +1962,395 @@ pub(crate) fn pack_dw_rhs<T>(
 #[cfg(target_arch = "aarch64")]
 pub(crate) type PackDwSize = unsafe extern "C" fn(usize, usize, usize) -> usize;
 
+/// The calls of the indirect (imatmul) kernels and packers: their
+/// function-pointer types, how each is called, and one checked driver per
+/// kind of call ([`ImatmulRhsRun::pack`], [`pack_lhs_indirect`],
+/// [`ImatmulRun::run_packed`], [`ImatmulRun::run_direct`]).
+#[cfg(target_arch = "aarch64")]
+pub(crate) use indirect_calls::*;
+
+#[cfg(target_arch = "aarch64")]
+mod indirect_calls {
+    use super::{Gate, Getter, Tiles, run_grid, run_rows};
+    use crate::buffer::{AlignedBuf, SendPtr};
+    use crate::error::{self, Error, Result};
+    use crate::formats::Indirection;
+    use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
+    use crate::par::Parallelism;
+    use crate::registry::info::KernelInfo;
+    use core::ffi::c_void;
+    use kleidiai_sys as sys;
+
+    /// `(index, k_chunk_count, k_chunk_length) -> bytes`: an imatmul
+    /// kernel's or packer's packed offset or size query.
+    pub(crate) type ChunkQuery = unsafe extern "C" fn(usize, usize, usize) -> usize;
+    /// An imatmul LHS packer's run: `(m, k_chunk_count, k_chunk_length,
+    /// lhs_ptrs, lhs_ptr_offset, pad_ptr, lhs_packed)`.
+    pub(crate) type PackLhsIndirect =
+        unsafe extern "C" fn(usize, usize, usize, *const *const c_void, usize, *const c_void, *mut c_void);
+    /// An imatmul RHS packer of float weights: `(n, k_chunk_count,
+    /// k_chunk_length, rhs_stride_row, rhs, bias, rhs_packed)`.
+    pub(crate) type PackImatmulFloat =
+        unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut c_void);
+    /// An imatmul RHS packer of int8 weights: `(n, k_chunk_count,
+    /// k_chunk_length, rhs_stride_row, rhs, bias, scale, rhs_packed,
+    /// params)`.
+    #[rustfmt::skip]
+    pub(crate) type PackImatmulQsi8 = unsafe extern "C" fn(
+        usize, usize, usize, usize, *const c_void, *const c_void, *const c_void, *mut c_void,
+        *const sys::kai_rhs_pack_qsi8cx_params,
+    );
+    /// `run_imatmul` of a packed-LHS kernel with a float clamp: `(m, n,
+    /// k_chunk_count, k_chunk_length, lhs_packed, rhs_packed, dst,
+    /// dst_stride_row, clamp_min, clamp_max)`.
+    pub(crate) type RunImatmulClamp =
+        unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize, f32, f32);
+    /// `run_imatmul` of a packed-LHS kernel with int8 requantisation, the
+    /// parameters last.
+    #[rustfmt::skip]
+    pub(crate) type RunImatmulRequant = unsafe extern "C" fn(
+        usize, usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize,
+        *const sys::kai_matmul_requantize32_params,
+    );
+    /// `run_imatmul` of a kernel that follows the pointer table itself:
+    /// `(m, n, k_chunk_count, k_chunk_length, lhs_ptrs, pad_ptr,
+    /// lhs_ptr_offset, rhs_packed, dst, dst_stride_row, clamp_min,
+    /// clamp_max)`.
+    #[rustfmt::skip]
+    pub(crate) type RunImatmulDirect = unsafe extern "C" fn(
+        usize, usize, usize, usize, *const c_void, *const c_void, usize, *const c_void, *mut c_void, usize, f32, f32,
+    );
+
+    /// `kcc · roundup(kcl, kr)`: the packed K of `kcc` chunks of `kcl`
+    /// padded to `kr`, checked.
+    pub(crate) fn chunks_packed_k(kcc: usize, kcl: usize, kr: usize) -> Result<usize> {
+        error::mul(kcc, error::mul(kcl.div_ceil(kr), kr, "k_chunk_length")?, "packed k")
+    }
+
+    /// An [`Indirection`] that passed [`validate`](Indirection::validate)
+    /// (made only by [`new`](Self::new)): its table has `m · k_chunk_count`
+    /// entries and every chunk lies inside `src`.
+    pub(crate) struct CheckedIndirection<'l, 'a, T>(&'l Indirection<'a, T>);
+
+    impl<'l, 'a, T: Copy> CheckedIndirection<'l, 'a, T> {
+        /// `lhs` once it passed `validate`.
+        pub(crate) fn new(lhs: &'l Indirection<'a, T>) -> Result<Self> {
+            lhs.validate()?;
+            Ok(CheckedIndirection(lhs))
+        }
+
+        /// A padding chunk (`k_chunk_length` copies of `pad`) and the pointer
+        /// table for blocks of `m_step` rows (each pointer into `src` or at
+        /// the padding chunk, valid for `k_chunk_length` elements while
+        /// both live).
+        fn table(&self, m_step: usize) -> (Vec<T>, Vec<*const T>) {
+            let pad = vec![self.0.pad; self.0.k_chunk_length];
+            let table = self.0.pointer_table(m_step, pad.as_ptr());
+            (pad, table)
+        }
+    }
+
+    impl<'a, T> core::ops::Deref for CheckedIndirection<'_, 'a, T> {
+        type Target = Indirection<'a, T>;
+
+        fn deref(&self) -> &Indirection<'a, T> {
+            self.0
+        }
+    }
+
+    /// How an imatmul RHS packer (`kai_rhs_imatmul_pack_kxn_*`) is called.
+    #[derive(Clone, Copy)]
+    pub(crate) enum ImatmulRhsRun {
+        /// K x N weights and a bias of the same type.
+        Float(PackImatmulFloat),
+        /// K x N int8 weights, int32 bias, f32 scales and the LHS
+        /// quantisation folded in.
+        Qsi8(PackImatmulQsi8),
+    }
+
+    impl ImatmulRhsRun {
+        /// Packs K x N weights `kxn` (`k = kcc · kcl` rows of `n`), `bias`
+        /// (`n`), `scales` (`n`, for the int8 packer) and `params` (the int8
+        /// packer's) for `n` channels of `kcc` chunks of `kcl` into a new
+        /// zeroed buffer of the packer's size (its query `size`, through the
+        /// gate `g` of the kernel `kernel` that reads its output): the one
+        /// call of these packers. Panics (an internal error) unless the
+        /// operands are what the packer reads: weights of `elem_bytes` and
+        /// biases of `bias_bytes` bytes, and the lengths and params above.
+        /// The caller has checked the packer's rules (its block) and that
+        /// the packed size does not overflow.
+        #[allow(clippy::too_many_arguments)] // the packer's operands
+        pub(crate) fn pack<T, B>(
+            self,
+            g: &Gate,
+            kernel: &str,
+            (size, elem_bytes, bias_bytes): (ChunkQuery, usize, usize),
+            (n, kcc, kcl): (usize, usize, usize),
+            (kxn, bias, scales): (&[T], &[B], &[f32]),
+            params: Option<&sys::kai_rhs_pack_qsi8cx_params>,
+        ) -> AlignedBuf {
+            let quantised = matches!(self, ImatmulRhsRun::Qsi8(_));
+            // What the packer reads.
+            assert!(
+                size_of::<T>() == elem_bytes
+                    && size_of::<B>() == bias_bytes
+                    && kcc.checked_mul(kcl).and_then(|k| k.checked_mul(n)).is_some_and(|kn| kxn.len() >= kn)
+                    && bias.len() >= n
+                    && scales.len() >= if quantised { n } else { 0 }
+                    && quantised == params.is_some(),
+                "{kernel}: RHS operands do not match the packer"
+            );
+            // No overflow: n x k elements of elem_bytes are in `kxn`.
+            let stride = n * elem_bytes;
+            let size = query!(g, size, n, kcc, kcl);
+            let mut buf = AlignedBuf::zeroed(size);
+            // SAFETY: `kxn` holds k = kcc * kcl rows of n elements `stride`
+            // bytes apart, `bias` n values (never null, as the packers
+            // require) and `scales` n f32 for the quantised packer, all of
+            // the packer's sizes (asserted above); `params` lives across the
+            // call; the destination has the packer's size for (n, kcc, kcl);
+            // the gate proves the CPU runs the packer (SVE or SME code,
+            // streaming mode inside), whose rules the caller checked.
+            unsafe {
+                let (w, b, d) = (kxn.as_ptr().cast(), bias.as_ptr().cast(), buf.as_mut_ptr().cast());
+                match (self, params) {
+                    (ImatmulRhsRun::Float(run), _) => run(n, kcc, kcl, stride, w, b, d),
+                    (ImatmulRhsRun::Qsi8(run), Some(p)) => run(n, kcc, kcl, stride, w, b, scales.as_ptr().cast(), d, p),
+                    (ImatmulRhsRun::Qsi8(_), None) => unreachable!("asserted above"),
+                }
+            }
+            buf
+        }
+    }
+
+    /// Packs the checked indirect LHS `lhs` with the packer `(m_step, run,
+    /// offset)` (the functions of one upstream imatmul LHS packer of
+    /// `elem_bytes`-byte elements) into `out`, reset to `layout` (the gated
+    /// kernel `info`'s packed-LHS layout for `lhs`: blocks of `layout.r`
+    /// rows, chunks padded to `layout.kr`), the row blocks split over `par`:
+    /// the one driver of these packers. Checks the packer's row step is
+    /// `layout.r` and the packed size `roundup(m, r) · kcc · roundup(kcl,
+    /// kr) · elem_bytes` does not overflow, and asserts `T` has
+    /// `elem_bytes`.
+    pub(crate) fn pack_lhs_indirect<T: Copy>(
+        g: &Gate,
+        info: &KernelInfo,
+        (m_step_of, run, offset): (Getter, PackLhsIndirect, ChunkQuery),
+        lhs: &CheckedIndirection<'_, '_, T>,
+        (layout, elem_bytes): (PackedLayout, usize),
+        par: Parallelism,
+        out: &mut PackedLhs,
+    ) -> Result<()> {
+        let (m, kcc, kcl) = (lhs.m, lhs.k_chunk_count, lhs.k_chunk_length);
+        let m_step = layout.r;
+        let packer_m_step = query!(g, m_step_of);
+        if packer_m_step != m_step {
+            return Err(Error::PackerMismatch {
+                kernel: info.name,
+                why: format!("LHS packer block {packer_m_step} differs from the kernel's m step {m_step}"),
+            });
+        }
+        // Checked size: roundup(m, m_step) * packed_k * elem_bytes.
+        let rows = error::mul(m.div_ceil(m_step), m_step, "m")?;
+        let size = error::mul(rows, error::mul(chunks_packed_k(kcc, kcl, layout.kr)?, elem_bytes, "lhs")?, "lhs")?;
+        assert_eq!(size_of::<T>(), elem_bytes, "{}: LHS element type", info.name);
+        let (pad, table) = lhs.table(m_step);
+        out.reset(layout, size);
+        let dst = SendPtr(out.data_mut().as_mut_ptr());
+        let tp = SendPtr(table.as_ptr() as *mut *const T);
+        let pp = SendPtr(pad.as_ptr() as *mut T);
+        run_rows(par, info, m, kcc * kcl, m_step, |rows| {
+            let (dst, tp, pp) = (dst, tp, pp);
+            // SAFETY: the gate proves the CPU has the packer's features;
+            // m_step is the packer's (checked) and `size` its packed size for
+            // (m, kcc, kcl). `rows` starts at a multiple of m_step
+            // (run_rows): its pointers begin at table index rows.start * kcc
+            // (the table is laid out in blocks of m_step rows) and its packed
+            // rows at the packer's offset for rows.start, a region no other
+            // range writes. Every pointer the packer reads for these rows (y
+            // < rows.len()) is non-null and valid for kcl elements of T (the
+            // packer's element size, asserted; predicated loads): it points
+            // into `src` (CheckedIndirection) or at `pad` (kcl elements),
+            // both alive until the packing is done. lhs_ptr_offset 0.
+            unsafe {
+                let off = offset(rows.start, kcc, kcl);
+                run(rows.len(), kcc, kcl, tp.0.add(rows.start * kcc).cast(), 0, pp.0.cast(), dst.0.add(off).cast());
+            }
+        });
+        drop((table, pad));
+        Ok(())
+    }
+
+    /// The output stage of an imatmul run, checked by the caller.
+    #[derive(Clone, Copy)]
+    pub(crate) enum ImatmulStage {
+        /// Clamp bounds (float outputs).
+        Clamp(Clamp),
+        /// Zero point and bounds (int8 outputs).
+        Requant(sys::kai_matmul_requantize32_params),
+    }
+
+    impl From<Clamp> for ImatmulStage {
+        fn from(c: Clamp) -> ImatmulStage {
+            ImatmulStage::Clamp(c)
+        }
+    }
+
+    /// How an imatmul kernel is called (its `run_imatmul`).
+    #[derive(Clone, Copy)]
+    pub(crate) enum ImatmulRun {
+        /// Packed LHS, float clamp.
+        Clamp(RunImatmulClamp),
+        /// Packed LHS, int8 requantisation.
+        Requant(RunImatmulRequant),
+        /// The kernel follows the pointer table itself (no LHS packing).
+        Direct(RunImatmulDirect),
+    }
+
+    impl ImatmulRun {
+        /// `dst = stage(lhs · wᵀ + bias)` with this packed-LHS kernel (of
+        /// the gated kernel `info`, blocking `t`, packed offsets `(lhs_offset,
+        /// rhs_offset)`, output elements of `out_bytes`): `lhs` of
+        /// `layouts.0` (`m` rows of `kcc` chunks of `kcl`), `rhs` of
+        /// `layouts.1` (`n` channels), the kernel's layouts for them, `dst`
+        /// `m x n`, rows `n` apart, the tiles split over `par`: the one
+        /// driver of these kernels. Checks both layouts and the length of
+        /// `dst`, and asserts the output type and stage are the kernel's.
+        #[allow(clippy::too_many_arguments)] // the kernel's operands
+        pub(crate) fn run_packed<D: Copy>(
+            self,
+            (info, (t, _)): (&KernelInfo, &(Tiles, Gate)),
+            (lhs_offset, rhs_offset): (ChunkQuery, ChunkQuery),
+            (lhs, rhs): (&PackedLhs, &PackedRhs),
+            layouts: (PackedLayout, PackedLayout),
+            (dst, out_bytes): (&mut [D], usize),
+            stage: ImatmulStage,
+            par: Parallelism,
+        ) -> Result<()> {
+            let (m, n, kcl) = (layouts.0.rows, layouts.1.rows, layouts.1.bl);
+            let kcc = layouts.1.k / kcl;
+            rhs.expect(&layouts.1, info.name)?;
+            lhs.expect(&layouts.0, info.name)?;
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            assert!(
+                size_of::<D>() == out_bytes
+                    && matches!(
+                        (self, stage),
+                        (ImatmulRun::Clamp(_), ImatmulStage::Clamp(_))
+                            | (ImatmulRun::Requant(_), ImatmulStage::Requant(_))
+                    ),
+                "{}: output type or stage",
+                info.name
+            );
+            let (lp, rp, dp) = (
+                SendPtr(lhs.data().as_ptr() as *mut u8),
+                SendPtr(rhs.data().as_ptr() as *mut u8),
+                SendPtr(dst.as_mut_ptr()),
+            );
+            let dst_stride = n * size_of::<D>();
+            run_grid(par, info, m, n, kcc * kcl, t, |rows, cols| {
+                let (lp, rp, dp) = (lp, rp, dp);
+                let (l, r, d) = (lp.0, rp.0, dp.0.wrapping_add(rows.start * n + cols.start).cast::<c_void>());
+                // SAFETY: both packed buffers have exactly the layouts this
+                // kernel computes for (m, n, kcc, kcl) at the current vector
+                // length (checked above), so the offsets of a row start that
+                // is a multiple of m_step and a column start that is a
+                // multiple of n_step (run_grid) lie inside them; dst holds
+                // m x n values of the kernel's output size (checked and
+                // asserted) and tiles are disjoint; the requantisation
+                // parameters (min <= max, both int8: the caller checked)
+                // live on this stack across the call; the CPU supports the
+                // kernel (its gate, taken with `t`).
+                unsafe {
+                    let lo: *const c_void = l.add(lhs_offset(rows.start, kcc, kcl)).cast::<c_void>();
+                    let ro: *const c_void = r.add(rhs_offset(cols.start, kcc, kcl)).cast::<c_void>();
+                    let (mm, nn) = (rows.len(), cols.len());
+                    match (self, &stage) {
+                        (ImatmulRun::Clamp(f), ImatmulStage::Clamp(c)) => {
+                            f(mm, nn, kcc, kcl, lo, ro, d, dst_stride, c.min, c.max)
+                        }
+                        (ImatmulRun::Requant(f), ImatmulStage::Requant(p)) => {
+                            f(mm, nn, kcc, kcl, lo, ro, d, dst_stride, p)
+                        }
+                        _ => unreachable!("asserted above"),
+                    }
+                }
+            });
+            Ok(())
+        }
+
+        /// `dst = clamp(gather(lhs) · wᵀ + bias)` with this kernel that reads
+        /// the LHS through the pointer table (the gated kernel `info`,
+        /// blocking `t`, packed-RHS offset `rhs_offset`, elements of
+        /// `elem_bytes`): `rhs` of `rhs_layout` (the kernel's packed-RHS
+        /// layout for `n` channels of the chunks of `lhs`), `dst` `m x n`,
+        /// rows `n` apart, the tiles split over `par`: the one driver of
+        /// these kernels. Checks the RHS layout and the length of `dst`,
+        /// returns [`Error::WrongFamily`] for a packed-LHS kernel and
+        /// asserts `T` has `elem_bytes`. The caller has checked the clamp and
+        /// the kernel's rule on the chunks (they fit in 32 bits).
+        #[allow(clippy::too_many_arguments)] // the kernel's operands
+        pub(crate) fn run_direct<T: Copy>(
+            self,
+            (info, (t, _)): (&KernelInfo, &(Tiles, Gate)),
+            rhs_offset: ChunkQuery,
+            lhs: &CheckedIndirection<'_, '_, T>,
+            (rhs, rhs_layout): (&PackedRhs, PackedLayout),
+            (dst, elem_bytes): (&mut [T], usize),
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            let (m, n, kcc, kcl) = (lhs.m, rhs_layout.rows, lhs.k_chunk_count, lhs.k_chunk_length);
+            rhs.expect(&rhs_layout, info.name)?;
+            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
+            let ImatmulRun::Direct(run) = self else {
+                return Err(Error::WrongFamily { kernel: info.name, why: "reads a packed LHS".into() });
+            };
+            assert_eq!(size_of::<T>(), elem_bytes, "{}: element type", info.name);
+            let (pad, table) = lhs.table(t.m_step);
+            let (tp, pp, rp, dp) = (
+                SendPtr(table.as_ptr() as *mut *const T),
+                SendPtr(pad.as_ptr() as *mut T),
+                SendPtr(rhs.data().as_ptr() as *mut u8),
+                SendPtr(dst.as_mut_ptr()),
+            );
+            run_grid(par, info, m, n, kcc * kcl, t, |rows, cols| {
+                let (tp, pp, rp, dp) = (tp, pp, rp, dp);
+                // SAFETY: rows.start is a multiple of m_step (run_grid), so
+                // this tile's pointers start at table index rows.start * kcc
+                // (blocks of m_step rows); each pointer it reads is valid for
+                // kcl elements (into `src`: CheckedIndirection, or the `pad`
+                // buffer), both alive for the call; lhs_ptr_offset 0. The
+                // packed RHS has exactly this kernel's layout for (n, kcc,
+                // kcl) at the current VL (checked), so the offset of a column
+                // start that is a multiple of n_step lies inside it; dst holds
+                // m x n elements of the kernel's size (checked, asserted) and
+                // tiles are disjoint; the CPU runs the kernel (its gate, taken
+                // with `t`), whose rule on the chunks the caller checked.
+                unsafe {
+                    let ro = rhs_offset(cols.start, kcc, kcl);
+                    run(
+                        rows.len(),
+                        cols.len(),
+                        kcc,
+                        kcl,
+                        tp.0.add(rows.start * kcc).cast(),
+                        pp.0.cast(),
+                        0,
+                        rp.0.add(ro).cast(),
+                        dp.0.add(rows.start * n + cols.start).cast(),
+                        n * size_of::<T>(),
+                        clamp.min,
+                        clamp.max,
+                    );
+                }
+            });
+            drop((table, pad));
+            Ok(())
+        }
+    }
+}
+
 /// Runs `rows(range)` over `0..m` cut into multiples of `mr` (LHS packing).
 pub(crate) fn run_rows<F>(par: Parallelism, info: &KernelInfo, m: usize, k: usize, mr: usize, rows: F)
 where

@@ -3,9 +3,10 @@
 //! `imatmul_clamp_qai8_qai8p_qsi8cxp`): the f32 reference math and the
 //! check of `k`; on aarch64, a kernel as data (`Entry`: its upstream
 //! interface functions, `Fns`, and the packers it reads, `RhsFormat` and
-//! `LhsPacker` tables), one generic driver where every FFI call of these
-//! families lives (`Entry::pack_rhs`, `pack_lhs_into`, `run_packed`,
-//! `run_direct`, `unpack_rhs_row`), and `imatmul_kernel!` /
+//! `LhsPacker` tables), one generic driver of these families
+//! (`Entry::pack_rhs`, `pack_lhs_into`, `run_packed`, `run_direct`,
+//! `unpack_rhs_row`: their checks, then the engine's drivers, where
+//! every FFI call of these families lives), and `imatmul_kernel!` /
 //! `float_family!`, which declare a family's typed `Kernel`; and the test
 //! helpers (`test_support`).
 //!
@@ -110,61 +111,17 @@ pub(crate) use imp::*;
 mod imp {
     use super::check_k;
     use crate::Error;
-    use crate::buffer::{AlignedBuf, SendPtr};
     use crate::error::{self, Result};
-    use crate::families::engine::{self, Gate, Tiles, query};
+    use crate::families::engine::{self, CheckedIndirection, ChunkQuery, Gate, PackLhsIndirect, Tiles, query};
+    pub(crate) use crate::families::engine::{ImatmulRhsRun as RhsRun, ImatmulRun as Run, ImatmulStage as Stage};
     use crate::formats::Indirection;
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::info::KernelInfo;
-    use core::ffi::c_void;
     use kleidiai_sys as sys;
     use std::borrow::Cow;
 
     type Getter = unsafe extern "C" fn() -> usize;
-    /// `(index, k_chunk_count, k_chunk_length) -> bytes`: packed offsets and
-    /// sizes.
-    type ChunkQuery = unsafe extern "C" fn(usize, usize, usize) -> usize;
-    type LhsPackFn = unsafe extern "C" fn(usize, usize, usize, *const *const c_void, usize, *const c_void, *mut c_void);
-    type FloatRhsFn = unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut c_void);
-    type Qsi8RhsFn = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *const c_void,
-        *mut c_void,
-        *const sys::kai_rhs_pack_qsi8cx_params,
-    );
-    type ClampRunFn =
-        unsafe extern "C" fn(usize, usize, usize, usize, *const c_void, *const c_void, *mut c_void, usize, f32, f32);
-    type RequantRunFn = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        *mut c_void,
-        usize,
-        *const sys::kai_matmul_requantize32_params,
-    );
-    type DirectRunFn = unsafe extern "C" fn(
-        usize,
-        usize,
-        usize,
-        usize,
-        *const c_void,
-        *const c_void,
-        usize,
-        *const c_void,
-        *mut c_void,
-        usize,
-        f32,
-        f32,
-    );
 
     /// An upstream `kai_lhs_imatmul_pack_*` packer (it follows the pointer
     /// table) and the format it writes.
@@ -172,18 +129,8 @@ mod imp {
         pub format: &'static str,
         pub name: &'static str,
         pub m_step: Getter,
-        pub run: LhsPackFn,
+        pub run: PackLhsIndirect,
         pub offset: ChunkQuery,
-    }
-
-    /// How an upstream `kai_rhs_imatmul_pack_kxn_*` packer is called.
-    #[derive(Clone, Copy)]
-    pub(crate) enum RhsRun {
-        /// K x N weights and a bias of the same type.
-        Float(FloatRhsFn),
-        /// K x N int8 weights, int32 bias, f32 scales and the LHS
-        /// quantisation folded in.
-        Qsi8(Qsi8RhsFn),
     }
 
     /// A packed imatmul RHS format and its upstream packer. The bytes are
@@ -284,17 +231,6 @@ mod imp {
         offset: sys::kai_get_lhs_packed_offset_lhs_imatmul_pack_x8p2vlx4_x8p_sme,
     };
 
-    /// How a kernel is called (its `run_imatmul`).
-    #[derive(Clone, Copy)]
-    pub(crate) enum Run {
-        /// Packed LHS, float clamp.
-        Clamp(ClampRunFn),
-        /// Packed LHS, int8 requantisation.
-        Requant(RequantRunFn),
-        /// The kernel follows the pointer table itself (no LHS packing).
-        Direct(DirectRunFn),
-    }
-
     /// The functions of one kernel (its generated interface struct).
     #[derive(Clone, Copy)]
     pub(crate) struct Fns {
@@ -332,21 +268,6 @@ mod imp {
         };
     }
     pub(crate) use imatmul_fns;
-
-    /// The output stage of a run, checked by the caller.
-    #[derive(Clone, Copy)]
-    pub(crate) enum Stage {
-        /// Clamp bounds (float outputs).
-        Clamp(Clamp),
-        /// Zero point and bounds (int8 outputs).
-        Requant(sys::kai_matmul_requantize32_params),
-    }
-
-    impl From<Clamp> for Stage {
-        fn from(c: Clamp) -> Stage {
-            Stage::Clamp(c)
-        }
-    }
 
     /// The RHS operands handed to the packer.
     pub(crate) enum RhsSource<'a, T: Clone, B: Clone> {
@@ -408,12 +329,6 @@ mod imp {
             self.layout(p.format, m, kcc, kcl, true)
         }
 
-        /// `kcc · roundup(kcl, kr)` (the packed K), checked.
-        fn packed_k(&self, kcc: usize, kcl: usize) -> Result<usize> {
-            let kr = self.rhs.kr;
-            error::mul(kcc, error::mul(kcl.div_ceil(kr), kr, "k_chunk_length")?, "packed k")
-        }
-
         /// Packs `n` channels of `k` weights for LHS rows of `kcc` chunks of
         /// `kcl` (`src` gives the operands once the checks passed; the
         /// weights themselves were validated by the caller).
@@ -439,55 +354,18 @@ mod imp {
                 });
             }
             // Checked size: roundup(n, nr) * (lead + packed_k * elem_bytes + trail).
-            let block = error::mul(self.packed_k(kcc, kcl)?, f.elem_bytes, "packed rhs")?
+            let block = error::mul(engine::chunks_packed_k(kcc, kcl, f.kr)?, f.elem_bytes, "packed rhs")?
                 .checked_add(f.lead + f.trail)
                 .ok_or_else(|| Error::Overflow("packed rhs".into()))?;
             error::mul(error::mul(n.div_ceil(layout.r), layout.r, "n")?, block, "packed rhs")?;
-            let stride = error::mul(n, f.elem_bytes, "rhs stride")?;
+            error::mul(n, f.elem_bytes, "rhs stride")?;
             let src = src();
             let (kxn, bias, scales, params) = match &src {
                 RhsSource::Float { kxn, bias } => (&kxn[..], &bias[..], &[][..], None),
                 RhsSource::Qsi8 { kxn, bias, scales, params } => (&kxn[..], &bias[..], *scales, Some(params)),
             };
-            // What the packer reads (the callers' invariants, checked).
-            assert!(
-                size_of::<T>() == f.elem_bytes
-                    && size_of::<B>() == f.lead
-                    && kxn.len() >= k * n
-                    && bias.len() >= n
-                    && scales.len() >= if f.trail > 0 { n } else { 0 }
-                    && matches!((f.run, params), (RhsRun::Float(_), None) | (RhsRun::Qsi8(_), Some(_))),
-                "{}: RHS operands do not match the packer",
-                self.info.name
-            );
-            // No overflow: checked above.
-            let size = query!(&g, f.size, n, kcc, kcl);
-            let mut buf = AlignedBuf::zeroed(size);
-            // SAFETY: `kxn` holds k = kcc * kcl rows of n elements `stride`
-            // bytes apart, `bias` n values (never null, as the packers
-            // require) and `scales` n f32 for the quantised packer (asserted
-            // above); `params` lives across the call; the destination has the
-            // packer's size for (n, kcc, kcl). SVE or SME code (streaming mode
-            // inside) on a CPU with those features (rhs_layout).
-            unsafe {
-                match (f.run, params) {
-                    (RhsRun::Float(run), _) => {
-                        run(n, kcc, kcl, stride, kxn.as_ptr().cast(), bias.as_ptr().cast(), buf.as_mut_ptr().cast())
-                    }
-                    (RhsRun::Qsi8(run), Some(params)) => run(
-                        n,
-                        kcc,
-                        kcl,
-                        stride,
-                        kxn.as_ptr().cast(),
-                        bias.as_ptr().cast(),
-                        scales.as_ptr().cast(),
-                        buf.as_mut_ptr().cast(),
-                        params,
-                    ),
-                    (RhsRun::Qsi8(_), None) => unreachable!("asserted above"),
-                }
-            }
+            let packer = (f.size, f.elem_bytes, f.lead);
+            let buf = f.run.pack(&g, self.info.name, packer, (n, kcc, kcl), (kxn, bias, scales), params);
             Ok(PackedRhs::new(layout, buf))
         }
 
@@ -498,58 +376,12 @@ mod imp {
             par: Parallelism,
             out: &mut PackedLhs,
         ) -> Result<()> {
-            lhs.validate()?;
-            let (m, kcc, kcl) = (lhs.m, lhs.k_chunk_count, lhs.k_chunk_length);
-            let layout = self.lhs_layout(m, kcc, kcl)?;
+            let lhs = CheckedIndirection::new(lhs)?;
+            let layout = self.lhs_layout(lhs.m, lhs.k_chunk_count, lhs.k_chunk_length)?;
             let g = engine::ensure_supported(&self.info)?;
-            let packer = self.lhs.expect("lhs_layout checked it");
-            let m_step = layout.r;
-            let packer_m_step = query!(&g, packer.m_step);
-            if packer_m_step != m_step {
-                return Err(Error::PackerMismatch {
-                    kernel: self.info.name,
-                    why: format!("LHS packer block {packer_m_step} differs from the kernel's m step {m_step}"),
-                });
-            }
-            // Checked size: roundup(m, m_step) * packed_k * elem_bytes.
-            let rows = error::mul(m.div_ceil(m_step), m_step, "m")?;
-            let size = error::mul(rows, error::mul(self.packed_k(kcc, kcl)?, self.rhs.elem_bytes, "lhs")?, "lhs")?;
-            assert_eq!(size_of::<T>(), self.rhs.elem_bytes, "{}: LHS element type", self.info.name);
-            let pad = vec![lhs.pad; kcl];
-            let table = lhs.pointer_table(m_step, pad.as_ptr());
-            out.reset(layout, size);
-            let dst = SendPtr(out.data_mut().as_mut_ptr());
-            let tp = SendPtr(table.as_ptr() as *mut *const T);
-            let pp = SendPtr(pad.as_ptr() as *mut T);
-            engine::run_rows(par, &self.info, m, kcc * kcl, m_step, |rows| {
-                let (dst, tp, pp) = (dst, tp, pp);
-                // SAFETY: the CPU has the packer's features (SME, checked by
-                // lhs_layout); m_step is the packer's (checked) and `size` its
-                // packed size for (m, kcc, kcl). `rows` starts at a multiple
-                // of m_step (split_aligned): its pointers begin at table index
-                // rows.start * kcc (the table is laid out in blocks of m_step
-                // rows) and its packed rows at the packer's offset for
-                // rows.start, a region no other range writes. Every pointer
-                // the packer reads for these rows (y < rows.len()) is non-null
-                // and valid for kcl elements of T (asserted the packer's
-                // element size; predicated loads): it points into `src`
-                // (validate) or at `pad` (kcl elements), both alive until the
-                // packing is done. lhs_ptr_offset 0.
-                unsafe {
-                    let off = (packer.offset)(rows.start, kcc, kcl);
-                    (packer.run)(
-                        rows.len(),
-                        kcc,
-                        kcl,
-                        tp.0.add(rows.start * kcc).cast(),
-                        0,
-                        pp.0.cast(),
-                        dst.0.add(off).cast(),
-                    );
-                }
-            });
-            drop((table, pad));
-            Ok(())
+            let p = self.lhs.expect("lhs_layout checked it");
+            let packer = (p.m_step, p.run, p.offset);
+            engine::pack_lhs_indirect(&g, &self.info, packer, &lhs, (layout, self.rhs.elem_bytes), par, out)
         }
 
         /// `dst = stage(lhs · wᵀ + bias)` from a packed LHS (`stage` checked by
@@ -567,49 +399,12 @@ mod imp {
                 return Err(Error::bad_value("packed RHS k_chunk_length", kcl, "0: not an imatmul packed RHS"));
             }
             let kcc = rhs.layout().k / kcl;
-            rhs.expect(&self.rhs_layout(n, kcc, kcl)?, self.info.name)?;
-            lhs.expect(&self.lhs_layout(m, kcc, kcl)?, self.info.name)?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _) = self.tiles()?;
-            let get_lhs = self.fns.lhs_offset.expect("packed-LHS kernel");
-            let get_rhs = self.fns.rhs_offset;
-            let (run, stage) = (self.fns.run, stage);
-            assert!(
-                size_of::<D>() == self.rhs.elem_bytes
-                    && matches!((run, stage), (Run::Clamp(_), Stage::Clamp(_)) | (Run::Requant(_), Stage::Requant(_))),
-                "{}: output type or stage",
-                self.info.name
-            );
-            let (lp, rp, dp) = (
-                SendPtr(lhs.data().as_ptr() as *mut u8),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            let dst_stride = n * size_of::<D>();
-            engine::run_grid(par, &self.info, m, n, kcc * kcl, &t, |rows, cols| {
-                let (lp, rp, dp) = (lp, rp, dp);
-                let (l, r, d) = (lp.0, rp.0, dp.0.wrapping_add(rows.start * n + cols.start).cast::<c_void>());
-                // SAFETY: both packed buffers have exactly the layouts this
-                // kernel computes for (m, n, kcc, kcl) at the current vector
-                // length (checked above), so the offsets of a row start that
-                // is a multiple of m_step and a column start that is a
-                // multiple of n_step (plan_grid) lie inside them; dst holds
-                // m x n values of the kernel's output size (asserted) and
-                // tiles are disjoint; the requantisation parameters (min <=
-                // max, both int8) live on this stack across the call; the
-                // CPU supports the kernel (tiles()).
-                unsafe {
-                    let lo: *const c_void = l.add(get_lhs(rows.start, kcc, kcl)).cast::<c_void>();
-                    let ro: *const c_void = r.add(get_rhs(cols.start, kcc, kcl)).cast::<c_void>();
-                    let (mm, nn) = (rows.len(), cols.len());
-                    match (run, &stage) {
-                        (Run::Clamp(f), Stage::Clamp(c)) => f(mm, nn, kcc, kcl, lo, ro, d, dst_stride, c.min, c.max),
-                        (Run::Requant(f), Stage::Requant(p)) => f(mm, nn, kcc, kcl, lo, ro, d, dst_stride, p),
-                        _ => unreachable!("asserted above"),
-                    }
-                }
-            });
-            Ok(())
+            let rhs_layout = self.rhs_layout(n, kcc, kcl)?;
+            let layouts = (self.lhs_layout(m, kcc, kcl)?, rhs_layout);
+            let tiles = self.tiles()?;
+            let offsets = (self.fns.lhs_offset.expect("packed-LHS kernel"), self.fns.rhs_offset);
+            let out = (dst, self.rhs.elem_bytes);
+            self.fns.run.run_packed((&self.info, &tiles), offsets, (lhs, rhs), layouts, out, stage, par)
         }
 
         /// `dst = clamp(gather(lhs) · wᵀ + bias)` with a kernel that reads
@@ -624,57 +419,13 @@ mod imp {
             par: Parallelism,
         ) -> Result<()> {
             clamp.check()?;
-            lhs.validate()?;
-            let (m, n, kcc, kcl) = (lhs.m, rhs.layout().rows, lhs.k_chunk_count, lhs.k_chunk_length);
+            let lhs = CheckedIndirection::new(lhs)?;
+            let (n, kcc, kcl) = (rhs.layout().rows, lhs.k_chunk_count, lhs.k_chunk_length);
             check_u32(kcc, kcl)?;
-            rhs.expect(&self.rhs_layout(n, kcc, kcl)?, self.info.name)?;
-            error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let (t, _) = self.tiles()?;
-            let Run::Direct(run) = self.fns.run else {
-                return Err(Error::WrongFamily { kernel: self.info.name, why: "reads a packed LHS".into() });
-            };
-            assert_eq!(size_of::<T>(), self.rhs.elem_bytes, "{}: element type", self.info.name);
-            let pad = vec![lhs.pad; kcl];
-            let table = lhs.pointer_table(t.m_step, pad.as_ptr());
-            let get_rhs = self.fns.rhs_offset;
-            let (tp, pp, rp, dp) = (
-                SendPtr(table.as_ptr() as *mut *const T),
-                SendPtr(pad.as_ptr() as *mut T),
-                SendPtr(rhs.data().as_ptr() as *mut u8),
-                SendPtr(dst.as_mut_ptr()),
-            );
-            engine::run_grid(par, &self.info, m, n, kcc * kcl, &t, |rows, cols| {
-                let (tp, pp, rp, dp) = (tp, pp, rp, dp);
-                // SAFETY: rows.start is a multiple of m_step (plan_grid), so
-                // this tile's pointers start at table index rows.start * kcc
-                // (blocks of m_step rows); each pointer it reads is valid for
-                // kcl elements (into `src`, checked by validate, or the `pad`
-                // buffer), both alive for the call; lhs_ptr_offset 0. The
-                // packed RHS has exactly this kernel's layout for (n, kcc,
-                // kcl) at the current VL (checked), so the offset of a column
-                // start that is a multiple of n_step lies inside it; dst holds
-                // m x n elements and tiles are disjoint; the CPU has SVE
-                // (tiles()).
-                unsafe {
-                    let ro = get_rhs(cols.start, kcc, kcl);
-                    run(
-                        rows.len(),
-                        cols.len(),
-                        kcc,
-                        kcl,
-                        tp.0.add(rows.start * kcc).cast(),
-                        pp.0.cast(),
-                        0,
-                        rp.0.add(ro).cast(),
-                        dp.0.add(rows.start * n + cols.start).cast(),
-                        n * size_of::<T>(),
-                        clamp.min,
-                        clamp.max,
-                    );
-                }
-            });
-            drop((table, pad));
-            Ok(())
+            let layout = self.rhs_layout(n, kcc, kcl)?;
+            let tiles = self.tiles()?;
+            let (kernel, out) = ((&self.info, &tiles), (dst, self.rhs.elem_bytes));
+            self.fns.run.run_direct(kernel, self.fns.rhs_offset, &lhs, (rhs, layout), out, clamp, par)
         }
     }
 
