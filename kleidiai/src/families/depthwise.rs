@@ -88,10 +88,9 @@ macro_rules! dwconv_module {
         #[cfg(target_arch = "aarch64")]
         mod imp {
             use super::*;
-            use $crate::buffer::SendPtr;
             use $crate::error;
             use $crate::families::depthwise::dwconv_family;
-            use $crate::families::engine::{self, Tiles};
+            use $crate::families::engine;
             use $crate::par::Parallelism;
             use kleidiai_sys::interfaces::$family::{Interface, KERNELS};
 
@@ -155,7 +154,8 @@ mod imp {
     /// output rows of every column per call; `depth_first_f16`: a window of
     /// rows, the kernel building its own pointer table), so `run` and the
     /// getter checks come in those two kinds. Every FFI call of the
-    /// depthwise families is here.
+    /// depthwise families is in the engine's drivers (`engine::DwRun::run`,
+    /// `engine::pack_dw_rhs`).
     macro_rules! dwconv_family {
         (kernel: planar_f32, $($rest:tt)*) => {
             $crate::families::depthwise::dwconv_family!(@common $($rest)*);
@@ -164,12 +164,6 @@ mod imp {
                 /// The features in force, once the CPU is known to run the kernel.
                 fn checked(&self) -> Result<engine::Gate> {
                     engine::ensure_supported(&self.0.info)
-                }
-
-                /// Output rows per call.
-                fn m_step(&self) -> Result<usize> {
-                    let g = self.checked()?;
-                    Ok(engine::query!(&g, self.0.iface.get_m_step.expect("m_step")))
                 }
 
                 /// The convolution: `src` is `in_h x in_w x channels`, `dst`
@@ -183,54 +177,9 @@ mod imp {
                     clamp: Clamp,
                     par: Parallelism,
                 ) -> Result<()> {
-                    self.check_run(shape, src, rhs, dst, clamp)?;
-                    let m_step = self.m_step()?;
-                    let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
-                    let (in_row, col, out_row) = (s.in_w * c * 4, c * 4, ow * c * 4);
-                    let run = self.0.iface.run_dwconv.expect("run");
-                    let t = Tiles { m_step, n_step: 1, mr: m_step, nr: 1, kr: 1, sr: 1 };
-                    let (sp, rp, dp) =
-                        (SendPtr(src.as_ptr() as *mut f32), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
-                    engine::run_grid(par, &self.0.info, oh, 1, ow * c * 9, &t, |rows, _| {
-                        let (sp, rp, dp) = (sp, rp, dp);
-                        for y0 in rows.clone().step_by(m_step) {
-                            let pad_top = s.pad_top.saturating_sub(y0);
-                            let iy = y0.saturating_sub(s.pad_top);
-                            // Rows at or past the bottom: nothing is read (the
-                            // pointer then stays at the start of `src`).
-                            let (iy, valid_in) = if iy < s.in_h { (iy, s.in_h - iy) } else { (0, 0) };
-                            let valid_out = (rows.end - y0).min(m_step);
-                            // SAFETY: src row iy and the valid_in rows after it lie
-                            // inside `src` (length checked; the kernel reads at most
-                            // those rows, as it is told, and in_w columns of c
-                            // channels, which it derives from the strides of the
-                            // dense layout); the packed weights have this kernel's
-                            // layout for c channels at the current vector length
-                            // (checked); output rows y0..y0 + valid_out (at most 4,
-                            // the kernel's step) lie inside `dst` and belong to this
-                            // tile alone; zero padding (pad_value 0.0, as upstream
-                            // requires); the CPU has SME2.
-                            unsafe {
-                                run(
-                                    sp.0.add(iy * s.in_w * c).cast(),
-                                    rp.0.cast(),
-                                    dp.0.add(y0 * ow * c).cast(),
-                                    in_row,
-                                    col,
-                                    out_row,
-                                    col,
-                                    valid_in,
-                                    valid_out,
-                                    s.pad_left,
-                                    pad_top,
-                                    0.0,
-                                    clamp.min,
-                                    clamp.max,
-                                );
-                            }
-                        }
-                    });
-                    Ok(())
+                    let i = self.0.iface;
+                    let run = engine::DwRun::Planar(i.run_dwconv.expect("run"), i.get_m_step.expect("m_step"));
+                    run.run(&self.0.info, |c| self.gated_layout(c), shape, (src, rhs, dst), clamp, par)
                 }
             }
         };
@@ -269,50 +218,8 @@ mod imp {
                     clamp: Clamp,
                     par: Parallelism,
                 ) -> Result<()> {
-                    self.check_run(shape, src, rhs, dst, clamp)?;
-                    let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
-                    let run = self.0.iface.run_dwconv.expect("run");
-                    let t = Tiles { m_step: M_STEP, n_step: 1, mr: M_STEP, nr: 1, kr: 1, sr: 1 };
-                    let (sp, rp, dp) =
-                        (SendPtr(src.as_ptr() as *mut f16), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
-                    engine::run_grid(par, &self.0.info, oh, 1, ow * c * 9, &t, |rows, _| {
-                        let (sp, rp, dp) = (sp, rp, dp);
-                        let y0 = rows.start;
-                        let pad_top = s.pad_top.saturating_sub(y0);
-                        let iy = y0.saturating_sub(s.pad_top);
-                        // Windows starting at or past the bottom read nothing (the
-                        // pointer then stays at the start of `src`).
-                        let (iy, src_rows) = if iy < s.in_h { (iy, s.in_h - iy) } else { (0, 0) };
-                        // SAFETY: the kernel reads input pixels (r, x) with r <
-                        // src_rows and x < in_w only, at src + r * row + x * col
-                        // bytes: rows iy.. of `src` (length checked), c channels each;
-                        // it writes output rows y0..rows.end (this tile's alone) of
-                        // ow pixels inside `dst` (length checked); the packed weights
-                        // have this kernel's layout for c channels at the current
-                        // vector length (checked); dimensions fit the kernel's 32-bit
-                        // coordinates (validate); the CPU has SME2.
-                        unsafe {
-                            run(
-                                sp.0.add(iy * s.in_w * c).cast(),
-                                rp.0.cast(),
-                                dp.0.add(y0 * ow * c).cast(),
-                                c,
-                                src_rows,
-                                s.in_w,
-                                rows.len(),
-                                ow,
-                                s.pad_left,
-                                pad_top,
-                                s.in_w * c * 2,
-                                c * 2,
-                                ow * c * 2,
-                                c * 2,
-                                clamp.min,
-                                clamp.max,
-                            );
-                        }
-                    });
-                    Ok(())
+                    let run = engine::DwRun::DepthFirst(self.0.iface.run_dwconv.expect("run"), M_STEP);
+                    run.run(&self.0.info, |c| self.gated_layout(c), shape, (src, rhs, dst), clamp, par)
                 }
             }
         };
@@ -329,20 +236,6 @@ mod imp {
             use crate::packed::{PackedLayout, PackedRhs};
             use crate::registry::info::{KernelInfo, VectorLength, rank_for, tile_kind_for};
             use std::sync::OnceLock;
-
-            impl Kernel {
-                /// The checks every `run` starts with, in this order: the
-                /// clamp, the shape, the packed layout, then the lengths of
-                /// `src` and `dst`.
-                #[inline]
-                fn check_run(&self, shape: &DepthwiseShape, src: &[$t], rhs: &PackedRhs, dst: &[$t], clamp: Clamp) -> Result<()> {
-                    clamp.check()?;
-                    shape.validate()?;
-                    rhs.expect(&self.rhs_layout(shape.channels)?, self.0.info.name)?;
-                    error::at_least(src.len(), shape.src_len()?, "src")?;
-                    error::at_least(dst.len(), shape.dst_len()?, "dst")
-                }
-            }
 
             pub(super) const RHS_FORMAT: &str = $format;
             const RHS_PACKERS: &[&str] = &[stringify!($packer)];
@@ -383,9 +276,14 @@ mod imp {
                 /// The packed-weights layout for `channels` channels (it
                 /// depends on the SME vector length in force).
                 pub fn rhs_layout(&self, channels: usize) -> Result<PackedLayout> {
+                    Ok(self.gated_layout(channels)?.0)
+                }
+
+                /// [`rhs_layout`](Self::rhs_layout) with the gate of the kernel.
+                fn gated_layout(&self, channels: usize) -> Result<(PackedLayout, engine::Gate)> {
                     let f = self.checked()?;
                     let vb = engine::layout_vector_bytes(&self.0.info, &f);
-                    Ok(PackedLayout {
+                    let layout = PackedLayout {
                         format: RHS_FORMAT,
                         rows: channels,
                         k: 9,
@@ -394,7 +292,8 @@ mod imp {
                         sr: 1,
                         bl: 0,
                         vector_bytes: vb,
-                    })
+                    };
+                    Ok((layout, f))
                 }
 
                 #[doc = concat!("Packs the 3x3 ", stringify!($t), " weights and the ", stringify!($t), " bias.")]

@@ -1962,10 +1962,10 @@ pub(crate) fn pack_dw_rhs<T>(
 #[cfg(target_arch = "aarch64")]
 pub(crate) type PackDwSize = unsafe extern "C" fn(usize, usize, usize) -> usize;
 
-/// The calls of the indirect (imatmul) kernels and packers: their
-/// function-pointer types, how each is called, and one checked driver per
-/// kind of call ([`ImatmulRhsRun::pack`], [`pack_lhs_indirect`],
-/// [`ImatmulRun::run_packed`], [`ImatmulRun::run_direct`]).
+/// The calls of the indirect (imatmul) and depthwise kernels and packers:
+/// their function-pointer types, how each is called, and one checked driver
+/// per kind of call ([`ImatmulRhsRun::pack`], [`pack_lhs_indirect`],
+/// [`ImatmulRun::run_packed`], [`ImatmulRun::run_direct`], [`DwRun::run`]).
 #[cfg(target_arch = "aarch64")]
 pub(crate) use indirect_calls::*;
 
@@ -1974,7 +1974,7 @@ mod indirect_calls {
     use super::{Gate, Getter, Tiles, run_grid, run_rows};
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::error::{self, Error, Result};
-    use crate::formats::Indirection;
+    use crate::formats::{DepthwiseShape, Indirection};
     use crate::packed::{Clamp, PackedLayout, PackedLhs, PackedRhs};
     use crate::par::Parallelism;
     use crate::registry::info::KernelInfo;
@@ -2346,6 +2346,116 @@ mod indirect_calls {
                 }
             });
             drop((table, pad));
+            Ok(())
+        }
+    }
+
+    /// A planar depthwise kernel's run (f32): `(src, rhs_packed, dst,
+    /// in_stride_row, in_stride_col, dst_stride_row, dst_stride_col,
+    /// valid_input_rows, valid_out_rows, pad_left, pad_top, pad_value,
+    /// clamp_min, clamp_max)`.
+    #[rustfmt::skip]
+    pub(crate) type RunDwPlanar = unsafe extern "C" fn(
+        *const c_void, *const c_void, *mut c_void, usize, usize, usize, usize, usize, usize, usize, usize, f32, f32, f32,
+    );
+    /// A depth-first depthwise kernel's run (f16): `(src, rhs_packed, dst,
+    /// num_channels, src_rows, src_cols, dst_rows, dst_cols, pad_left,
+    /// pad_top, in_stride_row, in_stride_col, out_stride_row,
+    /// out_stride_col, clamp_min, clamp_max)`.
+    #[rustfmt::skip]
+    pub(crate) type RunDwDepthFirst = unsafe extern "C" fn(
+        *const c_void, *const c_void, *mut c_void, usize, usize, usize, usize, usize, usize, usize, usize, usize,
+        usize, usize, f32, f32,
+    );
+
+    /// How a 3x3 depthwise kernel is called.
+    #[derive(Clone, Copy)]
+    pub(crate) enum DwRun {
+        /// f32, up to `m_step` (its getter) output rows of every column per
+        /// call.
+        Planar(RunDwPlanar, Getter),
+        /// f16, a window of rows per call (the kernel builds its own pointer
+        /// table), tiles of this many output rows.
+        DepthFirst(RunDwDepthFirst, usize),
+    }
+
+    impl DwRun {
+        /// The convolution with this kernel of the kernel `info`: `src` is
+        /// `in_h x in_w x channels`, `dst` `out_h x out_w x channels`, both
+        /// dense NHWC, the output rows split over `par`: the one driver of
+        /// these kernels. Checks, in this order, the clamp, the shape, that
+        /// `rhs` has the layout `layout` gives for the shape's channels (the
+        /// kernel's packed layout for them at the vector length in force,
+        /// with the gate of the kernel), then the lengths of `src` and
+        /// `dst`; asserts `T` is the kernel's element (f32 planar, f16
+        /// depth-first).
+        #[allow(clippy::too_many_arguments)] // the kernel's operands
+        pub(crate) fn run<T: Copy>(
+            self,
+            info: &KernelInfo,
+            layout: impl FnOnce(usize) -> Result<(PackedLayout, Gate)>,
+            shape: &DepthwiseShape,
+            (src, rhs, dst): (&[T], &PackedRhs, &mut [T]),
+            clamp: Clamp,
+            par: Parallelism,
+        ) -> Result<()> {
+            clamp.check()?;
+            shape.validate()?;
+            let (l, g) = layout(shape.channels)?;
+            rhs.expect(&l, info.name)?;
+            error::at_least(src.len(), shape.src_len()?, "src")?;
+            error::at_least(dst.len(), shape.dst_len()?, "dst")?;
+            let (m_step, es) = match self {
+                DwRun::Planar(_, m_step) => (query!(&g, m_step), 4),
+                DwRun::DepthFirst(_, m_step) => (m_step, 2),
+            };
+            assert_eq!(size_of::<T>(), es, "{}: element type", info.name);
+            let (s, oh, ow, c) = (*shape, shape.out_h()?, shape.out_w()?, shape.channels);
+            let (in_row, col, out_row) = (s.in_w * c * es, c * es, ow * c * es);
+            let t = Tiles { m_step, n_step: 1, mr: m_step, nr: 1, kr: 1, sr: 1 };
+            let (sp, rp, dp) =
+                (SendPtr(src.as_ptr() as *mut T), SendPtr(rhs.data().as_ptr() as *mut u8), SendPtr(dst.as_mut_ptr()));
+            run_grid(par, info, oh, 1, ow * c * 9, &t, |rows, _| {
+                let (sp, rp, dp) = (sp, rp, dp);
+                // Planar kernels take up to m_step rows a call, depth-first
+                // ones the whole tile.
+                let step = if let DwRun::Planar(..) = self { m_step } else { rows.len().max(1) };
+                for y0 in rows.clone().step_by(step) {
+                    let pad_top = s.pad_top.saturating_sub(y0);
+                    let iy = y0.saturating_sub(s.pad_top);
+                    // Rows at or past the bottom: nothing is read (the pointer
+                    // then stays at the start of `src`).
+                    let (iy, valid_in) = if iy < s.in_h { (iy, s.in_h - iy) } else { (0, 0) };
+                    let valid_out = (rows.end - y0).min(step);
+                    let (a, w, d) = (sp.0.wrapping_add(iy * s.in_w * c), rp.0, dp.0.wrapping_add(y0 * ow * c));
+                    // SAFETY: the kernel reads input rows iy.. (at most
+                    // valid_in of them: the rows left in `src`, whose length
+                    // is checked) of in_w pixels of c channels, at the strides
+                    // of the dense layout; the packed weights have this
+                    // kernel's layout for c channels at the current vector
+                    // length (checked); it writes output rows y0..y0 +
+                    // valid_out (at most m_step for planar kernels, the
+                    // tile's for depth-first ones) of ow pixels inside `dst`
+                    // (length checked), this tile's alone; elements of the
+                    // kernel's size (asserted); zero padding (pad_value 0.0,
+                    // as upstream requires); dimensions fit the kernel's
+                    // 32-bit coordinates (validate); the gate proves the CPU
+                    // runs the kernel (SME2).
+                    unsafe {
+                        let (a, w, d) = (a.cast(), w.cast(), d.cast());
+                        let (lo, hi, pl) = (clamp.min, clamp.max, s.pad_left);
+                        match self {
+                            DwRun::Planar(run, _) => {
+                                run(a, w, d, in_row, col, out_row, col, valid_in, valid_out, pl, pad_top, 0.0, lo, hi)
+                            }
+                            DwRun::DepthFirst(run, _) => run(
+                                a, w, d, c, valid_in, s.in_w, valid_out, ow, pl, pad_top, in_row, col, out_row, col,
+                                lo, hi,
+                            ),
+                        }
+                    }
+                }
+            });
             Ok(())
         }
     }
