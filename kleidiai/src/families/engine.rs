@@ -2636,7 +2636,63 @@ impl Prepared {
 /// aligned), `y` `p.m x p.n` writable values of `p.elems().1` bytes,
 /// aligned for them; `clamp` is valid.
 #[cfg(target_arch = "aarch64")]
+#[inline(always)]
 pub(crate) unsafe fn run_steady(p: &Prepared, x: *const u8, lhs: *mut u8, rhs: &PackedRhs, y: *mut u8, clamp: Clamp) {
+    let s = &p.steady;
+    // One kernel call for all rows, from offset 0 (every GEMV of a
+    // per-row kernel too): inlined in the caller, the loop of
+    // `run_steady_rows` out of line.
+    let one_call = match s.rows {
+        SteadyRows::Whole => true,
+        SteadyRows::EachRow(_) => p.m == 1,
+        SteadyRows::Asked(..) => false,
+    };
+    if !one_call || matches!(s.lhs, SteadyLhs::PackedPerRow(_)) {
+        // SAFETY: forwarded to the caller.
+        unsafe { run_steady_rows(p, x, lhs, rhs, y, clamp) };
+        return;
+    }
+    let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
+    let (xb, ob) = s.elems;
+    // `prepare` checked that none of these byte counts overflows.
+    let (xs, ys) = (k * xb, n * ob);
+    let rp = rhs.data().as_ptr().cast::<c_void>();
+    let (lo_v, hi_v) = (clamp.min, clamp.max);
+    // SAFETY: the caller's contract: `prepare` checked the layouts, shapes,
+    // block rules and sizes for exactly these operands and this kernel,
+    // and the gate proves the CPU runs it and its packer; `x` holds the
+    // m x k values the packer (or a direct kernel) reads, rows `xs` bytes
+    // apart, `lhs` the packer's size for m rows, `y` m rows of `ys` bytes;
+    // one call covers every row (all of them, or the one row of a per-row
+    // kernel), from row 0 at offset 0 of the packed LHS and column 0 of
+    // the RHS, as `run_steady_rows` would call it.
+    unsafe {
+        let a = match s.lhs {
+            SteadyLhs::Packed(pack) => {
+                pack.run(m, k, bl, (t.mr, t.kr, t.sr), 0, x, xs, lhs);
+                lhs.cast::<c_void>()
+            }
+            _ => x.cast::<c_void>(),
+        };
+        let d = y.cast::<c_void>();
+        match s.run {
+            SteadyRun::Plain(f) => f(m, n, k, a, rp, d, ys, ob, lo_v, hi_v),
+            SteadyRun::PlainF32(f) => f(m, n, k, a, rp, d.cast(), ys, ob, lo_v, hi_v),
+            SteadyRun::Bl(f) => f(m, n, k, bl, a, rp, d, ys, ob, lo_v, hi_v),
+            SteadyRun::BlF32(f) => f(m, n, k, bl, a, rp, d.cast(), ys, ob, lo_v, hi_v),
+            SteadyRun::Direct(f) => f(m, n, k, a, xs, rp, d, ys, ob, lo_v, hi_v),
+        }
+    }
+}
+
+/// [`run_steady`] in general: the rows in calls of one row (or all), each
+/// call's first row at its offset, per-row packing before each call.
+///
+/// # Safety
+/// As [`run_steady`].
+#[cfg(target_arch = "aarch64")]
+#[inline(never)]
+unsafe fn run_steady_rows(p: &Prepared, x: *const u8, lhs: *mut u8, rhs: &PackedRhs, y: *mut u8, clamp: Clamp) {
     let s = &p.steady;
     let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
     let ((xb, ob), blocking) = (s.elems, (t.mr, t.kr, t.sr));
