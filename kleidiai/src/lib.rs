@@ -41,6 +41,24 @@
 //! On x86 (or any target without KleidiAI) the same code runs the portable
 //! reference implementation.
 //!
+//! # Where `unsafe` lives
+//!
+//! Every call into KleidiAI is made in one file, the kernel engine
+//! (`families/engine.rs`): upstream's queries through the proof that the
+//! CPU runs the kernel, and each packer and kernel run through a checked
+//! driver that compares shapes, lengths, alignment, offsets and layouts
+//! before its one call (the steady state of
+//! [`PackedWeights::matmul`](weights::PackedWeights::matmul) too: the
+//! checks made once per weights, `m` and CPU features, then only the calls).
+//! The families describe their kernels as data and hold no `unsafe` block.
+//! Besides the engine: `ggml/threads.rs` (ggml's raw pointers, vouched for
+//! once at the raw entry points of [`ggml`]), `arch.rs` (the operating
+//! system's queries and the crate's own instructions, each checking what it
+//! needs), the public unchecked per-thread calls of [`weights::parts`]
+//! (their `# Safety` sections name the checks to pass first) and the
+//! steady-state call of a cached plan (`weights/run.rs`). A test
+//! (`tests/unsafe_rooms.rs`) fails when a block appears anywhere else.
+//!
 //! # Environment
 //!
 //! - `KLEIDIAI_DISABLE=sme2,sme,...` (or [`cpu::disable`]) switches tiers off.
