@@ -56,7 +56,7 @@
 //! system's queries and the crate's own instructions, each checking what it
 //! needs), the public unchecked per-thread calls of [`weights::parts`]
 //! (their `# Safety` sections name the checks to pass first) and the
-//! steady-state call of a cached plan (`weights/run.rs`). A test
+//! steady-state call of a cached plan (`weights/steady.rs`). A test
 //! (`tests/unsafe_rooms.rs`) fails when a block appears anywhere else.
 //!
 //! # Environment

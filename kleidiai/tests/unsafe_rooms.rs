@@ -23,7 +23,7 @@ const ROOMS: &[(&str, usize)] = &[
     // and the checked call that forwards to one after its checks.
     ("weights/parts/calls.rs", 3),
     // The steady-state call of a cached plan (`PackedWeights::matmul`).
-    ("weights/run.rs", 1),
+    ("weights/steady.rs", 1),
 ];
 
 fn count_blocks(dir: &Path, root: &Path, out: &mut BTreeMap<String, usize>) {

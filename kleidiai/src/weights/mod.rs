@@ -62,6 +62,7 @@ pub mod parts;
 mod per_call;
 pub mod policy;
 mod run;
+mod steady;
 mod work;
 
 use crate::buffer::AlignedBuf;
