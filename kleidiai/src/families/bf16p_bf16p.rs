@@ -453,7 +453,7 @@ mod imp {
             }
             let row_bytes = error::mul(roundup(k, layout.kr, "k")?, 2, "packed lhs")?;
             let lhs_bytes = error::mul(roundup(m, layout.r, "m")?, row_bytes, "packed lhs")?;
-            let (pack, run) = (self.packers.lhs.packer, engine::SteadyRun::Plain(self.fns.run));
+            let (pack, run) = (self.packers.lhs.packer, engine::KernelRun::Plain(self.fns.run));
             // The GEMV kernel takes one row per call (as in `run`), row i of
             // its packed LHS at i * 2k bytes (k a multiple of kr: above),
             // packed one row per packer call as `pack_lhs_into` does.
@@ -492,7 +492,7 @@ mod imp {
                 engine::Offset::K(self.fns.lhs_offset)
             };
             let offsets = (lhs_offset, engine::Offset::K(self.fns.rhs_offset));
-            let fns = engine::PackedFns::new(engine::PackedRun::Plain(self.fns.run), offsets, gemv, self.out_bytes);
+            let fns = engine::PackedFns::new(engine::KernelRun::Plain(self.fns.run), offsets, gemv, self.out_bytes);
             Ok(engine::PackedPlan { layouts, tiles: (t, g), fns })
         }
     }

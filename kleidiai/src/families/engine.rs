@@ -227,26 +227,100 @@ pub(crate) type RunLut = unsafe extern "C" fn(
     *const i32,
 );
 
-/// `run_matmul` of a kernel that reads a packed LHS and a packed RHS, by
-/// signature: `(m, n, k, [bl,] lhs_packed, rhs_packed, dst, dst_stride_row,
-/// dst_stride_col, clamp_min, clamp_max [, lut])`.
+/// A kernel's `run_matmul`, by signature: `(m, n, k, [bl,] lhs,
+/// [lhs_stride,] rhs_packed, dst, dst_stride_row, dst_stride_col,
+/// clamp_min, clamp_max [, lut])`. Every driver calls it through
+/// [`call`](Self::call).
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum KernelRun {
+    /// Packed LHS, no block length, untyped output (f16, bf16, or f32).
+    Plain(RunPlain<c_void>),
+    /// Packed LHS, no block length, f32 output.
+    PlainF32(RunPlain<f32>),
+    /// Packed LHS, the block length after `k`, untyped output.
+    Bl(RunBl<c_void>),
+    /// Packed LHS, the block length after `k`, f32 output.
+    BlF32(RunBl<f32>),
+    /// LHS read directly, rows `lhs_stride` bytes apart.
+    Direct(RunDirect),
+    /// Packed LHS, no block length, f32 output, the 2-bit weights' table
+    /// last.
+    PlainF32Lut(RunLut),
+}
+
+/// The table argument of the drivers whose kernels take none (only
+/// [`KernelRun::PlainF32Lut`] reads it).
+#[cfg(target_arch = "aarch64")]
+const NO_LUT: &[i32; 16] = &[0; 16];
+
+#[cfg(target_arch = "aarch64")]
+impl KernelRun {
+    /// One call of the kernel: `m` rows of `lhs` times `n` columns of
+    /// `rhs`, `k` deep (blocks of `bl` for the `Bl` kinds, which alone take
+    /// it), into `dst`, rows `dst_strides.0` bytes apart and elements
+    /// `dst_strides.1` bytes, clamped to `clamp`. `lhs.1` is the row
+    /// stride in bytes of a direct LHS (only `Direct` takes it), `lut` the
+    /// 2-bit weights' table (only `PlainF32Lut` reads it). The arguments
+    /// are passed as they are, in the kernel's order.
+    ///
+    /// # Safety
+    /// The CPU runs the kernel (its features, at the vector length its
+    /// operands were packed for) and every rule it assumes of `(m, n, k,
+    /// bl)` holds (block rules, `k` limits, one row per call for a
+    /// single-row kernel); `lhs.0` is where the call's first row starts in
+    /// the kernel's LHS (the packed LHS at its packer's offset of that row,
+    /// or, for `Direct`, `m` aligned rows of `k` values `lhs.1` bytes
+    /// apart), holding the `m` rows it reads; `rhs` is where the call's
+    /// first column (a multiple of `n_step`) starts in the kernel's packed
+    /// RHS, holding the `n` columns it reads; `dst` holds `m` rows of `n`
+    /// writable elements of the kernel's output type at those strides,
+    /// which no one else reads or writes during the call.
+    #[inline(always)]
+    pub(crate) unsafe fn call(
+        &self,
+        (m, n, k, bl): (usize, usize, usize, usize),
+        (lhs, lhs_stride): (*const c_void, usize),
+        rhs: *const c_void,
+        (dst, dst_strides): (*mut c_void, (usize, usize)),
+        (lo, hi): (f32, f32),
+        lut: &[i32; 16],
+    ) {
+        let (sr, sc) = dst_strides;
+        // SAFETY: the caller's contract: the CPU runs the kernel, its rules
+        // hold, the operands cover what it reads and writes for these
+        // shapes and strides; the table has the 16 entries it reads.
+        unsafe {
+            match *self {
+                KernelRun::Plain(f) => f(m, n, k, lhs, rhs, dst, sr, sc, lo, hi),
+                KernelRun::PlainF32(f) => f(m, n, k, lhs, rhs, dst.cast(), sr, sc, lo, hi),
+                KernelRun::Bl(f) => f(m, n, k, bl, lhs, rhs, dst, sr, sc, lo, hi),
+                KernelRun::BlF32(f) => f(m, n, k, bl, lhs, rhs, dst.cast(), sr, sc, lo, hi),
+                KernelRun::Direct(f) => f(m, n, k, lhs, lhs_stride, rhs, dst, sr, sc, lo, hi),
+                KernelRun::PlainF32Lut(f) => f(m, n, k, lhs, rhs, dst.cast(), sr, sc, lo, hi, lut.as_ptr()),
+            }
+        }
+    }
+}
+
+/// `run_matmul` of a kernel that reads a packed LHS and a packed RHS: by
+/// signature, or through a table.
 #[cfg(target_arch = "aarch64")]
 #[derive(Clone, Copy)]
 pub(crate) enum PackedRun {
-    /// No block length; any output type.
-    Plain(RunPlain<c_void>),
-    /// No block length; f32 output.
-    PlainF32(RunPlain<f32>),
-    /// No block length; f32 output; the 2-bit weights' table.
-    PlainF32Lut(RunLut),
-    /// With the block length; any output type.
-    Bl(RunBl<c_void>),
-    /// With the block length; f32 output.
-    BlF32(RunBl<f32>),
+    /// Named functions (any [`KernelRun`] but `Direct`).
+    Kernel(KernelRun),
     /// A `kai_matmul_uker_api` table with the clamp flag, and the LHS and
     /// RHS strides of the call (its offsets: [`Offset::TableLhs`],
     /// [`Offset::TableRhs`]).
     Table(uker::Uker, kleidiai_sys::kai_matmul_uker_lhs_stride_args, kleidiai_sys::kai_matmul_uker_rhs_stride_args),
+}
+
+#[cfg(target_arch = "aarch64")]
+impl From<KernelRun> for PackedRun {
+    fn from(run: KernelRun) -> Self {
+        PackedRun::Kernel(run)
+    }
 }
 
 /// Where a tile's rows (or columns) start in a packed operand.
@@ -294,7 +368,7 @@ pub(crate) struct PackedFns {
     rows_per_call: usize,
     /// Bytes of an output element.
     out_bytes: usize,
-    /// The 16-entry table of 2-bit weights ([`PackedRun::PlainF32Lut`]).
+    /// The 16-entry table of 2-bit weights ([`KernelRun::PlainF32Lut`]).
     lut: [i32; 16],
 }
 
@@ -303,7 +377,8 @@ impl PackedFns {
     /// `run` with its LHS and RHS offsets, taking one row per call if
     /// `one_row` (else the whole tile), writing elements of `out_bytes`
     /// bytes.
-    pub(crate) fn new(run: PackedRun, offsets: (Offset, Offset), one_row: bool, out_bytes: usize) -> Self {
+    pub(crate) fn new(run: impl Into<PackedRun>, offsets: (Offset, Offset), one_row: bool, out_bytes: usize) -> Self {
+        let run = run.into();
         let rows_per_call = if one_row { 1 } else { usize::MAX };
         PackedFns { run, lhs_offset: offsets.0, rhs_offset: offsets.1, rows_per_call, out_bytes, lut: [0; 16] }
     }
@@ -403,11 +478,9 @@ pub(crate) unsafe trait PackedKernel {
                     let (a, b) = (lp.0.add(lo).cast::<c_void>(), rp.0.add(ro).cast::<c_void>());
                     let d = dp.0.add(r0 * n + cols.start).cast::<c_void>();
                     match f.run {
-                        PackedRun::Plain(run) => run(h, w, k, a, b, d, sr, sc, lo_v, hi_v),
-                        PackedRun::PlainF32(run) => run(h, w, k, a, b, d.cast(), sr, sc, lo_v, hi_v),
-                        PackedRun::PlainF32Lut(run) => run(h, w, k, a, b, d.cast(), sr, sc, lo_v, hi_v, f.lut.as_ptr()),
-                        PackedRun::Bl(run) => run(h, w, k, bl, a, b, d, sr, sc, lo_v, hi_v),
-                        PackedRun::BlF32(run) => run(h, w, k, bl, a, b, d.cast(), sr, sc, lo_v, hi_v),
+                        PackedRun::Kernel(run) => {
+                            run.call((h, w, k, bl), (a, 0), b, (d, (sr, sc)), (lo_v, hi_v), &f.lut)
+                        }
                         PackedRun::Table(u, ls, rs) => {
                             let args = uker::Uker::clamped_args(
                                 (h, w, k),
@@ -1261,9 +1334,14 @@ impl DirectRun {
                     let a = lp.0.add(r.start * lhs_sb);
                     let d = dp.0.add((r.start * n + cols.start) * es);
                     match self {
-                        DirectRun::Plain(run, _) => {
-                            run(h, w, k, a.cast(), lhs_sb, rp.0.add(ro).cast(), d.cast(), dst_sb, es, lo, hi)
-                        }
+                        DirectRun::Plain(run, _) => KernelRun::Direct(run).call(
+                            (h, w, k, 0),
+                            (a.cast(), lhs_sb),
+                            rp.0.add(ro).cast(),
+                            (d.cast(), (dst_sb, es)),
+                            (lo, hi),
+                            NO_LUT,
+                        ),
                         DirectRun::Table(u) => {
                             let (b, d) = ((rp.0.add(ro).cast_const(), rhs_stride), (d, dst_sb));
                             u.run(&uker::Uker::clamped_args((h, w, k), (a, lhs_sa), b, d, (&lo, &hi)))
@@ -2539,22 +2617,6 @@ pub(crate) enum SteadyLhs {
     Direct,
 }
 
-/// The kernel's run of a steady-state call, by signature.
-#[cfg(target_arch = "aarch64")]
-#[derive(Clone, Copy)]
-pub(crate) enum SteadyRun {
-    /// Packed LHS, no block length, untyped (f16 or bf16) output.
-    Plain(RunPlain<c_void>),
-    /// Packed LHS, no block length, f32 output.
-    PlainF32(RunPlain<f32>),
-    /// Packed LHS, the block length after `k`, untyped output.
-    Bl(RunBl<c_void>),
-    /// Packed LHS, the block length after `k`, f32 output.
-    BlF32(RunBl<f32>),
-    /// Direct LHS (with its row stride).
-    Direct(RunDirect),
-}
-
 /// How a steady-state call goes over the `m` rows: in kernel calls of all
 /// of them or of one row each, each call's first row `r` at the offset
 /// this gives in the packed LHS.
@@ -2581,7 +2643,7 @@ pub(crate) enum SteadyRows {
 pub(crate) struct Steady {
     gate: Gate,
     lhs: SteadyLhs,
-    run: SteadyRun,
+    run: KernelRun,
     rows: SteadyRows,
     elems: (usize, usize),
 }
@@ -2599,7 +2661,7 @@ impl Steady {
     /// `run` over `rows`, with activations of `elems.0` bytes (those the
     /// LHS packer reads) and outputs of `elems.1` bytes (those `run`
     /// writes).
-    pub(crate) fn new(gate: Gate, (lhs, run, rows): (SteadyLhs, SteadyRun, SteadyRows), elems: (usize, usize)) -> Self {
+    pub(crate) fn new(gate: Gate, (lhs, run, rows): (SteadyLhs, KernelRun, SteadyRows), elems: (usize, usize)) -> Self {
         Steady { gate, lhs, run, rows, elems }
     }
 }
@@ -2674,14 +2736,7 @@ pub(crate) unsafe fn run_steady(p: &Prepared, x: *const u8, lhs: *mut u8, rhs: &
             }
             _ => x.cast::<c_void>(),
         };
-        let d = y.cast::<c_void>();
-        match s.run {
-            SteadyRun::Plain(f) => f(m, n, k, a, rp, d, ys, ob, lo_v, hi_v),
-            SteadyRun::PlainF32(f) => f(m, n, k, a, rp, d.cast(), ys, ob, lo_v, hi_v),
-            SteadyRun::Bl(f) => f(m, n, k, bl, a, rp, d, ys, ob, lo_v, hi_v),
-            SteadyRun::BlF32(f) => f(m, n, k, bl, a, rp, d.cast(), ys, ob, lo_v, hi_v),
-            SteadyRun::Direct(f) => f(m, n, k, a, xs, rp, d, ys, ob, lo_v, hi_v),
-        }
+        s.run.call((m, n, k, bl), (a, xs), rp, (y.cast(), (ys, ob)), (lo_v, hi_v), NO_LUT);
     }
 }
 
@@ -2735,13 +2790,7 @@ unsafe fn run_steady_rows(p: &Prepared, x: *const u8, lhs: *mut u8, rhs: &Packed
                     lhs.add(lo).cast::<c_void>()
                 }
             };
-            match s.run {
-                SteadyRun::Plain(f) => f(h, n, k, a, rp, d, ys, ob, lo_v, hi_v),
-                SteadyRun::PlainF32(f) => f(h, n, k, a, rp, d.cast(), ys, ob, lo_v, hi_v),
-                SteadyRun::Bl(f) => f(h, n, k, bl, a, rp, d, ys, ob, lo_v, hi_v),
-                SteadyRun::BlF32(f) => f(h, n, k, bl, a, rp, d.cast(), ys, ob, lo_v, hi_v),
-                SteadyRun::Direct(f) => f(h, n, k, a, xs, rp, d, ys, ob, lo_v, hi_v),
-            }
+            s.run.call((h, n, k, bl), (a, xs), rp, (d, (ys, ob)), (lo_v, hi_v), NO_LUT);
         }
         r += h;
     }
@@ -2796,24 +2845,20 @@ impl ColumnRun {
         // SAFETY: the caller's contract; the offset queries are the
         // kernel's own (integers only), of a column start inside `rhs`.
         unsafe {
-            match self {
-                ColumnRun::Bl(run, off) => {
-                    let r = rhs.add(if c == 0 { 0 } else { off(c, k, bl) }).cast();
-                    run(m, n, k, bl, l, r, dst, dst_stride, 4, lo, hi)
-                }
-                ColumnRun::PlainF32(run, off) => {
-                    let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
-                    run(m, n, k, l, r, dst, dst_stride, 4, lo, hi)
-                }
-                ColumnRun::Plain(run, off) => {
-                    let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
-                    run(m, n, k, l, r, dst.cast(), dst_stride, 4, lo, hi)
-                }
-                ColumnRun::Direct(run, off) => {
-                    let r = rhs.add(if c == 0 { 0 } else { off(c, k) }).cast();
-                    run(m, n, k, l, lhs_stride, r, dst.cast(), dst_stride, 4, lo, hi)
-                }
-            }
+            let (run, ro) = match self {
+                ColumnRun::Bl(run, off) => (KernelRun::BlF32(run), if c == 0 { 0 } else { off(c, k, bl) }),
+                ColumnRun::PlainF32(run, off) => (KernelRun::PlainF32(run), if c == 0 { 0 } else { off(c, k) }),
+                ColumnRun::Plain(run, off) => (KernelRun::Plain(run), if c == 0 { 0 } else { off(c, k) }),
+                ColumnRun::Direct(run, off) => (KernelRun::Direct(run), if c == 0 { 0 } else { off(c, k) }),
+            };
+            run.call(
+                (m, n, k, bl),
+                (l, lhs_stride),
+                rhs.add(ro).cast(),
+                (dst.cast(), (dst_stride, 4)),
+                (lo, hi),
+                NO_LUT,
+            )
         }
     }
 }

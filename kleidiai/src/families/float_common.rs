@@ -792,12 +792,12 @@ mod glue {
             // direct LHS, GEMV kernels one row per call as in `run_direct`.
             let calls = match (self.imp, self.lhs.map(|l| l.packer)) {
                 (Imp::Packed { run, .. }, Some(LhsPacker::Fn(pack))) => {
-                    (engine::SteadyLhs::Packed(pack), engine::SteadyRun::Plain(run), engine::SteadyRows::Whole)
+                    (engine::SteadyLhs::Packed(pack), engine::KernelRun::Plain(run), engine::SteadyRows::Whole)
                 }
                 (Imp::Direct { run, .. }, None) => {
                     let gemv = self.info.tile == TileKind::Gemv;
                     let rows = if gemv { engine::SteadyRows::EachRow(None) } else { engine::SteadyRows::Whole };
-                    (engine::SteadyLhs::Direct, engine::SteadyRun::Direct(run), rows)
+                    (engine::SteadyLhs::Direct, engine::KernelRun::Direct(run), rows)
                 }
                 _ => return Ok(None),
             };
@@ -900,9 +900,10 @@ mod glue {
             check_k(k)?;
             let (t, g) = self.tiles()?;
             let (run, offsets) = match self.imp {
-                Imp::Packed { lhs_offset, rhs_offset, run, .. } => {
-                    (engine::PackedRun::Plain(run), (engine::Offset::K(lhs_offset), engine::Offset::K(rhs_offset)))
-                }
+                Imp::Packed { lhs_offset, rhs_offset, run, .. } => (
+                    engine::KernelRun::Plain(run).into(),
+                    (engine::Offset::K(lhs_offset), engine::Offset::K(rhs_offset)),
+                ),
                 Imp::PackedApi(api) => {
                     let u = Uker::new(api, &g);
                     let (ls, rs) = (u.lhs_stride(m, k), u.rhs_stride(n, k));

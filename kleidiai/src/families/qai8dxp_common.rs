@@ -848,8 +848,8 @@ mod imp {
                 return Err(crate::Error::PackerMismatch { kernel: L::PACKER, why: "unexpected packed size".into() });
             }
             let run = match self.fns.run {
-                Run::F32(f) => engine::SteadyRun::PlainF32(f),
-                Run::Half(f) => engine::SteadyRun::Plain(f),
+                Run::F32(f) => engine::KernelRun::PlainF32(f),
+                Run::Half(f) => engine::KernelRun::Plain(f),
                 Run::F32Lut(_) => return Ok(None),
             };
             // Single-row kernels (mr 1, checked) one row per call at the
@@ -886,9 +886,9 @@ mod imp {
                 });
             }
             let run = match self.fns.run {
-                Run::F32(f) => engine::PackedRun::PlainF32(f),
-                Run::Half(f) => engine::PackedRun::Plain(f),
-                Run::F32Lut(f) => engine::PackedRun::PlainF32Lut(f),
+                Run::F32(f) => engine::KernelRun::PlainF32(f),
+                Run::Half(f) => engine::KernelRun::Plain(f),
+                Run::F32Lut(f) => engine::KernelRun::PlainF32Lut(f),
             };
             let offsets = (engine::Offset::K(self.fns.lhs_offset), engine::Offset::K(self.fns.rhs_offset));
             let fns = engine::PackedFns::new(run, offsets, self.one_row, self.fns.run.dst_bytes()).with_lut(lut);
@@ -962,7 +962,7 @@ mod imp {
             } else {
                 engine::SteadyRows::Whole
             };
-            let calls = (engine::SteadyLhs::Packed(<f32 as LhsElem>::LHS), engine::SteadyRun::PlainF32(run), rows);
+            let calls = (engine::SteadyLhs::Packed(<f32 as LhsElem>::LHS), engine::KernelRun::PlainF32(run), rows);
             let steady = engine::Steady::new(g, calls, (4, 4));
             Ok(Some(crate::families::engine::Prepared { m, n, k, bl: 0, t, lhs_bytes, steady }))
         }

@@ -471,7 +471,7 @@ mod imp {
             } else {
                 engine::SteadyRows::Whole
             };
-            let calls = (engine::SteadyLhs::Packed(<f32 as LhsElem>::LHS), engine::SteadyRun::BlF32(run), rows);
+            let calls = (engine::SteadyLhs::Packed(<f32 as LhsElem>::LHS), engine::KernelRun::BlF32(run), rows);
             let steady = engine::Steady::new(g, calls, (4, 4));
             Ok(Some(engine::Prepared { m, n, k, bl, t, lhs_bytes, steady }))
         }
@@ -493,8 +493,8 @@ mod imp {
             let (t, g) = self.tiles()?;
             check_bl(k, bl, t.kr)?;
             let run = match self.fns.run {
-                Run::F32(f) => engine::PackedRun::BlF32(f),
-                Run::Half(f) => engine::PackedRun::Bl(f),
+                Run::F32(f) => engine::KernelRun::BlF32(f),
+                Run::Half(f) => engine::KernelRun::Bl(f),
             };
             let offsets = (engine::Offset::K(self.fns.lhs_offset), engine::Offset::KBl(self.fns.rhs_offset));
             // The f32 family's GEMV kernels (mr 1) assume one row per call.

@@ -554,8 +554,8 @@ mod imp {
             // k % bl == 0 and k % kr == 0: lhs_layout's check_k.
             let lhs_bytes = V::LHS.packer().size(&g, m, k, bl, (t.mr, t.kr, t.sr));
             let run = match self.0.fns.run {
-                RunFn::F32(f) => engine::SteadyRun::BlF32(f),
-                RunFn::Void(f) => engine::SteadyRun::Bl(f),
+                RunFn::F32(f) => engine::KernelRun::BlF32(f),
+                RunFn::Void(f) => engine::KernelRun::Bl(f),
             };
             // GEMV kernels (m_step 1) one row per call at the packer's
             // offset of that row, as in `run`; every call asks its offset.
@@ -608,8 +608,8 @@ mod imp {
             let layouts = (self.lhs_layout(m, k, bl)?, self.rhs_layout(n, k, bl)?);
             let (t, g) = self.tiles()?;
             let (run, out_bytes) = match self.0.fns.run {
-                RunFn::F32(f) => (engine::PackedRun::BlF32(f), 4),
-                RunFn::Void(f) => (engine::PackedRun::Bl(f), 2),
+                RunFn::F32(f) => (engine::KernelRun::BlF32(f), 4),
+                RunFn::Void(f) => (engine::KernelRun::Bl(f), 2),
             };
             let offsets = (engine::Offset::KBl(self.0.fns.lhs_offset), engine::Offset::KBl(self.0.fns.rhs_offset));
             let fns = engine::PackedFns::new(run, offsets, t.m_step == 1, out_bytes);

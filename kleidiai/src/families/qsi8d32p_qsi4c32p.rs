@@ -485,7 +485,7 @@ mod imp {
             } else {
                 engine::SteadyRows::Whole
             };
-            let calls = (engine::SteadyLhs::Packed(self.lhs.packer()), engine::SteadyRun::BlF32(self.fns.run), rows);
+            let calls = (engine::SteadyLhs::Packed(self.lhs.packer()), engine::KernelRun::BlF32(self.fns.run), rows);
             let steady = engine::Steady::new(g, calls, (4, 4));
             Ok(Some(Prepared { m, n, k, bl, t, lhs_bytes, steady }))
         }
@@ -507,7 +507,7 @@ mod imp {
             let (t, g) = self.tiles()?;
             self.check(k, bl, &t)?;
             let offsets = (engine::Offset::KBl(self.fns.lhs_offset), engine::Offset::KBl(self.fns.rhs_offset));
-            let fns = engine::PackedFns::new(engine::PackedRun::BlF32(self.fns.run), offsets, t.mr == 1, 4);
+            let fns = engine::PackedFns::new(engine::KernelRun::BlF32(self.fns.run), offsets, t.mr == 1, 4);
             Ok(engine::PackedPlan { layouts, tiles: (t, g), fns })
         }
     }
