@@ -230,10 +230,14 @@ pub(crate) type RunLut = unsafe extern "C" fn(
 /// A kernel's `run_matmul`, by signature: `(m, n, k, [bl,] lhs,
 /// [lhs_stride,] rhs_packed, dst, dst_stride_row, dst_stride_col,
 /// clamp_min, clamp_max [, lut])`. Every driver calls it through
-/// [`call`](Self::call).
+/// [`call`](Self::call). `L` is `()` where 2-bit kernels run (the packed
+/// driver) and [`NoLut`] elsewhere: there `PlainF32Lut` cannot be built,
+/// so the other drivers' dispatch has no case for it (the steady state's,
+/// its hot path, compiles to the five-way branch of its own kinds). It is
+/// the last variant, so the others keep their tags either way.
 #[cfg(target_arch = "aarch64")]
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum KernelRun {
+pub(crate) enum KernelRun<L = NoLut> {
     /// Packed LHS, no block length, untyped output (f16, bf16, or f32).
     Plain(RunPlain<c_void>),
     /// Packed LHS, no block length, f32 output.
@@ -246,8 +250,12 @@ pub(crate) enum KernelRun {
     Direct(RunDirect),
     /// Packed LHS, no block length, f32 output, the 2-bit weights' table
     /// last.
-    PlainF32Lut(RunLut),
+    PlainF32Lut(RunLut, L),
 }
+
+/// The `L` of a [`KernelRun`] that has no 2-bit kernel.
+#[cfg(target_arch = "aarch64")]
+pub(crate) type NoLut = core::convert::Infallible;
 
 /// The table argument of the drivers whose kernels take none (only
 /// [`KernelRun::PlainF32Lut`] reads it).
@@ -255,7 +263,7 @@ pub(crate) enum KernelRun {
 const NO_LUT: &[i32; 16] = &[0; 16];
 
 #[cfg(target_arch = "aarch64")]
-impl KernelRun {
+impl<L: Copy> KernelRun<L> {
     /// One call of the kernel: `m` rows of `lhs` times `n` columns of
     /// `rhs`, `k` deep (blocks of `bl` for the `Bl` kinds, which alone take
     /// it), into `dst`, rows `dst_strides.0` bytes apart and elements
@@ -297,7 +305,7 @@ impl KernelRun {
                 KernelRun::Bl(f) => f(m, n, k, bl, lhs, rhs, dst, sr, sc, lo, hi),
                 KernelRun::BlF32(f) => f(m, n, k, bl, lhs, rhs, dst.cast(), sr, sc, lo, hi),
                 KernelRun::Direct(f) => f(m, n, k, lhs, lhs_stride, rhs, dst, sr, sc, lo, hi),
-                KernelRun::PlainF32Lut(f) => f(m, n, k, lhs, rhs, dst.cast(), sr, sc, lo, hi, lut.as_ptr()),
+                KernelRun::PlainF32Lut(f, _) => f(m, n, k, lhs, rhs, dst.cast(), sr, sc, lo, hi, lut.as_ptr()),
             }
         }
     }
@@ -309,7 +317,7 @@ impl KernelRun {
 #[derive(Clone, Copy)]
 pub(crate) enum PackedRun {
     /// Named functions (any [`KernelRun`] but `Direct`).
-    Kernel(KernelRun),
+    Kernel(KernelRun<()>),
     /// A `kai_matmul_uker_api` table with the clamp flag, and the LHS and
     /// RHS strides of the call (its offsets: [`Offset::TableLhs`],
     /// [`Offset::TableRhs`]).
@@ -317,8 +325,8 @@ pub(crate) enum PackedRun {
 }
 
 #[cfg(target_arch = "aarch64")]
-impl From<KernelRun> for PackedRun {
-    fn from(run: KernelRun) -> Self {
+impl From<KernelRun<()>> for PackedRun {
+    fn from(run: KernelRun<()>) -> Self {
         PackedRun::Kernel(run)
     }
 }
@@ -1334,7 +1342,7 @@ impl DirectRun {
                     let a = lp.0.add(r.start * lhs_sb);
                     let d = dp.0.add((r.start * n + cols.start) * es);
                     match self {
-                        DirectRun::Plain(run, _) => KernelRun::Direct(run).call(
+                        DirectRun::Plain(run, _) => <KernelRun>::Direct(run).call(
                             (h, w, k, 0),
                             (a.cast(), lhs_sb),
                             rp.0.add(ro).cast(),
@@ -2845,7 +2853,7 @@ impl ColumnRun {
         // SAFETY: the caller's contract; the offset queries are the
         // kernel's own (integers only), of a column start inside `rhs`.
         unsafe {
-            let (run, ro) = match self {
+            let (run, ro): (KernelRun, usize) = match self {
                 ColumnRun::Bl(run, off) => (KernelRun::BlF32(run), if c == 0 { 0 } else { off(c, k, bl) }),
                 ColumnRun::PlainF32(run, off) => (KernelRun::PlainF32(run), if c == 0 { 0 } else { off(c, k) }),
                 ColumnRun::Plain(run, off) => (KernelRun::Plain(run), if c == 0 { 0 } else { off(c, k) }),

@@ -888,7 +888,7 @@ mod imp {
             let run = match self.fns.run {
                 Run::F32(f) => engine::KernelRun::PlainF32(f),
                 Run::Half(f) => engine::KernelRun::Plain(f),
-                Run::F32Lut(f) => engine::KernelRun::PlainF32Lut(f),
+                Run::F32Lut(f) => engine::KernelRun::PlainF32Lut(f, ()),
             };
             let offsets = (engine::Offset::K(self.fns.lhs_offset), engine::Offset::K(self.fns.rhs_offset));
             let fns = engine::PackedFns::new(run, offsets, self.one_row, self.fns.run.dst_bytes()).with_lut(lut);
