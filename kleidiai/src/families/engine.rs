@@ -1771,9 +1771,13 @@ impl IntRun {
             }
         };
         let plain = matches!(lhs, IntLhs::Plain(..));
-        if let IntRun::Requant(_, lhs_offset, _) = self
-            && (lhs_offset.is_none() != plain || !matches!(stage, IntStage::Requant(_)))
-        {
+        let mismatch = match self {
+            IntRun::Requant(_, lhs_offset, _) => {
+                lhs_offset.is_none() != plain || !matches!(stage, IntStage::Requant(_))
+            }
+            IntRun::Table(_) => false,
+        };
+        if mismatch {
             return Err(Error::WrongFamily { kernel: name, why: "LHS kind or output stage".into() });
         }
         error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
