@@ -113,16 +113,7 @@ macro_rules! x0_of {
 #[cfg(target_arch = "aarch64")]
 #[inline]
 pub(crate) fn rdsvl_bytes() -> usize {
-    if !os().sme {
-        return 0;
-    }
-    // SAFETY: the operating system reports SME (checked above), so RDSVL
-    // exists; it reads a system value into x0 and touches neither memory nor
-    // flags.
-    unsafe {
-        // rdsvl x0, #1
-        x0_of!(".inst 0x04bf5820")
-    }
+    vector_bytes(true)
 }
 
 /// The SVE vector length in bytes of the calling thread now (`RDVL`), 0
@@ -130,15 +121,28 @@ pub(crate) fn rdsvl_bytes() -> usize {
 #[cfg(target_arch = "aarch64")]
 #[inline]
 pub(crate) fn rdvl_bytes() -> usize {
-    if !os().sve {
+    vector_bytes(false)
+}
+
+/// [`rdsvl_bytes`] (`streaming`) or [`rdvl_bytes`].
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+fn vector_bytes(streaming: bool) -> usize {
+    let os = os();
+    if !(if streaming { os.sme } else { os.sve }) {
         return 0;
     }
-    // SAFETY: the operating system reports SVE (checked above), so RDVL
-    // exists; it reads a system value into x0 and touches neither memory nor
-    // flags.
+    // SAFETY: the operating system reports SME for RDSVL, SVE for RDVL
+    // (checked above), so the instruction exists; each reads a system value
+    // into x0 and touches neither memory nor flags.
     unsafe {
-        // rdvl x0, #1
-        x0_of!(".inst 0x04bf5020")
+        if streaming {
+            // rdsvl x0, #1
+            x0_of!(".inst 0x04bf5820")
+        } else {
+            // rdvl x0, #1
+            x0_of!(".inst 0x04bf5020")
+        }
     }
 }
 
@@ -385,19 +389,6 @@ pub(crate) fn f16_blocks_to_f32_kxn(src: &[u8], stride: usize, n: usize, k: usiz
         vtrn1q_f32, vtrn1q_f64, vtrn2q_f32, vtrn2q_f64,
     };
 
-    /// Four f16 values to f32 (`fcvtl`).
-    #[inline(always)]
-    fn widen(h: uint16x4_t) -> float32x4_t {
-        let f: float32x4_t;
-        // SAFETY: one register-to-register instruction of base AdvSIMD
-        // (every aarch64 CPU has it); no memory, no stack, no flags.
-        unsafe {
-            core::arch::asm!("fcvtl {f:v}.4s, {h:v}.4h", f = lateout(vreg) f, h = in(vreg) h,
-                options(pure, nomem, nostack, preserves_flags));
-        }
-        f
-    }
-
     let (n4, k4) = (n / 4 * 4, k / 4 * 4);
     if n4 == 0 || k4 == 0 {
         return (0, 0);
@@ -411,9 +402,18 @@ pub(crate) fn f16_blocks_to_f32_kxn(src: &[u8], stride: usize, n: usize, k: usiz
             // by (n - 1) * stride + 2 * k <= src.len(); each 16-byte store
             // covers kxn[(i + c) * n + j .. + 4], ending by (k - 1) * n + n
             // = k * n <= kxn.len() (both asserted above). u8 loads and
-            // vst1q_f32 need no alignment beyond the element's.
+            // vst1q_f32 need no alignment beyond the element's. `fcvtl`
+            // (four f16 values to f32) is one register-to-register
+            // instruction of base AdvSIMD (every aarch64 CPU has it); no
+            // memory, no stack, no flags.
             unsafe {
-                let row = |r: usize| widen(vreinterpret_u16_u8(vld1_u8(s.add((j + r) * stride + 2 * i))));
+                let row = |r: usize| {
+                    let h: uint16x4_t = vreinterpret_u16_u8(vld1_u8(s.add((j + r) * stride + 2 * i)));
+                    let f: float32x4_t;
+                    core::arch::asm!("fcvtl {f:v}.4s, {h:v}.4h", f = lateout(vreg) f, h = in(vreg) h,
+                        options(pure, nomem, nostack, preserves_flags));
+                    f
+                };
                 let (a, b, c, e) = (row(0), row(1), row(2), row(3));
                 let (ab0, ab1) = (vtrn1q_f32(a, b), vtrn2q_f32(a, b));
                 let (ce0, ce1) = (vtrn1q_f32(c, e), vtrn2q_f32(c, e));
