@@ -54,9 +54,8 @@
 //! Besides the engine: `ggml/threads.rs` (ggml's raw pointers, vouched for
 //! once at the raw entry points of [`ggml`]), `arch.rs` (the operating
 //! system's queries and the crate's own instructions, each checking what it
-//! needs), the public unchecked per-thread calls of [`weights::parts`]
-//! (their `# Safety` sections name the checks to pass first) and the
-//! steady-state call of a cached plan (`weights/steady.rs`). A test
+//! needs) and the public unchecked per-thread calls of [`weights::parts`]
+//! (their `# Safety` sections name the checks to pass first). A test
 //! (`tests/unsafe_rooms.rs`) fails when a block appears anywhere else.
 //!
 //! # Environment

@@ -186,6 +186,7 @@ macro_rules! packed_operand {
                 matches!(self.data, Storage::Shared { .. })
             }
 
+            #[inline]
             pub(crate) fn data(&self) -> &[u8] {
                 self.data.as_slice()
             }

@@ -2566,7 +2566,8 @@ where
 /// on one thread (the steady-state path of
 /// [`PackedWeights::matmul`](crate::weights::PackedWeights::matmul)): the
 /// shape, the kernel's blocking, the packed-LHS size and the calls to make.
-/// [`run_steady`] trusts it, so only a family's `prepare` makes one.
+/// [`SteadyCall::run`] trusts it: only a [`Fast`] impl's `prepare` makes
+/// one, and only [`SteadyCall::bind`] calls that.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Prepared {
     pub m: usize,
@@ -2578,7 +2579,7 @@ pub(crate) struct Prepared {
     /// Bytes of the packed LHS for `m x k` (0 when the kernel reads the
     /// LHS directly).
     pub lhs_bytes: usize,
-    /// The calls of the steady-state path ([`run_steady`]).
+    /// The calls of the steady-state path ([`SteadyCall::run`]).
     #[cfg(target_arch = "aarch64")]
     pub steady: Steady,
 }
@@ -2686,113 +2687,260 @@ impl LhsPacker {
     }
 }
 
-#[cfg(target_arch = "aarch64")]
-impl Prepared {
-    /// Bytes of an activation and of an output element of the call.
-    pub(crate) fn elems(&self) -> (usize, usize) {
-        self.steady.elems
+/// A kernel with a steady-state path: the checks of its checked run made
+/// once, by [`prepare`](Self::prepare), for `m` rows and one packed RHS.
+///
+/// # Safety
+/// A `Prepared` that [`prepare`](Self::prepare) returns for `(m, rhs)`
+/// describes calls (`steady`: the gate, packer, run and rows) that are
+/// sound for `m` rows of `m x k` activations of `steady`'s element sizes,
+/// an `m x n` output, the packed RHS `rhs` (or any bytes of its length:
+/// a packed RHS holds numbers, no offsets) and a packed LHS of `lhs_bytes`
+/// bytes, on a thread that runs [`info`](Self::info)'s kernel at the
+/// vector length of the call to `prepare`: every rule of its packer and
+/// kernel was checked for these shapes, layouts and sizes, as the checked
+/// run checks them. `info` is the kernel's own registry entry.
+pub(crate) unsafe trait Fast {
+    /// The kernel's registry entry (its features and vector length kind).
+    fn info(&self) -> &'static KernelInfo;
+    /// The checks of the checked run for `m` rows of a dense LHS and
+    /// `rhs`, on one thread; `None` when this kernel keeps the checked path.
+    fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<Prepared>>;
+}
+
+/// An element of activations and outputs a steady-state call reads and
+/// writes: its size, and a code telling f16 from bf16.
+pub(crate) trait Elem: Copy {
+    /// `size_of::<Self>()`.
+    const BYTES: usize;
+    /// Distinct for each element type.
+    const CODE: u8;
+}
+
+impl Elem for f32 {
+    const BYTES: usize = 4;
+    const CODE: u8 = 0;
+}
+
+impl Elem for half::f16 {
+    const BYTES: usize = 2;
+    const CODE: u8 = 1;
+}
+
+impl Elem for half::bf16 {
+    const BYTES: usize = 2;
+    const CODE: u8 = 2;
+}
+
+/// Values of one [`Elem`] type, as a steady-state call reads them: made
+/// only from a slice of that type (so `len` values of `code`'s type,
+/// aligned for it, at `ptr`, borrowed for `'a`).
+#[derive(Clone, Copy)]
+pub(crate) struct Values<'a> {
+    ptr: *const u8,
+    len: usize,
+    code: u8,
+    _v: core::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a> Values<'a> {
+    /// The values of `v`.
+    #[inline(always)]
+    pub(crate) fn of<T: Elem>(v: &'a [T]) -> Self {
+        Values { ptr: v.as_ptr().cast(), len: v.len(), code: T::CODE, _v: core::marker::PhantomData }
     }
 }
 
-/// What `pack_lhs_into` then `run` (or the direct run) of the family whose
-/// `prepare` made `p` do on one thread for the whole output, without their
-/// checks: the LHS packer's and the kernel's calls `p.steady` describes,
-/// in the order and with the arguments of the checked path (`m_idx_start`
-/// 0, the RHS from column 0, at offset 0).
-///
-/// # Safety
-/// `p` is what a family's `prepare` returned for `rhs` (which fills
-/// `steady` only once every rule of its packer and kernel held for these
-/// shapes, the layouts and the packed-LHS size); the CPU still runs the
-/// kernel at the vector length it ran at then; `x` holds `p.m x p.k`
-/// values of `p.elems().0` bytes, aligned for them (finite ones where the
-/// packer needs them), `lhs` `p.lhs_bytes` writable bytes (64-byte
-/// aligned), `y` `p.m x p.n` writable values of `p.elems().1` bytes,
-/// aligned for them; `clamp` is valid.
-#[cfg(target_arch = "aarch64")]
-#[inline(always)]
-pub(crate) unsafe fn run_steady(p: &Prepared, x: *const u8, lhs: *mut u8, rhs: &PackedRhs, y: *mut u8, clamp: Clamp) {
-    let s = &p.steady;
-    // One kernel call for all rows, from offset 0 (every GEMV of a
-    // per-row kernel too): inlined in the caller, the loop of
-    // `run_steady_rows` out of line.
-    let one_call = match s.rows {
-        SteadyRows::Whole => true,
-        SteadyRows::EachRow(_) => p.m == 1,
-        SteadyRows::Asked(..) => false,
-    };
-    if !one_call || matches!(s.lhs, SteadyLhs::PackedPerRow(_)) {
-        // SAFETY: forwarded to the caller.
-        unsafe { run_steady_rows(p, x, lhs, rhs, y, clamp) };
-        return;
+/// [`Values`] to write: made only from a mutable slice of one [`Elem`]
+/// type, borrowed for `'a`.
+pub(crate) struct ValuesMut<'a> {
+    ptr: *mut u8,
+    len: usize,
+    code: u8,
+    _v: core::marker::PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> ValuesMut<'a> {
+    /// The values of `v`.
+    #[inline(always)]
+    pub(crate) fn of<T: Elem>(v: &'a mut [T]) -> Self {
+        ValuesMut { ptr: v.as_mut_ptr().cast(), len: v.len(), code: T::CODE, _v: core::marker::PhantomData }
     }
-    let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
-    let (xb, ob) = s.elems;
-    // `prepare` checked that none of these byte counts overflows.
-    let (xs, ys) = (k * xb, n * ob);
-    let rp = rhs.data().as_ptr().cast::<c_void>();
-    let (lo_v, hi_v) = (clamp.min, clamp.max);
-    // SAFETY: the caller's contract: `prepare` checked the layouts, shapes,
-    // block rules and sizes for exactly these operands and this kernel,
-    // and the gate proves the CPU runs it and its packer; `x` holds the
-    // m x k values the packer (or a direct kernel) reads, rows `xs` bytes
-    // apart, `lhs` the packer's size for m rows, `y` m rows of `ys` bytes;
-    // one call covers every row (all of them, or the one row of a per-row
-    // kernel), from row 0 at offset 0 of the packed LHS and column 0 of
-    // the RHS, as `run_steady_rows` would call it.
-    unsafe {
-        let a = match s.lhs {
-            SteadyLhs::Packed(pack) => {
-                pack.run(m, k, bl, (t.mr, t.kr, t.sr), 0, x, xs, lhs);
-                lhs.cast::<c_void>()
+}
+
+/// A [`Prepared`] bound to what its calls need: the packed RHS's length,
+/// the element type, the vector length and its own packed-LHS buffer.
+/// [`run`](Self::run) compares each call's operands with them, then
+/// makes the calls without the checks `prepare` made.
+#[derive(Debug)]
+pub(crate) struct SteadyCall {
+    p: Prepared,
+    /// The [`Elem::CODE`] of the activations and outputs.
+    elem: u8,
+    /// The length of the packed RHS `prepare` checked.
+    rhs_len: usize,
+    /// `m x k` and `m x n` (no overflow: `prepare` checked).
+    x_len: usize,
+    y_len: usize,
+    vector: VectorKind,
+    /// `vector`'s bytes on the thread that bound it.
+    vector_bytes: usize,
+    /// The packed LHS, `p.lhs_bytes` bytes, zeroed once; the packer
+    /// rewrites the same bytes on every call, so padding it skips stays zero.
+    lhs: crate::buffer::AlignedBuf,
+}
+
+impl SteadyCall {
+    /// The steady state of `fast` for `m` rows of `T` and `rhs`: its
+    /// `prepare`, bound to `rhs`'s length and this thread's vector length,
+    /// with `lhs` (any buffer: reused, resized and zeroed) as its packed
+    /// LHS. `None` when the kernel keeps the checked path (or its `prepare`
+    /// fails: the checked path reports why), or its calls are not for
+    /// elements of `T`. The caller has checked that the CPU runs `fast`'s
+    /// kernel (`VectorKind::live_bytes`' condition).
+    pub(crate) fn bind<T: Elem>(
+        fast: &dyn Fast,
+        m: usize,
+        rhs: &PackedRhs,
+        mut lhs: crate::buffer::AlignedBuf,
+    ) -> Option<SteadyCall> {
+        let p = fast.prepare(m, rhs).ok()??;
+        #[cfg(target_arch = "aarch64")]
+        if p.steady.elems != (T::BYTES, T::BYTES) {
+            return None;
+        }
+        let vector = VectorKind::of(fast.info());
+        lhs.reset_zeroed(p.lhs_bytes);
+        let (x_len, y_len) = (p.m * p.k, p.m * p.n);
+        let rhs_len = rhs.data().len();
+        Some(SteadyCall { p, elem: T::CODE, rhs_len, x_len, y_len, vector, vector_bytes: vector.live_bytes(), lhs })
+    }
+
+    /// The packed-LHS buffer, for the next binding to reuse.
+    pub(crate) fn into_lhs(self) -> crate::buffer::AlignedBuf {
+        self.lhs
+    }
+
+    /// Rows, columns and depth of the call it was prepared for.
+    pub(crate) fn dims(&self) -> (usize, usize, usize) {
+        (self.p.m, self.p.n, self.p.k)
+    }
+
+    /// The packer's and the kernel's calls `prepare` described, on `x` (at
+    /// least `m x k` values) into `y` (at least `m x n`), with `rhs` and
+    /// `clamp`, in the order and with the arguments of the checked path
+    /// (`m_idx_start` 0, the RHS from column 0, at offset 0). False, with
+    /// nothing done, when an operand is not the one bound (`rhs`'s length,
+    /// the element type), `x` or `y` is too short, the clamp is not a valid
+    /// range or this thread's vector length is not the bound one.
+    #[inline(always)]
+    pub(crate) fn run(&mut self, x: Values<'_>, y: ValuesMut<'_>, rhs: &PackedRhs, clamp: Clamp) -> bool {
+        let rhs = rhs.data();
+        if x.code != self.elem
+            || y.code != self.elem
+            || x.len < self.x_len
+            || y.len < self.y_len
+            || rhs.len() != self.rhs_len
+            || !clamp.is_valid()
+            || self.vector.live_bytes() != self.vector_bytes
+        {
+            return false;
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            let (p, s) = (&self.p, &self.p.steady);
+            let (x, y, lhs) = (x.ptr, y.ptr, self.lhs.as_mut_ptr());
+            // One kernel call for all rows, from offset 0 (every GEMV of a
+            // per-row kernel too): inlined in the caller, the loop of
+            // `run_steady_rows` out of line.
+            let one_call = match s.rows {
+                SteadyRows::Whole => true,
+                SteadyRows::EachRow(_) => p.m == 1,
+                SteadyRows::Asked(..) => false,
+            };
+            let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
+            let (xb, ob) = s.elems;
+            // `prepare` checked that none of these byte counts overflows.
+            let (xs, ys) = (k * xb, n * ob);
+            let rp = rhs.as_ptr().cast::<c_void>();
+            // SAFETY: `p` is what an `unsafe impl Fast`'s `prepare` returned
+            // for `m` and an RHS of `rhs`'s length (compared above), so (the
+            // trait's contract) its calls are sound on this thread's vector
+            // length (compared above with the one `prepare` ran at) for `m x
+            // k` activations and an `m x n` output of `s.elems` bytes each
+            // (`bind` compared them with its `T`'s, the values' type with
+            // `T` above; `x` and `y` hold that many, compared above, and are
+            // slices of that type, so aligned for it), the packed LHS of `p.lhs_bytes` bytes
+            // (`self.lhs`, sized by `bind`, 64-byte aligned) and a valid
+            // clamp (compared above). One call covers every row (all of
+            // them, or the one row of a per-row kernel), from row 0 at offset
+            // 0 of the packed LHS and column 0 of the RHS, as
+            // `run_steady_rows` would call it; `run_steady_rows`' contract
+            // is this one.
+            unsafe {
+                if !one_call || matches!(s.lhs, SteadyLhs::PackedPerRow(_)) {
+                    run_steady_rows(p, x, lhs, rhs, y, clamp);
+                } else {
+                    let a = match s.lhs {
+                        SteadyLhs::Packed(pack) => {
+                            pack.run(m, k, bl, (t.mr, t.kr, t.sr), 0, x, xs, lhs);
+                            lhs.cast::<c_void>()
+                        }
+                        _ => x.cast::<c_void>(),
+                    };
+                    s.run.call((m, n, k, bl), (a, xs), rp, (y.cast(), (ys, ob)), (clamp.min, clamp.max), NO_LUT);
+                }
             }
-            _ => x.cast::<c_void>(),
-        };
-        s.run.call((m, n, k, bl), (a, xs), rp, (y.cast(), (ys, ob)), (lo_v, hi_v), NO_LUT);
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        let _ = (x, y);
+        true
     }
 }
 
-/// [`run_steady`] in general: the rows in calls of one row (or all), each
-/// call's first row at its offset, per-row packing before each call.
+/// [`SteadyCall::run`] in general: the rows in calls of one row (or all),
+/// each call's first row at its offset, per-row packing before each call.
 ///
 /// # Safety
-/// As [`run_steady`].
+/// `p` is what an `unsafe impl Fast`'s `prepare` returned for `rhs` (its
+/// contract then holds), on a thread at the vector length it saw; `x` holds
+/// `p.m x p.k` values of `p.steady.elems.0` bytes, aligned for them,
+/// `lhs` `p.lhs_bytes` writable bytes (64-byte aligned), `y` `p.m x p.n`
+/// writable values of `p.steady.elems.1` bytes, aligned for them; `clamp`
+/// is valid.
 #[cfg(target_arch = "aarch64")]
 #[inline(never)]
-unsafe fn run_steady_rows(p: &Prepared, x: *const u8, lhs: *mut u8, rhs: &PackedRhs, y: *mut u8, clamp: Clamp) {
+unsafe fn run_steady_rows(p: &Prepared, x: *const u8, lhs: *mut u8, rhs: &[u8], y: *mut u8, clamp: Clamp) {
     let s = &p.steady;
     let (m, n, k, bl, t) = (p.m, p.n, p.k, p.bl, p.t);
     let ((xb, ob), blocking) = (s.elems, (t.mr, t.kr, t.sr));
     // `prepare` checked that none of these byte counts overflows.
     let (xs, ys) = (k * xb, n * ob);
-    let rp = rhs.data().as_ptr().cast::<c_void>();
-    if let SteadyLhs::Packed(pack) = s.lhs {
-        // SAFETY: the caller's contract: `x` holds the m x k values the
-        // packer reads, rows `xs` bytes apart, and `lhs` the packer's size
-        // for m rows (`prepare` compared it); `prepare` checked the
-        // packer's rules on this blocking and block length (packers
-        // without one ignore it) and the gate proves the CPU runs it.
-        unsafe { pack.run(m, k, bl, blocking, 0, x, xs, lhs) };
-    }
+    let rp = rhs.as_ptr().cast::<c_void>();
     let step = if matches!(s.rows, SteadyRows::Whole | SteadyRows::Asked(_, false)) { m } else { 1 };
-    let mut r = 0;
-    while r < m {
-        let h = step.min(m - r);
-        let lo = match s.rows {
-            SteadyRows::EachRow(Some(o)) if r > 0 => o.at(&s.gate, r, k, bl),
-            SteadyRows::Asked(o, _) => o.at(&s.gate, r, k, bl),
-            _ => 0,
-        };
-        let (lo_v, hi_v) = (clamp.min, clamp.max);
-        // SAFETY: the caller's contract: `prepare` checked the layouts,
-        // shapes, block rules and sizes for exactly these operands and this
-        // kernel, and the gate proves the CPU runs it and its packer. Rows
-        // r..r + h lie inside the m rows of `x` and `y`, and the offset of
-        // row r is the packer's own (row 0 at 0; a per-row packer's rows
-        // `Offset::Rows` apart, the layout `prepare` checked), inside the
-        // packed LHS; the RHS from column 0 is at offset 0; single-row
-        // kernels get one row per call, as `prepare` recorded.
-        unsafe {
+    // SAFETY: the caller's contract: `prepare` checked the layouts, shapes,
+    // block rules and sizes for exactly these operands and this kernel, and
+    // the gate proves the CPU runs it and its packer. A whole-LHS packer
+    // reads the m x k values at `x`, rows `xs` bytes apart, into `lhs`, the
+    // packer's size for m rows (`prepare` compared it), on its checked
+    // blocking and block length (packers without one ignore it). Then each
+    // call's rows r..r + h lie inside the m rows of `x` and `y`, and the
+    // offset of row r is the packer's own (row 0 at 0; a per-row packer's
+    // rows `Offset::Rows` apart, the layout `prepare` checked), inside the
+    // packed LHS; the RHS from column 0 is at offset 0; single-row kernels
+    // get one row per call, as `prepare` recorded.
+    unsafe {
+        if let SteadyLhs::Packed(pack) = s.lhs {
+            pack.run(m, k, bl, blocking, 0, x, xs, lhs);
+        }
+        let mut r = 0;
+        while r < m {
+            let h = step.min(m - r);
+            let lo = match s.rows {
+                SteadyRows::EachRow(Some(o)) if r > 0 => o.at(&s.gate, r, k, bl),
+                SteadyRows::Asked(o, _) => o.at(&s.gate, r, k, bl),
+                _ => 0,
+            };
             let d = y.add(r * ys).cast::<c_void>();
             let a = match s.lhs {
                 SteadyLhs::Direct => x.add(r * xs).cast::<c_void>(),
@@ -2802,9 +2950,9 @@ unsafe fn run_steady_rows(p: &Prepared, x: *const u8, lhs: *mut u8, rhs: &Packed
                     lhs.add(lo).cast::<c_void>()
                 }
             };
-            s.run.call((h, n, k, bl), (a, xs), rp, (d, (ys, ob)), (lo_v, hi_v), NO_LUT);
+            s.run.call((h, n, k, bl), (a, xs), rp, (d, (ys, ob)), (clamp.min, clamp.max), NO_LUT);
+            r += h;
         }
-        r += h;
     }
 }
 
@@ -2911,7 +3059,7 @@ impl VectorKind {
     /// The bytes of this kind of vector on this thread now (0 for
     /// [`Fixed`](Self::Fixed)). The caller has checked that the CPU runs a
     /// kernel of this kind (so the instruction reading it exists).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn live_bytes(self) -> usize {
         match self {
             VectorKind::Fixed => 0,

@@ -5,7 +5,7 @@
 pub(crate) use super::work::Work;
 use super::{Activation, WeightsRef};
 use crate::error::{Error, Result};
-use crate::families::engine::Prepared;
+use crate::families::engine::{Fast, Prepared};
 use crate::packed::{Clamp, PackedLayout, PackedRhs};
 use crate::par::Parallelism;
 use crate::registry::KernelInfo;
@@ -62,17 +62,6 @@ pub(crate) trait Backend: Send + Sync + core::fmt::Debug {
     fn fast(&self) -> Option<&dyn Fast> {
         None
     }
-}
-
-/// [`Backend::run`] split in two: every check once ([`prepare`](Self::prepare)),
-/// then only the packer and kernel calls the [`Prepared`] it returns
-/// describes (`engine::run_steady`) for as long as the inputs keep the same
-/// shape. `PackedWeights::matmul` keeps the [`Prepared`] in the caller's
-/// `Scratch`.
-pub(crate) trait Fast {
-    /// The checks of [`Backend::run`] for `m` rows of a dense LHS and
-    /// `rhs`, on one thread; `None` when this kernel keeps the checked path.
-    fn prepare(&self, m: usize, rhs: &PackedRhs) -> Result<Option<Prepared>>;
 }
 
 pub(crate) fn wrong_kind(info: &KernelInfo, what: &str) -> Error {
@@ -165,7 +154,15 @@ mod families {
             fast!(@impl $module, |k, m, rhs| k.float_kernel().prepare::<$t>(m, rhs));
         };
         (@impl $module:ident, |$pk:ident, $m:ident, $r:ident| $prep:expr) => {
-            impl Fast for fam::$module::Kernel {
+            // SAFETY: `prepare` is the family's own, which returns a
+            // `Prepared` only once every check of its checked run passed for
+            // `m` rows and `rhs` on this thread (the family's steady-state
+            // tests compare the two paths' outputs); `info` is the kernel's
+            // registry entry (Backend's).
+            unsafe impl Fast for fam::$module::Kernel {
+                fn info(&self) -> &'static KernelInfo {
+                    Backend::info(self)
+                }
                 fn prepare(&self, $m: usize, $r: &PackedRhs) -> Result<Option<Prepared>> {
                     let $pk = self;
                     $prep

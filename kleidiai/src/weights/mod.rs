@@ -65,10 +65,9 @@ mod run;
 mod steady;
 mod work;
 
-use crate::buffer::AlignedBuf;
 use crate::cpu::Features;
 use crate::error::{Error, FileError, Result};
-use crate::families::engine::Prepared;
+use crate::families::engine::SteadyCall;
 use crate::formats::ggml_blocks::{BlockQ8_0, QK8_0};
 use crate::formats::{
     BlockInt4, BlockScales, FloatElement, FloatWeights, Int4AsymBlock, Int4Blocks, Int4Encoding, Int4PerChannel,
@@ -195,19 +194,13 @@ struct Plan {
 struct Ready {
     slot: usize,
     gemv: bool,
-    /// The kernel's vector length on the planning thread: reused only
-    /// while the calling thread's is the same.
-    vector_bytes: usize,
-    /// Which vector length that is (read again on every call).
-    vector_kind: crate::families::engine::VectorKind,
     sme: bool,
     /// The kernel's packer needs finite activations
     /// ([`Backend::needs_finite_lhs`]).
     needs_finite: bool,
-    prepared: Prepared,
-    /// The packed LHS, zeroed once; the packer rewrites the same bytes on
-    /// every call with this plan, so padding it skips stays zero.
-    lhs: AlignedBuf,
+    /// The kernel's calls, bound to the slot's packed RHS, the activation
+    /// type, this vector length and a packed-LHS buffer of their own.
+    call: SteadyCall,
 }
 
 /// Source of [`PackedWeights`] ids.

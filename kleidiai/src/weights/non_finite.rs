@@ -205,9 +205,9 @@ pub(crate) fn bad_rows(m: usize, k: usize, x: &Activation<'_>) -> Option<Vec<usi
 #[inline(always)]
 pub(crate) fn all_finite(m: usize, k: usize, x: &Activation<'_>) -> bool {
     match x {
-        Activation::F32(x) => f32::all_finite(&x[..m * k]),
-        Activation::F16(x) => f16::all_finite(&x[..m * k]),
-        Activation::Bf16(x) => bf16::all_finite(&x[..m * k]),
+        Activation::F32(x) => x.get(..m * k).is_some_and(f32::all_finite),
+        Activation::F16(x) => x.get(..m * k).is_some_and(f16::all_finite),
+        Activation::Bf16(x) => x.get(..m * k).is_some_and(bf16::all_finite),
     }
 }
 

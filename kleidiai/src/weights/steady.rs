@@ -4,24 +4,26 @@
 //! call of a ready plan after the few checks each call still needs.
 
 use super::*;
+use crate::families::engine::{Values, ValuesMut};
 
 impl PackedWeights {
     /// The plan for `(m, f)`: the kernel [`pick`](Self::pick) chooses and,
     /// when its family has a steady-state path, everything it checks once.
     /// Reuses `old`'s packed-LHS allocation.
     pub(super) fn plan(&self, m: usize, f: &Features, old: Option<Plan>) -> Plan {
-        let mut lhs = old.and_then(|p| p.ready).map(|r| r.lhs).unwrap_or_default();
+        let lhs = old.and_then(|p| p.ready).map(|r| r.call.into_lhs()).unwrap_or_default();
         let ready = (|| {
             let (slot, gemv) = self.pick_index(m, f)?;
             let b = self.backend(slot, gemv)?;
-            let prepared = b.fast()?.prepare(m, &self.slots[slot].rhs).ok()??;
-            let info = b.info();
             // pick_index checked that the CPU runs the kernel.
-            let vector_kind = crate::families::engine::VectorKind::of(info);
-            let vector_bytes = vector_kind.live_bytes();
-            lhs.reset_zeroed(prepared.lhs_bytes);
-            let needs_finite = b.needs_finite_lhs();
-            Some(Ready { slot, gemv, vector_bytes, vector_kind, sme: info.is_sme(), needs_finite, prepared, lhs })
+            let (fast, rhs) = (b.fast()?, &self.slots[slot].rhs);
+            let call = match self.activation {
+                DType::F32 => SteadyCall::bind::<f32>(fast, m, rhs, lhs),
+                DType::F16 => SteadyCall::bind::<f16>(fast, m, rhs, lhs),
+                DType::Bf16 => SteadyCall::bind::<bf16>(fast, m, rhs, lhs),
+            }?;
+            let (sme, needs_finite) = (b.info().is_sme(), b.needs_finite_lhs());
+            Some(Ready { slot, gemv, sme, needs_finite, call })
         })();
         let mask = crate::cpu::disabled_mask();
         let disabled = if crate::cpu::features_with_disabled(mask) == *f { mask } else { u32::MAX };
@@ -60,19 +62,18 @@ impl PackedWeights {
             return None;
         }
         // The plan is for these weights, `m` and `f` (made or compared
-        // above); matmul checked the activation type. An invalid clamp goes
-        // to the checked path, which names it.
+        // above). An invalid clamp goes to the checked path, which names it.
         let mut y = y;
         self.run_ready(r, &x, &mut y, clamp, par, false).then_some(Ok(()))
     }
 
     /// The kernel call of a ready plan, unless an operand rules it out
-    /// (lengths, clamp, more than one worker, another vector length, or
-    /// with `scan` a non-finite activation): false then, nothing done.
+    /// (more than one worker, with `scan` a non-finite activation, or what
+    /// [`SteadyCall::run`] compares: lengths, element type, clamp, vector
+    /// length): false then, nothing done.
     ///
     /// The caller has checked that `r` is the plan these weights made for
-    /// this `m` and the current features, and that `x` and `y` have the
-    /// weights' activation type.
+    /// this `m` and the current features.
     #[inline(always)]
     fn run_ready(
         &self,
@@ -83,14 +84,11 @@ impl PackedWeights {
         par: Parallelism,
         scan: bool,
     ) -> bool {
-        let p = &r.prepared;
-        // `prepare` checked that p.m * p.n * p.k does not overflow.
-        if x.len() < p.m * p.k
-            || y.len() < p.m * p.n
-            || !clamp.is_valid()
-            || (par != Parallelism::Sequential && crate::par::workers(par, p.m * p.n * p.k, r.sme) != 1)
-            || r.vector_kind.live_bytes() != r.vector_bytes
-            || (scan && !non_finite::all_finite(p.m, p.k, x))
+        let (m, n, k) = r.call.dims();
+        // `prepare` checked that m * n * k does not overflow; a short `x`
+        // is not all finite.
+        if (par != Parallelism::Sequential && crate::par::workers(par, m * n * k, r.sme) != 1)
+            || (scan && !non_finite::all_finite(m, k, x))
         {
             return false;
         }
@@ -98,8 +96,17 @@ impl PackedWeights {
         if r.gemv && slot.gemv.is_none() {
             return false;
         }
-        run_steady(p, x, y, r.lhs.as_mut_ptr(), &slot.rhs, clamp);
-        true
+        let xv = match x {
+            Activation::F32(v) => Values::of(v),
+            Activation::F16(v) => Values::of(v),
+            Activation::Bf16(v) => Values::of(v),
+        };
+        let yv = match y {
+            ActivationMut::F32(v) => ValuesMut::of(v),
+            ActivationMut::F16(v) => ValuesMut::of(v),
+            ActivationMut::Bf16(v) => ValuesMut::of(v),
+        };
+        r.call.run(xv, yv, &slot.rhs, clamp)
     }
 
     /// The steady state of [`matmul`](Self::matmul), in the caller's frame:
@@ -130,12 +137,11 @@ impl PackedWeights {
             _ => return false,
         };
         // The plan is for these weights, this `m` and (through the mask
-        // that gave them) the current features.
+        // that gave them) the current features; its call compares the
+        // activation type with the weights' (the one it was bound to).
         if plan.weights != self.id
             || plan.m != m
             || plan.disabled != crate::cpu::disabled_mask()
-            || x.dtype() != self.activation
-            || y.dtype() != self.activation
             || !self.run_ready(r, x, y, clamp, par, scan)
         {
             return false;
@@ -145,49 +151,4 @@ impl PackedWeights {
         }
         true
     }
-}
-
-/// The steady-state call of a ready plan: `engine::run_steady` on the
-/// activations' values. The caller ([`PackedWeights::run_ready`]) vouches
-/// for everything its contract asks (see the SAFETY comment).
-#[cfg(target_arch = "aarch64")]
-#[inline(always)]
-fn run_steady(
-    p: &Prepared,
-    x: &Activation<'_>,
-    y: &mut ActivationMut<'_>,
-    lhs: *mut u8,
-    rhs: &PackedRhs,
-    clamp: Clamp,
-) {
-    let (xp, xb) = match x {
-        Activation::F32(v) => (v.as_ptr().cast::<u8>(), 4),
-        Activation::F16(v) => (v.as_ptr().cast::<u8>(), 2),
-        Activation::Bf16(v) => (v.as_ptr().cast::<u8>(), 2),
-    };
-    let (yp, yb) = match y {
-        ActivationMut::F32(v) => (v.as_mut_ptr().cast::<u8>(), 4),
-        ActivationMut::F16(v) => (v.as_mut_ptr().cast::<u8>(), 2),
-        ActivationMut::Bf16(v) => (v.as_mut_ptr().cast::<u8>(), 2),
-    };
-    debug_assert_eq!(p.elems(), (xb, yb), "a plan for other activation types");
-    // SAFETY: `p` is what the slot backend's `fast()` `prepare` returned
-    // for this slot's packed RHS (the caller's check: the plan is keyed by
-    // these weights' unique id, m and the features it was chosen with, and
-    // weights never change), so it describes that kernel's calls; the
-    // features are unchanged, so the CPU runs the kernel, at the vector
-    // length it saw (the caller compared it); x and y have the weights'
-    // activation type (the caller's check), the one that backend's
-    // `prepare` is for (so of `p.elems()`), and hold m x k and m x n values
-    // (the caller compared their lengths); `lhs` has the `p.lhs_bytes` the
-    // plan asked for, 64-byte aligned; the clamp is a valid range (the
-    // caller's check); activations a packer needs finite were scanned (the
-    // caller's check).
-    unsafe { crate::families::engine::run_steady(p, xp, lhs, rhs, yp, clamp) };
-}
-
-/// No kernels off aarch64, so no plan is ever ready.
-#[cfg(not(target_arch = "aarch64"))]
-fn run_steady(_: &Prepared, _: &Activation<'_>, _: &mut ActivationMut<'_>, _: *mut u8, _: &PackedRhs, _: Clamp) {
-    unreachable!("no steady-state plans off aarch64")
 }
