@@ -957,29 +957,7 @@ pub(crate) fn pack_rhs_per_channel(
     let bytes = query!(g, size, n, k, nr, kr, sr);
     let total = bytes.checked_add(tail).ok_or_else(|| Error::Overflow("packed rhs".into()))?;
     let mut buf = crate::buffer::AlignedBuf::zeroed(total);
-    let dst = buf.as_mut_ptr().cast::<c_void>();
-    let bias = |b: Option<&[f32]>| b.map_or(core::ptr::null(), <[f32]>::as_ptr);
-    // SAFETY: the weights passed `validate` (data, scales and bias hold what
-    // n, k and their order need) and are in the order the packer reads
-    // (checked), 2-bit rows have k % 32 == 0 (checked); `buf` holds the
-    // packer's own size for (n, k, nr, kr, sr) (the query above, through
-    // the gate of a kernel that reads its output: the CPU runs it); one
-    // group, no extra bytes, the params and table by reference; the caller
-    // checked the packer's rules on the blocking.
-    unsafe {
-        match w {
-            ChannelWeights::Int4(w, run, p) => {
-                run(1, n, k, nr, kr, sr, w.data.as_ptr(), bias(w.bias), w.scales.as_ptr(), dst, 0, &p)
-            }
-            ChannelWeights::Int8(w, run, p) => {
-                run(1, n, k, nr, kr, sr, w.data.as_ptr(), bias(w.bias), w.scales.as_ptr(), dst, 0, &p)
-            }
-            ChannelWeights::UInt2(w, run, p, lut) => {
-                let (d, s) = (w.data.as_ptr(), w.scales.as_ptr());
-                run(1, n, k, nr, kr, sr, d, bias(w.bias), s, dst, 0, &p, lut.as_ptr())
-            }
-        }
-    }
+    RhsCall::Channel { w, blocking: (nr, kr, sr), dst: buf.as_mut_slice() }.invoke();
     Ok(buf)
 }
 
@@ -1065,16 +1043,8 @@ impl FloatRhsPacker {
             FloatRhsSize::NkNrKr(f) => query!(g, f, n, k, nr, kr),
         };
         error::at_least_bytes(dst.len(), size, "packed rhs")?;
-        let b = bias.map_or(core::ptr::null(), |b| b.as_ptr().cast::<c_void>());
-        let (d, o) = (data.as_ptr().cast::<c_void>(), dst.as_mut_ptr().cast::<c_void>());
-        let null = core::ptr::null();
-        // SAFETY: `data` holds the n x k values of the packer's size in its
-        // order, rows `stride` bytes apart, the bias is n values of the
-        // packer's bias size or null where it allows that, `dst` holds its
-        // size for (n, k) (all checked above); the gate proves the CPU runs
-        // the packer; one group, no scale, no extra bytes, no params; the
-        // caller checked its rules on the blocking.
-        unsafe { (self.run)(1, n, k, nr, kr, sr, stride, d, b, null, o, 0, null) };
+        let (data, bias) = ((Lent::of(data), stride), Lent::or_null(bias));
+        RhsCall::Float { run: self.run, dims: (n, k), blocking: (nr, kr, sr), data, bias, dst }.invoke();
         Ok(())
     }
 }
@@ -1190,14 +1160,14 @@ impl BlockRhsPacker {
         let (scale, zero, ss) = match (self, w.scales) {
             (BlockRhsPacker::Nxk(..) | BlockRhsPacker::Kxn(..), BlockScales::Bf16 { scales, stride }) => {
                 error::at_least_bytes(scales.len() * 2, span(n, blocks * 2, stride)?, "int4 weight scales")?;
-                (scales.as_ptr().cast::<c_void>(), core::ptr::null(), stride)
+                (Lent::of(scales), Lent::NULL, stride)
             }
             (BlockRhsPacker::Qai4(..), BlockScales::F32 { scales, zeros }) => {
                 error::at_least(scales.len(), per_row, "int4 weight scales")?;
                 error::at_least(zeros.len(), per_row, "int4 weight offsets")?;
-                (scales.as_ptr().cast::<c_void>(), zeros.as_ptr().cast::<c_void>(), 0)
+                (Lent::of(scales), Lent::of(zeros), 0)
             }
-            (BlockRhsPacker::S16s0(..), BlockScales::None) => (core::ptr::null(), core::ptr::null(), 0),
+            (BlockRhsPacker::S16s0(..), BlockScales::None) => (Lent::NULL, Lent::NULL, 0),
             _ => return Err(Error::bad_value("int4 weight scales", "these", "not the packer's")),
         };
         match w.bias {
@@ -1213,37 +1183,10 @@ impl BlockRhsPacker {
             BlockRhsPacker::S16s0(size, _) | BlockRhsPacker::Qai4(size, _) => query!(g, size, n, k, nr, kr, bl),
         };
         let mut buf = crate::buffer::AlignedBuf::zeroed(size);
-        let out = buf.as_mut_ptr().cast::<c_void>();
-        let (v, bias) = (w.values.as_ptr(), w.bias.map_or(core::ptr::null(), <[f32]>::as_ptr));
-        let (rs, sp) = (w.rhs_stride, scale);
-        // SAFETY: the values, scales and bias hold what (n, k, bl) and the
-        // strides need in the packer's layout (checked above), `buf` the
-        // packer's own size (the query above, through the gate of a kernel
-        // that reads its output: the CPU runs it); bf16 scales, zero points
-        // 1 and 8, one group, no extra bytes, the params by reference; the
-        // caller checked the packer's rules on the blocking.
-        unsafe {
-            match self {
-                BlockRhsPacker::Nxk(_, run) => {
-                    use kleidiai_sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params as P;
-                    let p = P { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
-                    run(1, n, k, nr, kr, sr, bl, v, rs, bias, sp, ss, out, 0, &p)
-                }
-                BlockRhsPacker::Kxn(_, run) => {
-                    use kleidiai_sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params as P;
-                    let p = P { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
-                    run(1, n, k, nr, kr, sr, bl, v, rs, bias, sp, ss, out, 0, &p)
-                }
-                BlockRhsPacker::S16s0(_, run) => {
-                    let p = kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
-                    run(1, n, k, nr, kr, sr, bl, v, core::ptr::null(), out, 0, &p)
-                }
-                BlockRhsPacker::Qai4(_, run) => {
-                    let p = kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
-                    run(1, n, k, nr, kr, sr, bl, v, zero, bias.cast(), sp, out, 0, &p)
-                }
-            }
-        }
+        let (values, bias) = ((w.values, w.rhs_stride), Lent::or_null(w.bias));
+        let (dims, scales) = ((n, k, bl), (scale, zero, ss));
+        RhsCall::Block { packer: self, dims, blocking: (nr, kr, sr), values, scales, bias, dst: buf.as_mut_slice() }
+            .invoke();
         Ok(buf)
     }
 }
@@ -1931,14 +1874,8 @@ pub(crate) fn pack_rhs_int8_kxn(
     error::at_least(bias.len(), n, "bias")?;
     error::at_least(scales.len(), n, "scales")?;
     let mut buf = crate::buffer::AlignedBuf::zeroed(query!(g, size, n, k));
-    let (w, b, s) = (kxn.as_ptr().cast(), bias.as_ptr().cast(), scales.as_ptr().cast());
-    // SAFETY: `kxn` holds k x n int8 with rows n bytes apart, `bias` and
-    // `scales` n values (checked above), `buf` the packer's own size for
-    // (n, k) (the query above, through the gate of a kernel that reads its
-    // output: the CPU runs it); one group, no extra bytes, the params by
-    // reference; the caller checked the packer's rules on the blocking and
-    // its bias arithmetic.
-    unsafe { run(1, n, k, nr, kr, sr, n, w, b, s, buf.as_mut_ptr().cast(), 0, &params) };
+    let (dims, blocking, dst) = ((n, k), (nr, kr, sr), buf.as_mut_slice());
+    RhsCall::Int8Kxn { run, dims, blocking, kxn, bias, scales, params, dst }.invoke();
     Ok(buf)
 }
 
@@ -1987,29 +1924,8 @@ pub(crate) fn pack_rhs_table<V, B>(p: &uker::PackRhs, x: TableRhs<'_, V, B>, dst
         error::at_least(sc.len(), n, "scales")?;
     }
     error::at_least_bytes(dst.len(), p.packed_size(n, k), "packed rhs")?;
-    let mut args = kleidiai_sys::kai_matmul_pack_rhs_uker_args::default();
-    args.shape.n = n;
-    args.shape.k = k;
-    args.operand.rhs.ptr = values.as_ptr().cast();
-    if let Some(b) = x.bias {
-        args.operand.bias_n.ptr = b.as_ptr().cast();
-    }
-    if let Some(sc) = x.scales {
-        args.operand.scale_n.ptr = sc.as_ptr().cast();
-    }
-    let globals = x.globals.unwrap_or_default();
-    if x.globals.is_some() {
-        args.operand.k_sum_scale_global.ptr = (&globals.0 as *const i32).cast();
-        args.operand.scale_global.ptr = (&globals.1 as *const f32).cast();
-    }
-    args.operand.rhs_packed.ptr = dst.as_mut_ptr().cast();
-    p.fill_strides(&mut args);
-    // SAFETY: the weights hold the rows the packer reads with its own
-    // strides (checked above), the bias and scales n values, the globals
-    // outlive the call, `dst` holds the packer's size; the table exists only
-    // once the CPU was checked (its gate); the caller checked the element
-    // sizes and the packer's rules.
-    unsafe { p.run(&args) };
+    let (values, bias, scales) = (Lent::of(values), Lent::or_null(x.bias), Lent::or_null(x.scales));
+    RhsCall::Table { packer: p, dims: (n, k), values, bias, scales, globals: x.globals, dst }.invoke();
     Ok(())
 }
 
@@ -2040,17 +1956,218 @@ pub(crate) fn pack_dw_rhs<T>(
     error::at_least(weights.len(), error::mul(c, 9, "weights")?, "depthwise weights")?;
     error::at_least(bias.len(), c, "bias")?;
     error::at_least_bytes(dst.len(), query!(g, size, 3, 3, c), "packed weights")?;
-    // SAFETY: `weights` holds 9 * c values and `bias` c of the packer's
-    // element size, `dst` its size for (3, 3, c) (checked above); height
-    // and width equal the filter's, as the packer asserts; the gate proves
-    // the CPU runs it.
-    unsafe { run(3, 3, 3, 3, c, weights.as_ptr().cast(), bias.as_ptr().cast(), dst.as_mut_ptr().cast()) };
+    RhsCall::Dw { run, c, weights: Lent::of(weights), bias: Lent::of(bias), dst }.invoke();
     Ok(())
 }
 
 /// A depthwise packer's size query `(filter_height, filter_width, channels)`.
 #[cfg(target_arch = "aarch64")]
 pub(crate) type PackDwSize = unsafe extern "C" fn(usize, usize, usize) -> usize;
+
+/// The start of a slice borrowed for `'a` (or null), as an RHS packer
+/// reads it: how an [`RhsCall`] holds operands of an element type the
+/// packer fixes (its driver checked the type's size is the packer's).
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+struct Lent<'a>(*const c_void, core::marker::PhantomData<&'a [u8]>);
+
+#[cfg(target_arch = "aarch64")]
+impl<'a> Lent<'a> {
+    /// No operand (a null pointer).
+    const NULL: Lent<'a> = Lent(core::ptr::null(), core::marker::PhantomData);
+
+    /// The start of `s`.
+    fn of<T>(s: &'a [T]) -> Lent<'a> {
+        Lent(s.as_ptr().cast(), core::marker::PhantomData)
+    }
+
+    /// The start of `s`, or null for none.
+    fn or_null<T>(s: Option<&'a [T]>) -> Lent<'a> {
+        s.map_or(Lent::NULL, Lent::of)
+    }
+
+    /// The pointer, as the packer's operand type.
+    fn ptr<T>(self) -> *const T {
+        self.0.cast()
+    }
+}
+
+/// One call of an RHS packer with the operands its driver checked: made
+/// only by the drivers of this file ([`pack_rhs_per_channel`],
+/// [`FloatRhsPacker::pack`], [`BlockRhsPacker::pack`],
+/// [`pack_rhs_int8_kxn`], [`pack_rhs_table`], [`pack_dw_rhs`]) after their
+/// checks, and run by [`invoke`](Self::invoke), the one call of all these
+/// packers. Every variant borrows its operands and its destination for
+/// `'a`, so they outlive the call.
+#[cfg(target_arch = "aarch64")]
+enum RhsCall<'a> {
+    /// [`pack_rhs_per_channel`]: the validated weights with their packer,
+    /// into the packer's size.
+    Channel { w: ChannelWeights<'a>, blocking: Blocking, dst: &'a mut [u8] },
+    /// [`FloatRhsPacker::pack`]: `(n, k)` weights (rows `data.1` bytes
+    /// apart) and a bias or null, into at least the packer's size.
+    Float {
+        run: PackFloat,
+        dims: (usize, usize),
+        blocking: Blocking,
+        data: (Lent<'a>, usize),
+        bias: Lent<'a>,
+        dst: &'a mut [u8],
+    },
+    /// [`BlockRhsPacker::pack`]: `(n, k, bl)` int4 values (rows `values.1`
+    /// bytes apart), the scales, zero points and scale stride, and a bias
+    /// or null, into the packer's size.
+    Block {
+        packer: BlockRhsPacker,
+        dims: (usize, usize, usize),
+        blocking: Blocking,
+        values: (&'a [u8], usize),
+        scales: (Lent<'a>, Lent<'a>, usize),
+        bias: Lent<'a>,
+        dst: &'a mut [u8],
+    },
+    /// [`pack_rhs_int8_kxn`]: `(n, k)` K x N int8 weights, `n` biases and
+    /// scales, the params, into the packer's size.
+    Int8Kxn {
+        run: PackInt8Kxn,
+        dims: (usize, usize),
+        blocking: Blocking,
+        kxn: &'a [i8],
+        bias: &'a [i32],
+        scales: &'a [f32],
+        params: kleidiai_sys::kai_rhs_pack_qsi8cx_params,
+        dst: &'a mut [u8],
+    },
+    /// [`pack_rhs_table`]: `(n, k)` weights at the packer's strides, a bias
+    /// and scales or null, the globals, into at least the packer's size.
+    Table {
+        packer: &'a uker::PackRhs,
+        dims: (usize, usize),
+        values: Lent<'a>,
+        bias: Lent<'a>,
+        scales: Lent<'a>,
+        globals: Option<(i32, f32)>,
+        dst: &'a mut [u8],
+    },
+    /// [`pack_dw_rhs`]: 3x3 filters and biases of `c` channels, into at
+    /// least the packer's size.
+    Dw { run: PackDw, c: usize, weights: Lent<'a>, bias: Lent<'a>, dst: &'a mut [u8] },
+}
+
+#[cfg(target_arch = "aarch64")]
+impl RhsCall<'_> {
+    /// Runs the packer on the checked operands: the one call of the RHS
+    /// packers of this file (one group, no extra bytes).
+    fn invoke(self) {
+        use core::ptr::null;
+        // SAFETY: every variant holds what its driver checked before making
+        // it (no other code makes one), its operands and destination
+        // borrowed across the call, and the CPU runs its packer: a gate of a
+        // kernel that reads its output was taken for its size query (or, for
+        // a table, by the table's constructor). Per variant:
+        // - `Channel` (`pack_rhs_per_channel`): the weights passed
+        //   `validate` (data, scales and bias hold what n, k and their order
+        //   need) and are in the order the packer reads, 2-bit rows have
+        //   k % 32 == 0; `dst` holds the packer's size for (n, k, nr, kr,
+        //   sr) (its query); the params and table by reference; the caller
+        //   checked the packer's rules on the blocking.
+        // - `Float` (`FloatRhsPacker::pack`): the data holds the n x k
+        //   values of the packer's size in its order, rows `stride` bytes
+        //   apart, the bias n values of the packer's bias size or null where
+        //   it allows that, `dst` at least its size for (n, k); no scale, no
+        //   params; the caller checked its rules on the blocking.
+        // - `Block` (`BlockRhsPacker::pack`): the values, scales and bias
+        //   hold what (n, k, bl) and the strides need in the packer's layout
+        //   (scales of the packer's kind, no bias for `S16s0`), `dst` the
+        //   packer's size; bf16 scales, zero points 1 and 8, the params by
+        //   reference; the caller checked the packer's rules on the blocking
+        //   and block length.
+        // - `Int8Kxn` (`pack_rhs_int8_kxn`): `kxn` holds k x n int8 with
+        //   rows n bytes apart, `bias` and `scales` n values, `dst` the
+        //   packer's size for (n, k); the params by reference; the caller
+        //   checked the packer's rules on the blocking and its bias
+        //   arithmetic.
+        // - `Table` (`pack_rhs_table`): the weights hold the rows the packer
+        //   reads with its own strides (filled here, as checked), the bias
+        //   and scales n values or null, the globals live on this stack
+        //   across the call, `dst` holds at least the packer's size; the
+        //   caller checked the element sizes and the packer's rules.
+        // - `Dw` (`pack_dw_rhs`): the weights hold 9 * c values and the bias
+        //   c of the packer's element size, `dst` at least its size for (3,
+        //   3, c); height and width equal the filter's, as the packer
+        //   asserts.
+        unsafe {
+            match self {
+                RhsCall::Channel { w, blocking: (nr, kr, sr), dst } => {
+                    let dst = dst.as_mut_ptr().cast::<c_void>();
+                    let bias = |b: Option<&[f32]>| b.map_or(null(), <[f32]>::as_ptr);
+                    match w {
+                        ChannelWeights::Int4(w, run, p) => {
+                            let (n, k) = (w.n, w.k);
+                            run(1, n, k, nr, kr, sr, w.data.as_ptr(), bias(w.bias), w.scales.as_ptr(), dst, 0, &p)
+                        }
+                        ChannelWeights::Int8(w, run, p) => {
+                            let (n, k) = (w.n, w.k);
+                            run(1, n, k, nr, kr, sr, w.data.as_ptr(), bias(w.bias), w.scales.as_ptr(), dst, 0, &p)
+                        }
+                        ChannelWeights::UInt2(w, run, p, lut) => {
+                            let (n, k, d, s) = (w.n, w.k, w.data.as_ptr(), w.scales.as_ptr());
+                            run(1, n, k, nr, kr, sr, d, bias(w.bias), s, dst, 0, &p, lut.as_ptr())
+                        }
+                    }
+                }
+                RhsCall::Float { run, dims: (n, k), blocking: (nr, kr, sr), data: (d, stride), bias, dst } => {
+                    let o = dst.as_mut_ptr().cast::<c_void>();
+                    run(1, n, k, nr, kr, sr, stride, d.ptr(), bias.ptr(), null(), o, 0, null())
+                }
+                RhsCall::Block { packer, dims: (n, k, bl), blocking: (nr, kr, sr), values, scales, bias, dst } => {
+                    let (v, rs, (sp, zero, ss)) = (values.0.as_ptr(), values.1, scales);
+                    let (out, dt) = (dst.as_mut_ptr().cast::<c_void>(), kleidiai_sys::kai_datatype_kai_dt_bf16);
+                    let p4 = kleidiai_sys::kai_rhs_pack_qs4cxs1s0_param { lhs_zero_point: 1, rhs_zero_point: 8 };
+                    match packer {
+                        BlockRhsPacker::Nxk(_, run) => {
+                            use kleidiai_sys::kai_rhs_pack_nxk_qsi4c32p_qsu4c32s1s0_params as P;
+                            let p = P { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
+                            run(1, n, k, nr, kr, sr, bl, v, rs, bias.ptr(), sp.ptr(), ss, out, 0, &p)
+                        }
+                        BlockRhsPacker::Kxn(_, run) => {
+                            use kleidiai_sys::kai_rhs_pack_kxn_qsi4c32p_qsu4c32s1s0_params as P;
+                            let p = P { lhs_zero_point: 1, rhs_zero_point: 8, scale_dt: dt };
+                            run(1, n, k, nr, kr, sr, bl, v, rs, bias.ptr(), sp.ptr(), ss, out, 0, &p)
+                        }
+                        BlockRhsPacker::S16s0(_, run) => run(1, n, k, nr, kr, sr, bl, v, null(), out, 0, &p4),
+                        BlockRhsPacker::Qai4(_, run) => {
+                            run(1, n, k, nr, kr, sr, bl, v, zero.ptr(), bias.ptr(), sp.ptr(), out, 0, &p4)
+                        }
+                    }
+                }
+                RhsCall::Int8Kxn { run, dims: (n, k), blocking: (nr, kr, sr), kxn, bias, scales, params, dst } => {
+                    let (w, b, s) = (kxn.as_ptr().cast(), bias.as_ptr().cast(), scales.as_ptr().cast());
+                    run(1, n, k, nr, kr, sr, n, w, b, s, dst.as_mut_ptr().cast(), 0, &params)
+                }
+                RhsCall::Table { packer, dims: (n, k), values, bias, scales, globals, dst } => {
+                    let mut args = kleidiai_sys::kai_matmul_pack_rhs_uker_args::default();
+                    args.shape.n = n;
+                    args.shape.k = k;
+                    args.operand.rhs.ptr = values.ptr();
+                    args.operand.bias_n.ptr = bias.ptr();
+                    args.operand.scale_n.ptr = scales.ptr();
+                    let g = globals.unwrap_or_default();
+                    if globals.is_some() {
+                        args.operand.k_sum_scale_global.ptr = (&g.0 as *const i32).cast();
+                        args.operand.scale_global.ptr = (&g.1 as *const f32).cast();
+                    }
+                    args.operand.rhs_packed.ptr = dst.as_mut_ptr().cast();
+                    packer.fill_strides(&mut args);
+                    packer.run(&args)
+                }
+                RhsCall::Dw { run, c, weights, bias, dst } => {
+                    run(3, 3, 3, 3, c, weights.ptr(), bias.ptr(), dst.as_mut_ptr().cast())
+                }
+            }
+        }
+    }
+}
 
 /// The calls of the indirect (imatmul) and depthwise kernels and packers:
 /// their function-pointer types, how each is called, and one checked driver
