@@ -14,7 +14,7 @@ const ROOMS: &[(&str, usize)] = &[
     // Every call into KleidiAI: queries, packers, kernel runs, the
     // `kai_matmul_uker_*` tables and the steady state, behind checked
     // drivers.
-    ("families/engine.rs", 20),
+    ("families/engine.rs", 16),
     // ggml's raw operands, vouched for once at the raw entry points.
     ("ggml/threads.rs", 10),
     // The operating system's queries and the crate's own instructions.

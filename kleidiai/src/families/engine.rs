@@ -1995,9 +1995,9 @@ impl<'a> Lent<'a> {
 /// One call of an RHS packer with the operands its driver checked: made
 /// only by the drivers of this file ([`pack_rhs_per_channel`],
 /// [`FloatRhsPacker::pack`], [`BlockRhsPacker::pack`],
-/// [`pack_rhs_int8_kxn`], [`pack_rhs_table`], [`pack_dw_rhs`]) after their
-/// checks, and run by [`invoke`](Self::invoke), the one call of all these
-/// packers. Every variant borrows its operands and its destination for
+/// [`pack_rhs_int8_kxn`], [`pack_rhs_table`], [`pack_dw_rhs`],
+/// [`ImatmulRhsRun::pack`]) after their checks, and run by
+/// [`invoke`](Self::invoke), the one call of all these packers. Every variant borrows its operands and its destination for
 /// `'a`, so they outlive the call.
 #[cfg(target_arch = "aarch64")]
 enum RhsCall<'a> {
@@ -2052,6 +2052,18 @@ enum RhsCall<'a> {
     /// [`pack_dw_rhs`]: 3x3 filters and biases of `c` channels, into at
     /// least the packer's size.
     Dw { run: PackDw, c: usize, weights: Lent<'a>, bias: Lent<'a>, dst: &'a mut [u8] },
+    /// [`ImatmulRhsRun::pack`]: K x N weights of `(n, kcc, kcl)` (rows
+    /// `kxn.1` bytes apart), `n` biases, and for the int8 packer `n` scales
+    /// and its params, into the packer's size.
+    Imatmul {
+        run: ImatmulRhsRun,
+        dims: (usize, usize, usize),
+        kxn: (Lent<'a>, usize),
+        bias: Lent<'a>,
+        scales: Lent<'a>,
+        params: Option<&'a kleidiai_sys::kai_rhs_pack_qsi8cx_params>,
+        dst: &'a mut [u8],
+    },
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -2096,6 +2108,13 @@ impl RhsCall<'_> {
         //   c of the packer's element size, `dst` at least its size for (3,
         //   3, c); height and width equal the filter's, as the packer
         //   asserts.
+        // - `Imatmul` (`ImatmulRhsRun::pack`): the weights hold k = kcc *
+        //   kcl rows of n elements `stride` bytes apart, the bias n values
+        //   (never null, as the packers require) and the scales n f32 for
+        //   the quantised packer, which alone has params (asserted), all of
+        //   the packer's sizes; `dst` has the packer's size for (n, kcc,
+        //   kcl); the packer is SVE or SME code (streaming mode inside),
+        //   whose rules the caller checked.
         unsafe {
             match self {
                 RhsCall::Channel { w, blocking: (nr, kr, sr), dst } => {
@@ -2164,6 +2183,14 @@ impl RhsCall<'_> {
                 RhsCall::Dw { run, c, weights, bias, dst } => {
                     run(3, 3, 3, 3, c, weights.ptr(), bias.ptr(), dst.as_mut_ptr().cast())
                 }
+                RhsCall::Imatmul { run, dims: (n, kcc, kcl), kxn: (w, stride), bias, scales, params, dst } => {
+                    let (w, b, d) = (w.ptr(), bias.ptr(), dst.as_mut_ptr().cast());
+                    match (run, params) {
+                        (ImatmulRhsRun::Float(run), _) => run(n, kcc, kcl, stride, w, b, d),
+                        (ImatmulRhsRun::Qsi8(run), Some(p)) => run(n, kcc, kcl, stride, w, b, scales.ptr(), d, p),
+                        (ImatmulRhsRun::Qsi8(_), None) => unreachable!("asserted by ImatmulRhsRun::pack"),
+                    }
+                }
             }
         }
     }
@@ -2172,13 +2199,14 @@ impl RhsCall<'_> {
 /// The calls of the indirect (imatmul) and depthwise kernels and packers:
 /// their function-pointer types, how each is called, and one checked driver
 /// per kind of call ([`ImatmulRhsRun::pack`], [`pack_lhs_indirect`],
-/// [`ImatmulRun::run_packed`], [`ImatmulRun::run_direct`], [`DwRun::run`]).
+/// [`ImatmulRun::run_packed`], [`ImatmulRun::run_direct`], [`DwRun::run`]);
+/// the RHS packer's call is an [`RhsCall`], the others' one `IndirectCall`.
 #[cfg(target_arch = "aarch64")]
 pub(crate) use indirect_calls::*;
 
 #[cfg(target_arch = "aarch64")]
 mod indirect_calls {
-    use super::{Gate, Getter, Tiles, run_grid, run_rows};
+    use super::{Gate, Getter, Lent, RhsCall, Tiles, run_grid, run_rows};
     use crate::buffer::{AlignedBuf, SendPtr};
     use crate::error::{self, Error, Result};
     use crate::formats::{DepthwiseShape, Indirection};
@@ -2186,6 +2214,7 @@ mod indirect_calls {
     use crate::par::Parallelism;
     use crate::registry::info::KernelInfo;
     use core::ffi::c_void;
+    use core::ops::Range;
     use kleidiai_sys as sys;
 
     /// `(index, k_chunk_count, k_chunk_length) -> bytes`: an imatmul
@@ -2311,21 +2340,9 @@ mod indirect_calls {
             let stride = n * elem_bytes;
             let size = query!(g, size, n, kcc, kcl);
             let mut buf = AlignedBuf::zeroed(size);
-            // SAFETY: `kxn` holds k = kcc * kcl rows of n elements `stride`
-            // bytes apart, `bias` n values (never null, as the packers
-            // require) and `scales` n f32 for the quantised packer, all of
-            // the packer's sizes (asserted above); `params` lives across the
-            // call; the destination has the packer's size for (n, kcc, kcl);
-            // the gate proves the CPU runs the packer (SVE or SME code,
-            // streaming mode inside), whose rules the caller checked.
-            unsafe {
-                let (w, b, d) = (kxn.as_ptr().cast(), bias.as_ptr().cast(), buf.as_mut_ptr().cast());
-                match (self, params) {
-                    (ImatmulRhsRun::Float(run), _) => run(n, kcc, kcl, stride, w, b, d),
-                    (ImatmulRhsRun::Qsi8(run), Some(p)) => run(n, kcc, kcl, stride, w, b, scales.as_ptr().cast(), d, p),
-                    (ImatmulRhsRun::Qsi8(_), None) => unreachable!("asserted above"),
-                }
-            }
+            let (kxn, bias, scales) = ((Lent::of(kxn), stride), Lent::of(bias), Lent::of(scales));
+            let dst = buf.as_mut_slice();
+            RhsCall::Imatmul { run: self, dims: (n, kcc, kcl), kxn, bias, scales, params, dst }.invoke();
             buf
         }
     }
@@ -2368,21 +2385,8 @@ mod indirect_calls {
         let pp = SendPtr(pad.as_ptr() as *mut T);
         run_rows(par, info, m, kcc * kcl, m_step, |rows| {
             let (dst, tp, pp) = (dst, tp, pp);
-            // SAFETY: the gate proves the CPU has the packer's features;
-            // m_step is the packer's (checked) and `size` its packed size for
-            // (m, kcc, kcl). `rows` starts at a multiple of m_step
-            // (run_rows): its pointers begin at table index rows.start * kcc
-            // (the table is laid out in blocks of m_step rows) and its packed
-            // rows at the packer's offset for rows.start, a region no other
-            // range writes. Every pointer the packer reads for these rows (y
-            // < rows.len()) is non-null and valid for kcl elements of T (the
-            // packer's element size, asserted; predicated loads): it points
-            // into `src` (CheckedIndirection) or at `pad` (kcl elements),
-            // both alive until the packing is done. lhs_ptr_offset 0.
-            unsafe {
-                let off = offset(rows.start, kcc, kcl);
-                run(rows.len(), kcc, kcl, tp.0.add(rows.start * kcc).cast(), 0, pp.0.cast(), dst.0.add(off).cast());
-            }
+            let lhs = (tp.0.cast_const().cast::<*const c_void>(), pp.0.cast_const().cast::<c_void>());
+            IndirectCall::PackLhs { run, offset, rows, chunks: (kcc, kcl), lhs, dst: dst.0 }.invoke();
         });
         drop((table, pad));
         Ok(())
@@ -2457,31 +2461,10 @@ mod indirect_calls {
             let dst_stride = n * size_of::<D>();
             run_grid(par, info, m, n, kcc * kcl, t, |rows, cols| {
                 let (lp, rp, dp) = (lp, rp, dp);
-                let (l, r, d) = (lp.0, rp.0, dp.0.wrapping_add(rows.start * n + cols.start).cast::<c_void>());
-                // SAFETY: both packed buffers have exactly the layouts this
-                // kernel computes for (m, n, kcc, kcl) at the current vector
-                // length (checked above), so the offsets of a row start that
-                // is a multiple of m_step and a column start that is a
-                // multiple of n_step (run_grid) lie inside them; dst holds
-                // m x n values of the kernel's output size (checked and
-                // asserted) and tiles are disjoint; the requantisation
-                // parameters (min <= max, both int8: the caller checked)
-                // live on this stack across the call; the CPU supports the
-                // kernel (its gate, taken with `t`).
-                unsafe {
-                    let lo: *const c_void = l.add(lhs_offset(rows.start, kcc, kcl)).cast::<c_void>();
-                    let ro: *const c_void = r.add(rhs_offset(cols.start, kcc, kcl)).cast::<c_void>();
-                    let (mm, nn) = (rows.len(), cols.len());
-                    match (self, &stage) {
-                        (ImatmulRun::Clamp(f), ImatmulStage::Clamp(c)) => {
-                            f(mm, nn, kcc, kcl, lo, ro, d, dst_stride, c.min, c.max)
-                        }
-                        (ImatmulRun::Requant(f), ImatmulStage::Requant(p)) => {
-                            f(mm, nn, kcc, kcl, lo, ro, d, dst_stride, p)
-                        }
-                        _ => unreachable!("asserted above"),
-                    }
-                }
+                let d = dp.0.wrapping_add(rows.start * n + cols.start).cast::<c_void>();
+                let (lhs, rhs) = (ImatmulLhs::Packed(lp.0, lhs_offset), (rp.0.cast_const(), rhs_offset));
+                let (tile, chunks, dst) = ((rows, cols), (kcc, kcl), (d, dst_stride));
+                IndirectCall::Imatmul { run: self, stage, tile, chunks, lhs, rhs, dst }.invoke();
             });
             Ok(())
         }
@@ -2510,9 +2493,9 @@ mod indirect_calls {
             let (m, n, kcc, kcl) = (lhs.m, rhs_layout.rows, lhs.k_chunk_count, lhs.k_chunk_length);
             rhs.expect(&rhs_layout, info.name)?;
             error::at_least(dst.len(), error::mul(m, n, "dst")?, "dst")?;
-            let ImatmulRun::Direct(run) = self else {
+            if !matches!(self, ImatmulRun::Direct(_)) {
                 return Err(Error::WrongFamily { kernel: info.name, why: "reads a packed LHS".into() });
-            };
+            }
             assert_eq!(size_of::<T>(), elem_bytes, "{}: element type", info.name);
             let (pad, table) = lhs.table(t.m_step);
             let (tp, pp, rp, dp) = (
@@ -2523,37 +2506,171 @@ mod indirect_calls {
             );
             run_grid(par, info, m, n, kcc * kcl, t, |rows, cols| {
                 let (tp, pp, rp, dp) = (tp, pp, rp, dp);
-                // SAFETY: rows.start is a multiple of m_step (run_grid), so
-                // this tile's pointers start at table index rows.start * kcc
-                // (blocks of m_step rows); each pointer it reads is valid for
-                // kcl elements (into `src`: CheckedIndirection, or the `pad`
-                // buffer), both alive for the call; lhs_ptr_offset 0. The
-                // packed RHS has exactly this kernel's layout for (n, kcc,
-                // kcl) at the current VL (checked), so the offset of a column
-                // start that is a multiple of n_step lies inside it; dst holds
-                // m x n elements of the kernel's size (checked, asserted) and
-                // tiles are disjoint; the CPU runs the kernel (its gate, taken
-                // with `t`), whose rule on the chunks the caller checked.
-                unsafe {
-                    let ro = rhs_offset(cols.start, kcc, kcl);
-                    run(
-                        rows.len(),
-                        cols.len(),
-                        kcc,
-                        kcl,
-                        tp.0.add(rows.start * kcc).cast(),
-                        pp.0.cast(),
-                        0,
-                        rp.0.add(ro).cast(),
-                        dp.0.add(rows.start * n + cols.start).cast(),
-                        n * size_of::<T>(),
-                        clamp.min,
-                        clamp.max,
-                    );
-                }
+                let d = dp.0.wrapping_add(rows.start * n + cols.start).cast::<c_void>();
+                let lhs = ImatmulLhs::Table(tp.0.cast_const().cast(), pp.0.cast_const().cast());
+                let (tile, chunks, rhs, dst) =
+                    ((rows, cols), (kcc, kcl), (rp.0.cast_const(), rhs_offset), (d, n * size_of::<T>()));
+                IndirectCall::Imatmul { run: self, stage: clamp.into(), tile, chunks, lhs, rhs, dst }.invoke();
             });
             drop((table, pad));
             Ok(())
+        }
+    }
+
+    /// The LHS of an [`IndirectCall::Imatmul`].
+    #[derive(Clone, Copy)]
+    enum ImatmulLhs {
+        /// Packed, at `.0`, with the kernel's packed-LHS offset query.
+        Packed(*const u8, ChunkQuery),
+        /// The pointer table (blocks of `m_step` rows of `kcc` pointers) and
+        /// the padding chunk, for a kernel that follows the table itself.
+        Table(*const *const c_void, *const c_void),
+    }
+
+    /// One call, on one part of the work, of an imatmul LHS packer or
+    /// kernel or of a depthwise kernel, with the operands its driver
+    /// checked: made only by the drivers of this module
+    /// ([`pack_lhs_indirect`], [`ImatmulRun::run_packed`],
+    /// [`ImatmulRun::run_direct`], [`DwRun::run`]) in a part of their
+    /// `run_rows` or `run_grid` split, and run by [`invoke`](Self::invoke),
+    /// the one call of these packers and kernels.
+    enum IndirectCall {
+        /// [`pack_lhs_indirect`]: the packer `run` with its packed offset
+        /// query, on the rows `rows` of `(kcc, kcl)` chunks: the pointer
+        /// table and the padding chunk, into the packed LHS at `dst`.
+        PackLhs {
+            run: PackLhsIndirect,
+            offset: ChunkQuery,
+            rows: Range<usize>,
+            chunks: (usize, usize),
+            lhs: (*const *const c_void, *const c_void),
+            dst: *mut u8,
+        },
+        /// [`ImatmulRun::run_packed`] and [`ImatmulRun::run_direct`]: the
+        /// kernel with its stage, on the tile `(rows, cols)` of `(kcc, kcl)`
+        /// chunks: the LHS, the packed RHS with its offset query, the tile's
+        /// output with the row stride in bytes.
+        Imatmul {
+            run: ImatmulRun,
+            stage: ImatmulStage,
+            tile: (Range<usize>, Range<usize>),
+            chunks: (usize, usize),
+            lhs: ImatmulLhs,
+            rhs: (*const u8, ChunkQuery),
+            dst: (*mut c_void, usize),
+        },
+        /// [`DwRun::run`]: the kernel on `(src, packed weights, dst)` at the
+        /// window's first input and output rows, the dense strides `(input
+        /// row, pixel, output row)` in bytes, `(channels, in_w, out_w)`, the
+        /// valid input and output rows, `(pad_left, pad_top)` and the clamp.
+        Depthwise {
+            run: DwRun,
+            ptrs: (*const c_void, *const c_void, *mut c_void),
+            strides: (usize, usize, usize),
+            dims: (usize, usize, usize),
+            valid: (usize, usize),
+            pad: (usize, usize),
+            clamp: Clamp,
+        },
+    }
+
+    impl IndirectCall {
+        /// Runs the packer or kernel on its part of the checked operands.
+        fn invoke(self) {
+            // SAFETY: every variant holds what its driver checked before
+            // splitting the work (no other code makes one), the part its
+            // split gives this call, and the CPU runs its code (the gate of
+            // the kernel, taken with the driver's blocking or layout).
+            // Per variant:
+            // - `PackLhs` (`pack_lhs_indirect`): m_step is the packer's
+            //   (checked) and the packed LHS holds its size for (m, kcc,
+            //   kcl). `rows` starts at a multiple of m_step (run_rows): its
+            //   pointers begin at table index rows.start * kcc (the table is
+            //   laid out in blocks of m_step rows) and its packed rows at the
+            //   packer's offset for rows.start, a region no other part
+            //   writes. Every pointer the packer reads for these rows is
+            //   non-null and valid for kcl elements of the packer's size
+            //   (asserted; predicated loads): it points into `src`
+            //   (CheckedIndirection) or at the padding chunk (kcl elements),
+            //   both alive until the packing is done. lhs_ptr_offset 0.
+            // - `Imatmul` with a packed LHS (`run_packed`): both packed
+            //   buffers have exactly the layouts this kernel computes for (m,
+            //   n, kcc, kcl) at the current vector length (checked), so the
+            //   offsets of a row start that is a multiple of m_step and a
+            //   column start that is a multiple of n_step (run_grid) lie
+            //   inside them; the run and stage are of one kind (asserted).
+            // - `Imatmul` with a pointer table (`run_direct`): the kernel
+            //   follows the table (checked) and rows.start is a multiple of
+            //   m_step (run_grid), so this tile's pointers start at table
+            //   index rows.start * kcc (blocks of m_step rows); each pointer
+            //   it reads is valid for kcl elements (into `src`:
+            //   CheckedIndirection, or the padding chunk), both alive for the
+            //   call; lhs_ptr_offset 0. The packed RHS has exactly this
+            //   kernel's layout for (n, kcc, kcl) at the current VL
+            //   (checked), so the offset of a column start that is a multiple
+            //   of n_step lies inside it; the caller checked the clamp and
+            //   the kernel's rule on the chunks.
+            // - both `Imatmul`: dst holds m x n values of the kernel's output
+            //   size (checked and asserted), rows `stride` bytes apart, and
+            //   tiles are disjoint; the requantisation parameters (min <=
+            //   max, both int8: the caller checked) live on this stack across
+            //   the call.
+            // - `Depthwise` (`DwRun::run`): the kernel reads input rows from
+            //   the first one (at most the valid ones: the rows left in
+            //   `src`, whose length is checked) of in_w pixels of c channels,
+            //   at the strides of the dense layout; the packed weights have
+            //   this kernel's layout for c channels at the current vector
+            //   length (checked); it writes the valid output rows (at most
+            //   m_step for planar kernels, the tile's for depth-first ones)
+            //   of out_w pixels inside `dst` (length checked), this tile's
+            //   alone; elements of the kernel's size (asserted); zero padding
+            //   (pad_value 0.0, as upstream requires); dimensions fit the
+            //   kernel's 32-bit coordinates (validate); the CPU runs SME2.
+            unsafe {
+                match self {
+                    IndirectCall::PackLhs { run, offset, rows, chunks: (kcc, kcl), lhs: (table, pad), dst } => {
+                        let off = offset(rows.start, kcc, kcl);
+                        run(rows.len(), kcc, kcl, table.add(rows.start * kcc), 0, pad, dst.add(off).cast());
+                    }
+                    IndirectCall::Imatmul { run, stage, tile: (rows, cols), chunks, lhs, rhs, dst: (d, stride) } => {
+                        let ((kcc, kcl), (r, rhs_offset), (mm, nn)) = (chunks, rhs, (rows.len(), cols.len()));
+                        match (run, lhs, &stage) {
+                            (ImatmulRun::Direct(f), ImatmulLhs::Table(table, pad), ImatmulStage::Clamp(c)) => {
+                                let ro = rhs_offset(cols.start, kcc, kcl);
+                                let (l, r) = (table.add(rows.start * kcc).cast(), r.add(ro).cast());
+                                f(mm, nn, kcc, kcl, l, pad, 0, r, d, stride, c.min, c.max)
+                            }
+                            (_, ImatmulLhs::Packed(l, lhs_offset), _) => {
+                                let lo: *const c_void = l.add(lhs_offset(rows.start, kcc, kcl)).cast::<c_void>();
+                                let ro: *const c_void = r.add(rhs_offset(cols.start, kcc, kcl)).cast::<c_void>();
+                                match (run, &stage) {
+                                    (ImatmulRun::Clamp(f), ImatmulStage::Clamp(c)) => {
+                                        f(mm, nn, kcc, kcl, lo, ro, d, stride, c.min, c.max)
+                                    }
+                                    (ImatmulRun::Requant(f), ImatmulStage::Requant(p)) => {
+                                        f(mm, nn, kcc, kcl, lo, ro, d, stride, p)
+                                    }
+                                    _ => unreachable!("asserted by run_packed"),
+                                }
+                            }
+                            _ => unreachable!("run_direct calls only a Direct kernel, with its table"),
+                        }
+                    }
+                    IndirectCall::Depthwise { run, ptrs: (a, w, d), strides, dims, valid, pad, clamp } => {
+                        let ((in_row, col, out_row), (c, in_w, ow)) = (strides, dims);
+                        let ((valid_in, valid_out), (pl, pad_top), (lo, hi)) = (valid, pad, (clamp.min, clamp.max));
+                        match run {
+                            DwRun::Planar(run, _) => {
+                                run(a, w, d, in_row, col, out_row, col, valid_in, valid_out, pl, pad_top, 0.0, lo, hi)
+                            }
+                            DwRun::DepthFirst(run, _) => run(
+                                a, w, d, c, valid_in, in_w, valid_out, ow, pl, pad_top, in_row, col, out_row, col, lo,
+                                hi,
+                            ),
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -2635,32 +2752,10 @@ mod indirect_calls {
                     let (iy, valid_in) = if iy < s.in_h { (iy, s.in_h - iy) } else { (0, 0) };
                     let valid_out = (rows.end - y0).min(step);
                     let (a, w, d) = (sp.0.wrapping_add(iy * s.in_w * c), rp.0, dp.0.wrapping_add(y0 * ow * c));
-                    // SAFETY: the kernel reads input rows iy.. (at most
-                    // valid_in of them: the rows left in `src`, whose length
-                    // is checked) of in_w pixels of c channels, at the strides
-                    // of the dense layout; the packed weights have this
-                    // kernel's layout for c channels at the current vector
-                    // length (checked); it writes output rows y0..y0 +
-                    // valid_out (at most m_step for planar kernels, the
-                    // tile's for depth-first ones) of ow pixels inside `dst`
-                    // (length checked), this tile's alone; elements of the
-                    // kernel's size (asserted); zero padding (pad_value 0.0,
-                    // as upstream requires); dimensions fit the kernel's
-                    // 32-bit coordinates (validate); the gate proves the CPU
-                    // runs the kernel (SME2).
-                    unsafe {
-                        let (a, w, d) = (a.cast(), w.cast(), d.cast());
-                        let (lo, hi, pl) = (clamp.min, clamp.max, s.pad_left);
-                        match self {
-                            DwRun::Planar(run, _) => {
-                                run(a, w, d, in_row, col, out_row, col, valid_in, valid_out, pl, pad_top, 0.0, lo, hi)
-                            }
-                            DwRun::DepthFirst(run, _) => run(
-                                a, w, d, c, valid_in, s.in_w, valid_out, ow, pl, pad_top, in_row, col, out_row, col,
-                                lo, hi,
-                            ),
-                        }
-                    }
+                    let ptrs = (a.cast_const().cast(), w.cast_const().cast(), d.cast());
+                    let (strides, dims) = ((in_row, col, out_row), (c, s.in_w, ow));
+                    let (valid, pad) = ((valid_in, valid_out), (s.pad_left, pad_top));
+                    IndirectCall::Depthwise { run: self, ptrs, strides, dims, valid, pad, clamp }.invoke();
                 }
             });
             Ok(())
