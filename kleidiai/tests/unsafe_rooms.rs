@@ -57,6 +57,9 @@ fn unsafe_blocks_stay_in_their_rooms() {
     let total: usize = found.values().sum();
     println!("unsafe blocks in kleidiai/src: {total} in {} files: {found:?}", found.len());
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // The crate's bound (issue 13): at most 40 blocks in at most 4 files.
+    assert!(ROOMS.len() <= 4, "{} rooms: at most 4", ROOMS.len());
+    assert!(total <= 40, "{total} unsafe blocks in kleidiai/src: at most 40");
     // The rooms exist (a renamed file would make this test pass vacuously).
     for (file, _) in ROOMS {
         assert!(root.join(file).is_file(), "{file} is listed as a room but does not exist");
